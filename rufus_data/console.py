@@ -1,0 +1,71 @@
+"""What all three CLIs share: one rich console, bad-input errors as one paragraph and exit 2,
+and progress bars that show rate and ETA."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+
+import typer
+from rich.console import Console
+from rich.text import Text
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rufus_data.errors import RufusError
+
+console = Console(stderr=True)
+
+
+def cli_errors(fn: Callable) -> Callable:
+    """Wrap a typer command: a RufusError prints its message and exits with its code (2)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except RufusError as err:
+            console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(err.exit_code) from None
+
+    return wrapper
+
+
+class RateColumn(ProgressColumn):
+    """Items per second of a task, with its unit."""
+
+    def __init__(self, unit: str):
+        super().__init__()
+        self.unit = unit
+
+    def render(self, task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("-" if speed is None else f"{speed:,.1f} {self.unit}/s", style="cyan")
+
+
+def progress(unit: str = "rows", *extra_columns: ProgressColumn) -> Progress:
+    """A rich progress bar with count, rate and ETA; extra columns (tokens/s, ...) go after the rate."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        RateColumn(unit),
+        *extra_columns,
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+
+
+def not_yet(command: str, issue: str) -> None:
+    """For commands that a later issue adds: say so clearly, produce nothing, exit 2."""
+    raise RufusError(f"`{command}` is not available yet ({issue}); nothing was run")

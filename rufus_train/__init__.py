@@ -1,0 +1,1 @@
+"""rufus_train."""
