@@ -1,0 +1,112 @@
+"""Mixture catalogs: which sources, in which canonical shape, at which token share.
+
+A catalog is YAML validated strictly (unknown keys are errors with file, line and the nearest
+valid key). Shares are fractions of tokens and must sum to 1."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rufus_data.errors import RufusError
+from rufus_data.yaml_config import load_yaml_model
+
+Kind = Literal["sft", "rl", "preference"]
+Format = Literal[
+    "auto", "messages", "alpaca", "sharegpt", "prompt_completion", "question_answer", "preference", "prompt_only"
+]
+SHARE_TOLERANCE = 1e-6
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceSpec(Strict):
+    """One source of a mixture: where its rows come from and how many tokens it gets."""
+
+    name: str
+    path: str | None = None
+    hub: str | None = None
+    config: str | None = None
+    split: str = "train"
+    revision: str | None = None
+    format: Format = "auto"
+    fields: dict[str, str] = Field(default_factory=dict, description="canonical field -> column in the source")
+    share: float = Field(gt=0, le=1)
+    label: str | None = None
+    system: str | None = None
+    max_tokens_per_example: int | None = Field(default=None, gt=0)
+    strip_past_reasoning: bool = True
+    upsample: bool = False
+    holdout: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> SourceSpec:
+        if (self.path is None) == (self.hub is None):
+            raise ValueError(f"source '{self.name}' needs exactly one of `path:` (local file) or `hub:` (dataset id)")
+        return self
+
+    @property
+    def default_label(self) -> str:
+        return self.label or self.path or self.hub or self.name
+
+
+class MixtureCatalog(Strict):
+    """A token-share mixture (see catalogs/sft.yaml for a commented example)."""
+
+    kind: Kind
+    name: str
+    tokenizer: str = "smollm2-135m"
+    chat_template: str | None = None
+    seed: int = 0
+    budget: int | None = Field(default=None, gt=0, description="tokens on `basis`; default: the most the sources allow")
+    basis: Literal["total", "trainable"] = "total"
+    shard_rows: int = Field(default=50_000, gt=0)
+    holdout: int = Field(default=0, ge=0, description="rows per source held out (a source's own `holdout` wins)")
+    sources: list[SourceSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_sources(self) -> MixtureCatalog:
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source names must be unique, repeated: {dupes}")
+        total = math.fsum(s.share for s in self.sources)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            detail = " + ".join(f"{s.name}={s.share}" for s in self.sources)
+            raise ValueError(f"shares must sum to 1, they sum to {total:.6g} ({detail})")
+        return self
+
+
+def load_catalog(path: str | Path) -> MixtureCatalog:
+    """Read and validate a mixture catalog; relative source paths resolve against the catalog's folder."""
+    path = Path(path)
+    catalog = load_yaml_model(path, MixtureCatalog)
+    for source in catalog.sources:
+        source.label = source.default_label  # the path as written, before it is resolved
+        if source.path is not None:
+            resolved = resolve_source_path(source.path, path.parent)
+            source.path = str(resolved)
+    return catalog
+
+
+def resolve_source_path(value: str, base: Path) -> Path:
+    """`path:` values: absolute, relative to the catalog, or `$RUFUS_DATA_ROOT/...`."""
+    import os
+
+    expanded = os.path.expandvars(os.path.expanduser(value))
+    if "$" in expanded:
+        raise RufusError(f"source path {value} uses an unset environment variable: set it or give a plain path")
+    candidate = Path(expanded)
+    if not candidate.is_absolute():
+        candidate = (base / candidate).resolve()
+    return candidate
+
+
+def catalog_hash(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -1,0 +1,473 @@
+"""`rufus-data mix`: build a token-balanced mixture from a catalog.
+
+Each source is read once, canonicalised and token-counted in batches (canonical rows go to
+temporary parquet parts, only the counts stay in memory). Rows are then chosen per source,
+deterministically from the seed, so that each source's share of the tokens (not of the rows)
+matches its `share`: a small source with long answers gets its token share. The mixture is
+shuffled, written as parquet shards with a manifest and a report, and only then moved into
+place."""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
+from rufus_data.console import RateColumn, console, progress
+from rufus_data.errors import RufusError
+from rufus_data.report import bar_chart, markdown_table
+from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, write_manifest, write_shards
+from rufus_data.sources import BadRow, Canonicalizer, detect_format, read_raw_rows, resolve_columns
+from rufus_data.tokens import TokenCounter
+
+BATCH_ROWS = 1024
+SHARE_TOLERANCE_PP = 1.0
+BAD_ROW_EXAMPLES = 5
+OnBadRow = Literal["error", "skip"]
+
+
+@dataclass
+class SourceCounts:
+    """One source after the counting pass: per-row token counts and what was set aside."""
+
+    spec: SourceSpec
+    format: str = ""
+    fingerprint: dict = field(default_factory=dict)
+    rows_in: int = 0
+    total: list[int] = field(default_factory=list)  # per canonical row (parts order)
+    trainable: list[int] = field(default_factory=list)
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    too_long: int = 0
+    parts: list[Path] = field(default_factory=list)
+
+    def basis(self, catalog: MixtureCatalog) -> list[int]:
+        return self.trainable if catalog.kind == "sft" and catalog.basis == "trainable" else self.total
+
+
+@dataclass
+class Selection:
+    """Rows chosen for one source: (row index, repeat number) pairs, plus the held-out rows."""
+
+    picks: list[tuple[int, int]]
+    holdout: list[int]
+    target_tokens: float
+    tokens: int
+    repeat_factor: float
+
+
+@dataclass
+class MixResult:
+    out: Path
+    manifest: dict
+
+
+def mix(
+    catalog_path: str | Path,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    holdout: int | None = None,
+    on_bad_row: OnBadRow = "error",
+    show_progress: bool = True,
+) -> MixResult:
+    """Build the mixture described by a catalog; returns the output folder and its manifest."""
+    started = time.time()
+    catalog_path = Path(catalog_path)
+    catalog = load_catalog(catalog_path)
+    out = Path(out) if out is not None else Path("outputs") / catalog_path.stem
+    if out.exists() and not overwrite:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
+    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+        parts_dir = tmp / "_parts"
+        counted = [
+            _count_source(spec, catalog, counter, parts_dir, on_bad_row, show_progress) for spec in catalog.sources
+        ]
+        selections = _select(catalog, counted, holdout)
+        train, held = _materialise(catalog, counted, selections)
+        write_shards(train, tmp, catalog.shard_rows, split="train")
+        if held is not None and held.num_rows:
+            write_shards(held, tmp, catalog.shard_rows, split="holdout")
+        for part in parts_dir.rglob("*.parquet"):
+            part.unlink()
+        for folder in sorted(parts_dir.rglob("*"), reverse=True):
+            folder.rmdir()
+        parts_dir.rmdir()
+        manifest = _manifest(catalog, catalog_path, counter, counted, selections, train, held, started)
+        write_manifest(tmp, manifest)
+        _write_report(tmp, catalog, manifest)
+    _print_summary(manifest)
+    return MixResult(out=out, manifest=manifest)
+
+
+def _read_template(catalog: MixtureCatalog, catalog_path: Path) -> str | None:
+    """`chat_template:` may be inline jinja or a path to a .jinja file (relative to the catalog)."""
+    value = catalog.chat_template
+    if value is None or "{%" in value or "{{" in value:
+        return value
+    path = Path(value) if Path(value).is_absolute() else catalog_path.parent / value
+    if not path.exists():
+        raise RufusError(f"{catalog_path}: chat_template file {value} does not exist")
+    return path.read_text()
+
+
+# --- pass 1: canonicalise and count ------------------------------------------------------
+
+
+def _count_source(
+    spec: SourceSpec,
+    catalog: MixtureCatalog,
+    counter: TokenCounter,
+    parts_dir: Path,
+    on_bad_row: OnBadRow,
+    show_progress: bool,
+) -> SourceCounts:
+    counts = SourceCounts(spec=spec, fingerprint=_fingerprint(spec))
+    folder = parts_dir / spec.name
+    folder.mkdir(parents=True)
+    records = read_raw_rows(spec)
+    first = next(records, None)
+    if first is None:
+        raise RufusError(f"source '{spec.name}' ({spec.path or spec.hub}) is empty: it has no rows")
+    counts.format = detect_format(spec, first, catalog.kind)
+    columns = resolve_columns(spec, counts.format, first)
+    canonicalize = Canonicalizer(spec, catalog.kind, counts.format, columns)
+    tokens_column = TokensColumn()
+    with progress("rows", tokens_column) as bar:
+        task = bar.add_task(f"{spec.name}", total=_row_count_hint(spec), visible=show_progress)
+        batch: list[dict] = []
+        index = 0
+        for record in _chain(first, records):
+            index += 1
+            try:
+                batch.append(canonicalize(record, index - 1))
+            except BadRow as err:
+                counts.bad_rows.append((index, str(err)))
+            if len(batch) >= BATCH_ROWS:
+                _flush(batch, counts, catalog, counter, folder, tokens_column)
+                bar.update(task, completed=index)
+                batch = []
+        if batch:
+            _flush(batch, counts, catalog, counter, folder, tokens_column)
+        bar.update(task, completed=index, total=index)
+    counts.rows_in = index
+    if counts.bad_rows:
+        _report_bad_rows(spec, counts, on_bad_row)
+    if not counts.total:
+        raise RufusError(f"source '{spec.name}': none of its {index} rows is usable (see the reasons above)")
+    return counts
+
+
+class TokensColumn(RateColumn):
+    """tokens/s beside rows/s in the progress bar."""
+
+    def __init__(self):
+        super().__init__("tok")
+        self.tokens = 0
+        self.started = time.time()
+
+    def render(self, task):
+        from rich.text import Text
+
+        elapsed = max(1e-6, time.time() - self.started)
+        return Text(f"{self.tokens / elapsed:,.0f} tok/s", style="magenta")
+
+
+def _chain(first, rest):
+    yield first
+    yield from rest
+
+
+def _flush(batch, counts, catalog, counter, folder, tokens_column) -> None:
+    measured = counter.count_rows(batch, catalog.kind)
+    limit = counts.spec.max_tokens_per_example
+    kept = []
+    for row, total, trainable in zip(batch, measured.total, measured.trainable, strict=True):
+        if limit is not None and total > limit:
+            counts.too_long += 1
+            continue
+        row["num_tokens"] = total
+        row["num_trainable_tokens"] = trainable
+        counts.total.append(total)
+        counts.trainable.append(trainable)
+        kept.append(row)
+    tokens_column.tokens += sum(measured.total)
+    if kept:
+        path = folder / f"part-{len(counts.parts):05d}.parquet"
+        pq.write_table(pa.Table.from_pylist(kept), path)
+        counts.parts.append(path)
+
+
+def _report_bad_rows(spec: SourceSpec, counts: SourceCounts, on_bad_row: OnBadRow) -> None:
+    first = ", ".join(f"row {n} ({why})" for n, why in counts.bad_rows[:BAD_ROW_EXAMPLES])
+    message = (
+        f"source '{spec.name}' ({spec.path or spec.hub}): {len(counts.bad_rows)} of {counts.rows_in} rows lack what "
+        f"the {counts.format} format needs; first: {first}"
+    )
+    if on_bad_row == "error":
+        raise RufusError(message + ". Fix the rows, map the columns with `fields:`, or pass --on-bad-row skip")
+    console.print(f"[yellow]warning:[/] {message}; skipped (--on-bad-row skip)")
+
+
+def _row_count_hint(spec: SourceSpec) -> int | None:
+    if spec.path is None:
+        return None
+    path = Path(spec.path)
+    if path.suffix == ".parquet":
+        return pq.ParquetFile(path).metadata.num_rows
+    if path.suffix in (".jsonl", ".ndjson", ".csv"):
+        with open(path, "rb") as fh:
+            return sum(1 for line in fh if line.strip()) - (1 if path.suffix == ".csv" else 0)
+    return None
+
+
+def _fingerprint(spec: SourceSpec) -> dict:
+    if spec.path is not None:
+        return {"path": spec.path, "sha256": file_sha256(spec.path)}
+    return {"hub": spec.hub, "config": spec.config, "split": spec.split, "revision": spec.revision or "unpinned"}
+
+
+# --- pass 2: choose rows by token share ---------------------------------------------------
+
+
+def _select(catalog: MixtureCatalog, counted: list[SourceCounts], holdout_override: int | None) -> list[Selection]:
+    """Hold out rows, fix the budget, then pick each source's rows to reach its token target."""
+    rngs = {c.spec.name: random.Random(f"{catalog.seed}:{c.spec.name}") for c in counted}
+    pools: list[list[int]] = []
+    held: list[list[int]] = []
+    for c in counted:
+        n_holdout = holdout_override if holdout_override is not None else c.spec.holdout
+        if n_holdout is None:
+            n_holdout = catalog.holdout
+        order = list(range(len(c.total)))
+        rngs[c.spec.name].shuffle(order)
+        if n_holdout >= len(order):
+            raise RufusError(
+                f"source '{c.spec.name}': holdout of {n_holdout} rows leaves none to mix (it has {len(order)} usable rows)"
+            )
+        held.append(sorted(order[:n_holdout]))
+        pools.append(order[n_holdout:])
+    available = [sum(c.basis(catalog)[i] for i in pool) for c, pool in zip(counted, pools, strict=True)]
+    budget = _budget(catalog, counted, available)
+    selections = []
+    for c, pool, hold, have in zip(counted, pools, held, available, strict=True):
+        target = c.spec.share * budget
+        basis = c.basis(catalog)
+        if have <= 0:
+            raise RufusError(f"source '{c.spec.name}' has no {catalog.basis} tokens to contribute")
+        repeats = 0
+        if have < target:
+            if not c.spec.upsample:
+                short = target - have
+                raise RufusError(
+                    f"source '{c.spec.name}' has {have:,} tokens but its share {c.spec.share} of the {budget:,.0f}-token "
+                    f"budget needs {target:,.0f}: short by {short:,.0f} tokens ({short / target:.1%}). Set `upsample: true` "
+                    "on the source, lower its share, or lower `budget`"
+                )
+            repeats = int(target // have)
+        picks = [(i, r) for r in range(repeats) for i in pool]
+        remainder = target - repeats * have
+        taken = 0
+        for i in pool:  # the pool is already in seeded order
+            if taken >= remainder:
+                break
+            if abs(taken + basis[i] - remainder) > abs(taken - remainder) and taken > 0:
+                break
+            picks.append((i, repeats))
+            taken += basis[i]
+        tokens = repeats * have + taken
+        selections.append(Selection(picks, hold, target, tokens, tokens / have))
+    return selections
+
+
+def _budget(catalog: MixtureCatalog, counted: list[SourceCounts], available: list[int]) -> float:
+    """The catalog's budget, or the largest one the sources allow without upsampling."""
+    if catalog.budget is not None:
+        return float(catalog.budget)
+    limits = [have / c.spec.share for c, have in zip(counted, available, strict=True) if not c.spec.upsample]
+    if not limits:
+        limits = [have / c.spec.share for c, have in zip(counted, available, strict=True)]
+    return float(min(limits))
+
+
+# --- pass 3: materialise ------------------------------------------------------------------
+
+
+def _materialise(catalog: MixtureCatalog, counted: list[SourceCounts], selections: list[Selection]):
+    train_parts, held_parts = [], []
+    for c, sel in zip(counted, selections, strict=True):
+        table = unify_tables([pq.read_table(p) for p in c.parts])
+        if sel.picks:
+            rows = table.take([i for i, _ in sel.picks])
+            ids = rows.column("id").to_pylist()
+            repeat_ids = [rid if r == 0 else f"{rid}#rep{r}" for rid, (_, r) in zip(ids, sel.picks, strict=True)]
+            rows = rows.set_column(rows.schema.get_field_index("id"), "id", pa.array(repeat_ids, pa.string()))
+            rows = rows.append_column("origin_id", pa.array(ids, pa.string()))
+            train_parts.append(rows)
+        if sel.holdout:
+            hold = table.take(sel.holdout)
+            held_parts.append(hold.append_column("origin_id", hold.column("id")))
+    train = unify_tables(train_parts)
+    order = list(range(train.num_rows))
+    random.Random(f"{catalog.seed}:shuffle").shuffle(order)
+    train = train.take(order)
+    held = unify_tables(held_parts) if held_parts else None
+    return train, held
+
+
+def unify_tables(tables: list[pa.Table]) -> pa.Table:
+    """Concatenate tables with the union of their columns (missing ones null), as
+    `datasets.concatenate_datasets` aligns schemas; a column whose types disagree between
+    tables (an int id here, a string id there) becomes text."""
+    tables = [t for t in tables if t is not None]
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        pass
+    types: dict[str, set] = {}
+    for t in tables:
+        for f in t.schema:
+            if not pa.types.is_null(f.type):
+                types.setdefault(f.name, set()).add(f.type)
+    clashing = {name for name, kinds in types.items() if len(kinds) > 1}
+    fixed = []
+    for t in tables:
+        for name in clashing & set(t.column_names):
+            idx = t.schema.get_field_index(name)
+            t = t.set_column(idx, name, pa.array([_as_text(v) for v in t.column(name).to_pylist()], pa.string()))
+        fixed.append(t)
+    return pa.concat_tables(fixed, promote_options="permissive")
+
+
+def _as_text(value):
+    import json
+
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True)
+
+
+# --- manifest, report, summary ------------------------------------------------------------
+
+
+def _manifest(catalog, catalog_path, counter, counted, selections, train, held, started) -> dict:
+    import yaml
+
+    total_basis = sum(s.tokens for s in selections) or 1
+    sources = []
+    for c, sel in zip(counted, selections, strict=True):
+        realized = sel.tokens / total_basis
+        picked_total = sum(c.total[i] for i, _ in sel.picks)
+        picked_trainable = sum(c.trainable[i] for i, _ in sel.picks)
+        sources.append(
+            {
+                "name": c.spec.name,
+                "label": c.spec.default_label,
+                "format": c.format,
+                "fingerprint": c.fingerprint,
+                "rows_in": c.rows_in,
+                "rows_out": len(sel.picks),
+                "rows_holdout": len(sel.holdout),
+                "rows_dropped": {"bad_row": len(c.bad_rows), "too_long": c.too_long},
+                "bad_row_examples": [{"row": n, "why": why} for n, why in c.bad_rows[:BAD_ROW_EXAMPLES]],
+                "tokens": {"total": picked_total, "trainable": picked_trainable, "basis": sel.tokens},
+                "share_requested": c.spec.share,
+                "share_realized": round(realized, 6),
+                "share_error_pp": round(100 * (realized - c.spec.share), 4),
+                "target_tokens": round(sel.target_tokens, 1),
+                "repeat_factor": round(sel.repeat_factor, 6),
+                "system": c.spec.system,
+            }
+        )
+    notes = [
+        f"source '{s['name']}' is {s['share_error_pp']:+.2f} pp from its share: its rows are large against its "
+        f"{s['target_tokens']:,.0f}-token target (a tiny catalog); raise `budget` or add rows"
+        for s in sources
+        if abs(s["share_error_pp"]) > SHARE_TOLERANCE_PP
+    ]
+    return {
+        "command": "mix",
+        "kind": catalog.kind,
+        "name": catalog.name,
+        "catalog": {
+            "path": str(catalog_path),
+            "sha256": catalog_hash(catalog_path),
+            "content": yaml.safe_load(Path(catalog_path).read_text()),
+        },
+        "tokenizer": catalog.tokenizer,
+        "chat_template_sha256": _sha(counter.template),
+        "seed": catalog.seed,
+        "basis": catalog.basis if catalog.kind == "sft" else "total",
+        "budget": {"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
+        "rows": {"train": train.num_rows, "holdout": held.num_rows if held is not None else 0},
+        "sources": sources,
+        "notes": notes,
+        "versions": package_versions("transformers", "tokenizers", "pyarrow"),
+        "seconds": round(time.time() - started, 2),
+    }
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _write_report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> None:
+    sources = manifest["sources"]
+    names = [s["name"] for s in sources]
+    bar_chart(
+        folder / "shares.png",
+        names,
+        {"requested": [s["share_requested"] for s in sources], "realized": [s["share_realized"] for s in sources]},
+        title=f"{catalog.name}: token share by source ({manifest['basis']} tokens)",
+        ylabel="share of tokens",
+    )
+    rows = [
+        (
+            s["name"], s["label"], s["rows_in"], s["rows_out"], s["rows_holdout"],
+            s["rows_dropped"]["bad_row"] + s["rows_dropped"]["too_long"], s["tokens"]["basis"],
+            f"{s['share_requested']:.3f}", f"{s['share_realized']:.4f}", f"{s['repeat_factor']:.3f}",
+        )
+        for s in sources
+    ]
+    table = markdown_table(
+        ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realized", "repeat"], rows
+    )
+    notes = "".join(f"- {n}\n" for n in manifest["notes"]) or "- every source is within 1 pp of its share\n"
+    text = (
+        f"# Mixture `{catalog.name}` ({catalog.kind})\n\n"
+        f"Tokenizer `{catalog.tokenizer}`, seed {catalog.seed}, basis `{manifest['basis']}`, "
+        f"budget {manifest['budget']['used']:,.0f} tokens, {manifest['rows']['train']:,} rows "
+        f"(+{manifest['rows']['holdout']:,} held out).\n\n{table}\n![token shares](shares.png)\n\n## Notes\n\n{notes}"
+    )
+    (folder / "report.md").write_text(text)
+
+
+def _print_summary(manifest: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"mix {manifest['name']}: {manifest['rows']['train']:,} rows")
+    for col in ("source", "rows out", "tokens", "share", "realized", "repeat", "dropped"):
+        table.add_column(col, justify="right" if col != "source" else "left")
+    for s in manifest["sources"]:
+        dropped = s["rows_dropped"]["bad_row"] + s["rows_dropped"]["too_long"]
+        table.add_row(
+            s["name"], f"{s['rows_out']:,}", f"{s['tokens']['basis']:,}", f"{s['share_requested']:.3f}",
+            f"{s['share_realized']:.4f}", f"{s['repeat_factor']:.2f}", str(dropped),
+        )
+    console.print(table)
+    for note in manifest["notes"]:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+def realized_shares(manifest: dict) -> dict[str, float]:
+    return {s["name"]: s["share_realized"] for s in manifest["sources"]}
+

@@ -1,0 +1,148 @@
+"""`rufus-data inspect` and `rufus-data sql`: look at a shard folder with DuckDB.
+
+`inspect` prints rows and tokens per source and label, a token-length histogram, and the
+sanity warnings for the data bugs that cost SmolLM3 days: rows of a source that declares a
+system prompt but lack it, multi-turn rows whose reasoning-mode tag sits only in the first
+turn, empty assistant turns, and exact duplicate rows."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+
+from rufus_data.errors import RufusError
+from rufus_data.shards import DATA_DIR, read_manifest, shard_files
+
+REASONING_TAGS = ("/think", "/no_think")
+EXAMPLES = 3
+
+
+@dataclass
+class Inspection:
+    per_source: list[dict]
+    histogram: list[tuple[int, int, int]]  # (bin start, bin end, rows)
+    warnings: list[str] = field(default_factory=list)
+
+
+def connect(folder: str | Path) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with views `train` (alias `shards`) and, when present, `holdout`."""
+    folder = Path(folder)
+    shard_files(folder)  # clear error when the folder holds no shards
+    con = duckdb.connect()
+    for split in ("train", "holdout"):
+        if list((folder / DATA_DIR).glob(f"{split}-*.parquet")):
+            pattern = str(folder / DATA_DIR / f"{split}-*.parquet").replace("'", "''")
+            con.execute(f"CREATE VIEW {split} AS SELECT * FROM read_parquet('{pattern}', union_by_name=true)")
+    con.execute("CREATE VIEW shards AS SELECT * FROM train")
+    return con
+
+
+def run_sql(folder: str | Path, query: str) -> tuple[list[str], list[tuple]]:
+    con = connect(folder)
+    try:
+        result = con.execute(query)
+    except duckdb.Error as err:
+        raise RufusError(f"query failed: {err}. The views are `train` (alias `shards`) and `holdout`") from None
+    columns = [d[0] for d in result.description or []]
+    return columns, result.fetchall()
+
+
+def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:
+    con = connect(folder)
+    columns = {row[0] for row in con.execute("DESCRIBE train").fetchall()}
+    tokens = "sum(num_tokens)" if "num_tokens" in columns else "NULL"
+    trainable = "sum(num_trainable_tokens)" if "num_trainable_tokens" in columns else "NULL"
+    per_source = [
+        {"source": s, "label": lab, "rows": n, "tokens": t, "trainable": tr}
+        for s, lab, n, t, tr in con.execute(
+            f"SELECT source, label, count(*), {tokens}, {trainable} FROM train GROUP BY ALL ORDER BY source, label"
+        ).fetchall()
+    ]
+    histogram = _histogram(con, bins) if "num_tokens" in columns else []
+    conversation = _conversation_column(columns)
+    warnings = _warnings(con, Path(folder), conversation, columns)
+    return Inspection(per_source, histogram, warnings)
+
+
+def _conversation_column(columns: set[str]) -> str:
+    for name in ("messages", "prompt"):
+        if name in columns:
+            return name
+    raise RufusError(f"shards have no `messages` or `prompt` column (columns: {sorted(columns)})")
+
+
+def _histogram(con, bins: int) -> list[tuple[int, int, int]]:
+    low, high = con.execute("SELECT min(num_tokens), max(num_tokens) FROM train").fetchone()
+    if low is None:
+        return []
+    width = max(1, -(-(high - low + 1) // bins))
+    rows = con.execute(
+        f"SELECT (num_tokens - {low}) // {width} AS b, count(*) FROM train GROUP BY b ORDER BY b"
+    ).fetchall()
+    return [(low + b * width, low + (b + 1) * width - 1, n) for b, n in rows]
+
+
+def _warnings(con, folder: Path, conversation: str, columns: set[str]) -> list[str]:
+    warnings = []
+    manifest = read_manifest(folder)
+    systems = {s["name"]: s.get("system") for s in manifest.get("sources", []) if s.get("system")}
+    rows = con.execute(f"SELECT id, source, {conversation} FROM train").fetchall()
+    missing_system: dict[str, list[str]] = {}
+    tag_first_only, empty_assistant = [], []
+    for row_id, source, turns in rows:
+        turns = turns or []
+        wanted = systems.get(source)
+        if wanted and not (turns and turns[0]["role"] == "system" and wanted in (turns[0]["content"] or "")):
+            missing_system.setdefault(source, []).append(row_id)
+        if _tag_only_in_first_turn(turns):
+            tag_first_only.append(row_id)
+        if any(t["role"] == "assistant" and not (t["content"] or "").strip() for t in turns):
+            empty_assistant.append(row_id)
+    for source, ids in missing_system.items():
+        warnings.append(
+            f"source '{source}' declares system prompt {systems[source]!r} but {len(ids)} rows lack it "
+            f"(e.g. {', '.join(ids[:EXAMPLES])})"
+        )
+    if tag_first_only:
+        warnings.append(
+            f"{len(tag_first_only)} multi-turn rows carry a reasoning-mode tag ({'/'.join(REASONING_TAGS)}) only in "
+            f"their first user turn, so later turns train without it (e.g. {', '.join(tag_first_only[:EXAMPLES])}); "
+            "put the tag in the system prompt"
+        )
+    if empty_assistant:
+        warnings.append(f"{len(empty_assistant)} rows have an empty assistant turn (e.g. {', '.join(empty_assistant[:EXAMPLES])})")
+    content = [c for c in (conversation, "expected_output", "chosen", "rejected") if c in columns]
+    key = " || '\x1f' || ".join(f"coalesce(to_json({c})::VARCHAR, '')" for c in content)
+    dupes = con.execute(
+        f"SELECT count(*) - count(DISTINCT {key}) FROM (SELECT * FROM train WHERE id NOT LIKE '%#rep%')"
+    ).fetchone()[0]
+    if dupes:
+        example = con.execute(
+            f"SELECT list(id ORDER BY id)[1:{EXAMPLES}] FROM train WHERE id NOT LIKE '%#rep%' "
+            f"GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
+        ).fetchone()[0]
+        warnings.append(f"{dupes} exact duplicate rows (upsampled repeats not counted), e.g. {', '.join(example)}")
+    return warnings
+
+
+def _tag_only_in_first_turn(turns: list[dict]) -> bool:
+    users = [t["content"] or "" for t in turns if t["role"] == "user"]
+    if len(users) < 2:
+        return False
+    system = turns[0]["content"] if turns and turns[0]["role"] == "system" else ""
+    for tag in REASONING_TAGS:
+        if _has_tag(users[0], tag) and not _has_tag(system or "", tag) and not any(_has_tag(u, tag) for u in users[1:]):
+            return True
+    return False
+
+
+def _has_tag(text: str, tag: str) -> bool:
+    return any(word == tag for word in text.split())
+
+
+def to_json(inspection: Inspection) -> str:
+    return json.dumps({"per_source": inspection.per_source, "histogram": inspection.histogram,
+                       "warnings": inspection.warnings}, indent=2)

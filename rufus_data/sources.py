@@ -1,0 +1,373 @@
+"""Sources: read rows from local files or the hub and turn them into canonical rows.
+
+Canonical rows carry `id` (source name + row number: stable across runs), `source`, `label`,
+then by catalog kind: `messages` (sft); `prompt` + `expected_output` (rl); `prompt`, `chosen`,
+`rejected` (preference). Every column the format does not consume passes through untouched
+(a column that would clash with a canonical name is kept as `orig_<name>`)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rufus_data.catalog import Kind, SourceSpec
+from rufus_data.errors import RufusError
+
+CANONICAL = ("id", "source", "label", "messages", "prompt", "expected_output", "chosen", "rejected", "origin_id")
+THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
+
+# Canonical field -> column names tried in order when the catalog gives no `fields:` map.
+FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
+    "messages": {"messages": ("messages", "conversations", "conversation")},
+    "sharegpt": {"conversations": ("conversations", "conversation", "messages")},
+    "alpaca": {"instruction": ("instruction",), "input": ("input",), "output": ("output",)},
+    "prompt_completion": {"prompt": ("prompt",), "completion": ("completion",)},
+    "question_answer": {
+        "question": ("question", "problem", "query"),
+        "answer": ("answer", "solution", "response"),
+    },
+    "preference": {"prompt": ("prompt",), "chosen": ("chosen",), "rejected": ("rejected",)},
+    "prompt_only": {"prompt": ("prompt", "messages")},
+}
+OPTIONAL_FIELDS = {"input", "prompt"}  # alpaca input and preference prompt may be absent
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "tool": "tool", "function_response": "tool", "observation": "tool"}
+
+
+class BadRow(ValueError):
+    """A row that lacks what its format needs; collected and reported by row number."""
+
+
+@dataclass
+class LoadedSource:
+    """What a source contributed: canonical rows plus counts of what was skipped and why."""
+
+    spec: SourceSpec
+    format: str
+    fingerprint: dict
+    rows_in: int = 0
+    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+
+
+def read_raw_rows(spec: SourceSpec) -> Iterator[dict]:
+    """Yield the raw records of a source, in file order."""
+    if spec.hub is not None:
+        yield from _read_hub(spec)
+        return
+    path = Path(spec.path)
+    if not path.exists():
+        raise RufusError(f"source '{spec.name}': file {path} does not exist; fix `path:` in the catalog")
+    suffix = path.suffix.lower()
+    if suffix in (".jsonl", ".ndjson"):
+        yield from _read_jsonl(path, spec.name)
+    elif suffix == ".json":
+        yield from _read_json(path, spec.name)
+    elif suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=2048):
+            yield from batch.to_pylist()
+    elif suffix == ".csv":
+        with open(path, newline="", encoding="utf-8") as fh:
+            try:
+                yield from csv.DictReader(fh)
+            except UnicodeDecodeError as err:
+                raise RufusError(f"source '{spec.name}': {path} is not UTF-8 ({err}); re-encode it as UTF-8") from None
+    else:
+        raise RufusError(
+            f"source '{spec.name}': cannot read {path.name}: supported files are .jsonl, .json, .parquet, .csv"
+        )
+
+
+def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
+    with open(path, "rb") as fh:
+        for number, raw in enumerate(fh, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise RufusError(
+                    f"source '{name}': {path} line {number} is not valid UTF-8 ({err.reason} at byte {err.start}); "
+                    "re-encode the file as UTF-8 or drop that line"
+                ) from None
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise RufusError(f"source '{name}': {path} line {number} is not valid JSON ({err.msg}); fix or remove it") from None
+            if not isinstance(record, dict):
+                raise RufusError(f"source '{name}': {path} line {number} is a JSON {type(record).__name__}, not an object")
+            yield record
+
+
+def _read_json(path: Path, name: str) -> Iterator[dict]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise RufusError(f"source '{name}': {path} is not valid UTF-8 ({err.reason}); re-encode it") from None
+    except json.JSONDecodeError as err:
+        raise RufusError(f"source '{name}': {path} is not valid JSON (line {err.lineno}: {err.msg})") from None
+    if isinstance(data, dict):
+        data = next((v for v in data.values() if isinstance(v, list)), None)
+    if not isinstance(data, list):
+        raise RufusError(f"source '{name}': {path} must hold a JSON array of objects (or use .jsonl)")
+    yield from data
+
+
+def _read_hub(spec: SourceSpec) -> Iterator[dict]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(spec.hub, spec.config, split=spec.split, revision=spec.revision, streaming=True)
+        yield from ds
+    except Exception as err:  # noqa: BLE001 - offline, gated, missing: all end the same way for the user
+        raise RufusError(
+            f"source '{spec.name}': could not load hub dataset {spec.hub} (config={spec.config}, split={spec.split}): "
+            f"{type(err).__name__}: {str(err)[:300]}. Without hub access, download it elsewhere and use `path:`"
+        ) from None
+
+
+def detect_format(spec: SourceSpec, first: dict, kind: Kind) -> str:
+    """Pick the source format from the fields of its first row (or trust the catalog)."""
+    if spec.format != "auto":
+        return spec.format
+    keys = set(first) | set(spec.fields.values())
+    mapped = set(spec.fields)
+    conv = next((k for k in ("messages", "conversations", "conversation") if k in keys), None)
+    if conv is not None:
+        turns = first.get(conv) or []
+        if turns and isinstance(turns[0], dict) and "from" in turns[0]:
+            return "sharegpt"
+        return "prompt_only" if kind == "rl" and spec.fields.get("prompt") == conv else "messages"
+    if {"chosen", "rejected"} <= keys | mapped:
+        return "preference"
+    if {"instruction", "output"} <= keys | mapped:
+        return "alpaca"
+    if {"prompt", "completion"} <= keys | mapped:
+        return "prompt_completion"
+    if (keys | mapped) & {"question", "problem", "query"} and (keys | mapped) & {"answer", "solution", "response"}:
+        return "question_answer"
+    if "prompt" in keys | mapped:
+        return "prompt_only"
+    raise RufusError(
+        f"source '{spec.name}': cannot detect its format from the fields {sorted(first)}; set `format:` "
+        "(messages, alpaca, sharegpt, prompt_completion, question_answer, preference, prompt_only) "
+        "and, if the columns are named differently, a `fields:` map"
+    )
+
+
+def resolve_columns(spec: SourceSpec, fmt: str, first: dict) -> dict[str, str | None]:
+    """Canonical field -> source column for this format (the catalog's `fields:` map wins)."""
+    columns: dict[str, str | None] = {}
+    for canonical, candidates in FORMAT_FIELDS[fmt].items():
+        if canonical in spec.fields:
+            columns[canonical] = spec.fields[canonical]
+            continue
+        columns[canonical] = next((c for c in candidates if c in first), None)
+        if columns[canonical] is None and canonical not in OPTIONAL_FIELDS:
+            raise RufusError(
+                f"source '{spec.name}' ({fmt} format): no column for '{canonical}' among {sorted(first)}; "
+                f"add `fields: {{{canonical}: <column>}}` to the source"
+            )
+    return columns
+
+
+class Canonicalizer:
+    """Turns raw records of one source into canonical rows of the catalog's kind."""
+
+    def __init__(self, spec: SourceSpec, kind: Kind, fmt: str, columns: dict[str, str | None]):
+        self.spec, self.kind, self.fmt, self.columns = spec, kind, fmt, columns
+        self.consumed = {c for c in columns.values() if c}
+        self.label = spec.default_label
+
+    def __call__(self, record: dict, index: int) -> dict:
+        row = {"id": f"{self.spec.name}-{index}", "source": self.spec.name, "label": self.label}
+        row.update(self._shape(record))
+        for key, value in record.items():
+            if key in self.consumed:
+                continue
+            row[f"orig_{key}" if key in CANONICAL else key] = value
+        return row
+
+    # --- shapes -------------------------------------------------------------------------
+    def _shape(self, record: dict) -> dict:
+        conversation, expected, pair = self._read(record)
+        system = self.spec.system
+        strip = self.spec.strip_past_reasoning
+        if self.kind == "sft":
+            if conversation is None or not any(m["role"] == "assistant" for m in conversation):
+                raise BadRow("no assistant turn to train on")
+            messages = _with_system(conversation, system)
+            return {"messages": _strip_reasoning(messages, keep_last=True) if strip else messages}
+        if self.kind == "rl":
+            if pair is not None:
+                raise BadRow("preference rows cannot feed an rl catalog")
+            prompt, last = _split_last_assistant(conversation)
+            if self.fmt == "prompt_only":
+                expected = None
+            elif expected is None:
+                expected = last
+            prompt = _with_system(prompt, system)
+            if not any(m["role"] == "user" for m in prompt):
+                raise BadRow("no user turn in the prompt")
+            return {"prompt": _strip_reasoning(prompt, keep_last=False) if strip else prompt, "expected_output": expected}
+        # preference
+        if pair is None:
+            raise BadRow("no chosen/rejected pair")
+        prompt, chosen, rejected = pair
+        prompt = _with_system(prompt, system)
+        if strip:
+            prompt = _strip_reasoning(prompt, keep_last=False)
+        return {"prompt": prompt, "chosen": chosen, "rejected": rejected}
+
+    def _read(self, record: dict):
+        """-> (conversation or None, expected answer or None, (prompt, chosen, rejected) or None)."""
+        col = self.columns
+        fmt = self.fmt
+        if fmt in ("messages", "sharegpt"):
+            turns = _field(record, col["messages" if fmt == "messages" else "conversations"])
+            return _messages(turns, sharegpt=fmt == "sharegpt"), None, None
+        if fmt == "alpaca":
+            instruction = _text(_field(record, col["instruction"]), "instruction")
+            extra = record.get(col["input"]) if col.get("input") else None
+            user = f"{instruction}\n\n{extra}" if isinstance(extra, str) and extra.strip() else instruction
+            output = _text(_field(record, col["output"]), "output")
+            return [{"role": "user", "content": user}, {"role": "assistant", "content": output}], None, None
+        if fmt == "prompt_completion":
+            prompt = _as_messages(_field(record, col["prompt"]), "user")
+            completion = _as_messages(_field(record, col["completion"]), "assistant")
+            return prompt + completion, None, None
+        if fmt == "question_answer":
+            question = _text(_field(record, col["question"]), "question")
+            answer = record.get(col["answer"])
+            if answer is not None and not isinstance(answer, str):
+                answer = str(answer)
+            conversation = [{"role": "user", "content": question}]
+            if answer:
+                conversation.append({"role": "assistant", "content": answer})
+            return conversation, answer, None
+        if fmt == "prompt_only":
+            value = _field(record, col["prompt"])
+            return _as_messages(value, "user"), None, None
+        if fmt == "preference":
+            return None, None, _preference(record, col)
+        raise BadRow(f"unknown format {fmt}")
+
+
+def _field(record: dict, column: str | None):
+    if column is None or record.get(column) is None:
+        raise BadRow(f"missing field '{column}'")
+    return record[column]
+
+
+def _text(value, name: str) -> str:
+    if not isinstance(value, str):
+        raise BadRow(f"field '{name}' is {type(value).__name__}, not text")
+    if not value.strip():
+        raise BadRow(f"field '{name}' is empty")
+    return value
+
+
+def _content(value) -> str:
+    """Message content as text: strings stay, lists of parts keep their text parts."""
+    if isinstance(value, str):
+        return value
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in value)
+    return str(value)
+
+
+def _messages(turns, sharegpt: bool = False) -> list[dict]:
+    if not isinstance(turns, list) or not turns:
+        raise BadRow("conversation is empty or not a list")
+    out = []
+    for turn in turns:
+        if not isinstance(turn, dict):
+            raise BadRow("a turn is not an object")
+        if sharegpt:
+            role = SHAREGPT_ROLES.get(str(turn.get("from", "")).lower())
+            content = turn.get("value")
+        else:
+            role, content = turn.get("role"), turn.get("content")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise BadRow(f"unknown role {role!r}")
+        out.append({"role": role, "content": _content(content)})
+    return out
+
+
+def _as_messages(value, role: str) -> list[dict]:
+    if isinstance(value, str):
+        return [{"role": role, "content": _text(value, role)}]
+    return _messages(value)
+
+
+def _split_last_assistant(conversation: list[dict]) -> tuple[list[dict], str | None]:
+    """prompt = the turns before the last assistant turn; expected = that turn's content (or None)."""
+    for i in range(len(conversation) - 1, -1, -1):
+        if conversation[i]["role"] == "assistant":
+            return conversation[:i], conversation[i]["content"]
+    return conversation, None
+
+
+def _with_system(messages: list[dict], system: str | None) -> list[dict]:
+    """Add the source's system prompt (e.g. /think) unless the row already carries it."""
+    if not system:
+        return messages
+    if messages and messages[0]["role"] == "system":
+        if system in messages[0]["content"]:
+            return messages
+        return [{"role": "system", "content": f"{messages[0]['content']}\n{system}".strip()}] + messages[1:]
+    return [{"role": "system", "content": system}] + messages
+
+
+def _strip_reasoning(messages: list[dict], keep_last: bool) -> list[dict]:
+    """Remove <think> blocks from earlier assistant turns, as hybrid-reasoning templates do."""
+    last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1) if keep_last else -1
+    out = []
+    for i, m in enumerate(messages):
+        if m["role"] == "assistant" and i != last and "<think>" in m["content"]:
+            m = {"role": "assistant", "content": THINK_BLOCK.sub("", m["content"]).lstrip()}
+        out.append(m)
+    return out
+
+
+def parse_hh_transcript(text: str) -> list[dict]:
+    """'\\n\\nHuman: ...\\n\\nAssistant: ...' transcripts (HH-RLHF) as messages."""
+    parts = HH_TURN.split(text)
+    messages = []
+    for speaker, content in zip(parts[1::2], parts[2::2], strict=False):
+        messages.append({"role": "user" if speaker == "Human" else "assistant", "content": content.strip()})
+    if not messages:
+        raise BadRow("transcript has no Human:/Assistant: turns")
+    return messages
+
+
+def _preference(record: dict, col: dict) -> tuple[list[dict], list[dict], list[dict]]:
+    chosen_raw, rejected_raw = _field(record, col["chosen"]), _field(record, col["rejected"])
+    prompt_raw = record.get(col["prompt"]) if col.get("prompt") else None
+    if prompt_raw is None and isinstance(chosen_raw, str) and "\n\nAssistant:" in chosen_raw:
+        chosen_all, rejected_all = parse_hh_transcript(chosen_raw), parse_hh_transcript(rejected_raw)
+        prompt, chosen = _split_last_assistant(chosen_all)
+        _, rejected = _split_last_assistant(rejected_all)
+        if chosen is None or rejected is None:
+            raise BadRow("chosen or rejected transcript has no assistant turn")
+        return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
+    if isinstance(chosen_raw, list) and prompt_raw is None:
+        # full conversations: the shared prefix is the prompt
+        chosen_all, rejected_all = _messages(chosen_raw), _messages(rejected_raw)
+        prompt, chosen = _split_last_assistant(chosen_all)
+        _, rejected = _split_last_assistant(rejected_all)
+        if chosen is None or rejected is None:
+            raise BadRow("chosen or rejected conversation has no assistant turn")
+        return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
+    if prompt_raw is None:
+        raise BadRow("preference row without a prompt")
+    prompt = _as_messages(prompt_raw, "user")
+    return prompt, _as_messages(chosen_raw, "assistant"), _as_messages(rejected_raw, "assistant")

@@ -1,0 +1,105 @@
+"""Token counts of canonical rows, as the trainer will see them.
+
+Rows are rendered with the tokenizer's chat template (the Rufus template carries
+{% generation %} markers), then tokenized in batches by the fast (Rust) tokenizer. A token is
+trainable when it overlaps an assistant span: the same rule transformers applies for
+`return_assistant_tokens_mask`, so the counts equal TRL's `assistant_masks`."""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from rufus_data.catalog import Kind
+from rufus_data.errors import RufusError
+
+
+@dataclass
+class Counts:
+    total: list[int]
+    trainable: list[int]
+
+
+class TokenCounter:
+    """Counts total and trainable tokens of canonical rows of one kind."""
+
+    def __init__(self, tokenizer_ref: str, chat_template: str | None = None):
+        from transformers import AutoTokenizer
+
+        from rufus_data.models import resolve_model
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))
+        except RufusError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any load failure becomes one clear message
+            raise RufusError(
+                f"could not load tokenizer {tokenizer_ref!r} ({type(err).__name__}: {str(err)[:200]}); "
+                "give a local model folder, a reachable hub id, or the built-in 'smollm2-135m'"
+            ) from None
+        if chat_template is not None:
+            self.tokenizer.chat_template = chat_template
+        self.template = self.tokenizer.chat_template
+        if not self.template:
+            raise RufusError(f"tokenizer {tokenizer_ref!r} has no chat template: set `chat_template:` in the catalog")
+        self.has_generation_markers = "generation" in self.template
+        self.backend = self.tokenizer.backend_tokenizer
+        self.template_kwargs = dict(self.tokenizer.special_tokens_map)
+
+    def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False):
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        return render_jinja_template(
+            conversations=conversations,
+            chat_template=self.template,
+            return_assistant_tokens_mask=self.has_generation_markers,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs,
+        )
+
+    def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
+        rendered, spans = self.render(conversations, add_generation_prompt)
+        encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False) if not spans else \
+            self.backend.encode_batch(rendered, add_special_tokens=False)
+        total = [len(e.ids) for e in encodings]
+        if not spans:
+            return Counts(total, [0] * len(total))
+        trainable = [_overlapping_tokens(e, s) for e, s in zip(encodings, spans, strict=True)]
+        return Counts(total, trainable)
+
+    def count_rows(self, rows: list[dict], kind: Kind) -> Counts:
+        """Counts on the kind's basis: sft whole chats; rl prompts (with the generation prompt);
+        preference prompt + chosen (trainable = the chosen reply)."""
+        if kind == "sft":
+            return self.count_conversations([r["messages"] for r in rows])
+        if kind == "rl":
+            counts = self.count_conversations([r["prompt"] for r in rows], add_generation_prompt=True)
+            return Counts(counts.total, [0] * len(rows))
+        return self.count_conversations([list(r["prompt"]) + list(r["chosen"]) for r in rows])
+
+
+def _overlapping_tokens(encoding, spans: list[tuple[int, int]]) -> int:
+    """Tokens whose character range overlaps any span: from the token holding the span's first
+    character to the token holding its last (byte-level tokenizers cover every character).
+    Falls back to scanning the offsets when a character maps to no token."""
+    count = 0
+    for span_start, span_end in spans:
+        if span_end <= span_start:
+            continue
+        first = encoding.char_to_token(span_start)
+        last = encoding.char_to_token(span_end - 1)
+        if first is None or last is None:
+            return _overlapping_by_offsets(encoding.offsets, spans)
+        count += last - first + 1
+    return count
+
+
+def _overlapping_by_offsets(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> int:
+    starts = [o[0] for o in offsets]
+    ends = [o[1] for o in offsets]
+    count = 0
+    for span_start, span_end in spans:
+        first = bisect_right(ends, span_start)  # first token ending after the span starts
+        last = bisect_left(starts, span_end)  # first token starting at or after the span end
+        count += max(0, last - first)
+    return count

@@ -1,0 +1,116 @@
+"""Strict YAML configs: pydantic validation whose errors name the file, the line and the key,
+and suggest the nearest valid key. Catalogs, benchmark registries, stages and suites all load
+through `load_yaml_model`."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rufus_data.errors import RufusError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """Parse a YAML file; returns (data, node tree for line lookups)."""
+    path = Path(path)
+    if not path.exists():
+        raise RufusError(f"config file {path} does not exist: check the path")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise RufusError(f"{path} is not UTF-8 text ({err}): save it as UTF-8") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err)
+        raise RufusError(f"{path}: malformed YAML{where}: {problem}. Fix the syntax there and run again") from None
+    return data, node
+
+
+def node_line(node: yaml.Node | None, loc: tuple) -> int | None:
+    """1-based line of the YAML node at `loc` (keys and list indexes), or of its nearest parent."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == part:
+                    line = key_node.start_mark.line + 1
+                    node = value_node
+                    break
+            else:
+                return line
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return line
+    return line
+
+
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model class that owns the last key of `loc` (to suggest valid keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        current = _inner_model(annotation)
+        if current is None:
+            return None
+    return current if isinstance(current, type) and issubclass(current, BaseModel) else None
+
+
+def _inner_model(annotation: Any) -> Any:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def format_validation_error(err: ValidationError, path: Path, node: yaml.Node | None, model: type[BaseModel]) -> str:
+    lines = []
+    for item in err.errors():
+        loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+        key = ".".join(str(p) for p in loc) or "(top level)"
+        line = node_line(node, loc)
+        where = f"{path}:{line}" if line else str(path)
+        if item["type"] == "extra_forbidden":
+            owner = _model_at(model, loc)
+            valid = sorted(owner.model_fields) if owner else []
+            close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            lines.append(f"{where}: unknown key '{key}'{hint} (valid keys here: {', '.join(valid)})")
+        else:
+            lines.append(f"{where}: key '{key}': {item['msg']}")
+    return "; ".join(lines)
+
+
+def load_yaml_model(path: str | Path, model: type[M], overrides: dict | None = None) -> M:
+    """Load and strictly validate a YAML file into `model` (extra keys forbidden by the model)."""
+    path = Path(path)
+    data, node = read_yaml(path)
+    if data is None:
+        raise RufusError(f"{path} is empty: it needs the keys of a {model.__name__}")
+    if not isinstance(data, dict):
+        raise RufusError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    if overrides:
+        data = {**data, **overrides}
+    try:
+        return model.model_validate(data, context={"path": path})
+    except ValidationError as err:
+        raise RufusError(f"invalid {model.__name__} in " + format_validation_error(err, path, node, model)) from None
