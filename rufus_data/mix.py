@@ -82,6 +82,9 @@ def mix(
     out = Path(out) if out is not None else Path("outputs") / catalog_path.stem
     if out.exists() and not overwrite:
         raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    for spec in catalog.sources:  # fail before the tokenizer loads
+        if spec.path is not None and not Path(spec.path).is_file():
+            raise RufusError(f"source '{spec.name}': file {spec.path} does not exist; fix `path:` in {catalog_path}")
     counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
     with atomic_output_dir(out, overwrite=overwrite) as tmp:
         parts_dir = tmp / "_parts"

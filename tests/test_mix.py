@@ -1,0 +1,273 @@
+"""`rufus-data mix` on real data: token shares recounted independently, determinism, ids,
+upsampling, holdout, and the canonical-row rules of each catalog kind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from rufus_data.mix import mix
+from rufus_data.shards import read_shards, shard_files
+
+
+def write_catalog(folder: Path, body: dict) -> Path:
+    path = folder / "catalog.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path
+
+
+def real_catalog(data_root: Path, **overrides) -> dict:
+    body = {
+        "kind": "sft",
+        "name": "real",
+        "tokenizer": "smollm2-135m",
+        "seed": 7,
+        "basis": "total",
+        "sources": [
+            {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "format": "question_answer", "share": 0.5},
+            {"name": "code_alpaca", "path": str(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl"), "share": 0.3},
+            {
+                "name": "mbpp",
+                "path": str(data_root / "mbpp_sanitized/sanitized-mbpp.jsonl"),
+                "format": "prompt_completion",
+                "fields": {"completion": "code"},
+                "share": 0.2,
+            },
+        ],
+    }
+    body.update(overrides)
+    return body
+
+
+@pytest.fixture(scope="module")
+def real_mix(tmp_path_factory, data_root):
+    folder = tmp_path_factory.mktemp("realmix")
+    catalog = write_catalog(folder, real_catalog(data_root))
+    result = mix(catalog, out=folder / "out", on_bad_row="skip", show_progress=False)
+    return catalog, result
+
+
+def test_realized_token_shares_recounted_independently(real_mix, builtin_tokenizer):
+    _, result = real_mix
+    table = read_shards(result.out).to_pylist()
+    tokens: dict[str, int] = {}
+    for row in table:
+        # Recount with the tokenizer and its chat template directly, not through Rufus's counter.
+        ids = builtin_tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True)["input_ids"]
+        assert len(ids) == row["num_tokens"]
+        tokens[row["source"]] = tokens.get(row["source"], 0) + len(ids)
+    total = sum(tokens.values())
+    for source, share in {"gsm8k": 0.5, "code_alpaca": 0.3, "mbpp": 0.2}.items():
+        assert abs(tokens[source] / total - share) < 0.01, (source, tokens[source] / total)
+    recorded = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
+    for source in tokens:
+        assert recorded[source] == pytest.approx(tokens[source] / total, abs=1e-5)
+
+
+def test_ids_unique_and_stable(real_mix):
+    _, result = real_mix
+    ids = read_shards(result.out).column("id").to_pylist()
+    assert len(ids) == len(set(ids))
+    assert all(i.split("-")[0] in {"gsm8k", "code_alpaca", "mbpp"} for i in ids)
+
+
+def test_same_catalog_and_seed_give_byte_identical_shards(real_mix, tmp_path):
+    catalog, result = real_mix
+    again = mix(catalog, out=tmp_path / "again", on_bad_row="skip", show_progress=False)
+    first = [p.read_bytes() for p in shard_files(result.out)]
+    second = [p.read_bytes() for p in shard_files(again.out)]
+    assert first == second
+
+
+def test_other_seed_changes_selection(real_mix, tmp_path, data_root):
+    _, result = real_mix
+    other = mix(write_catalog(tmp_path, real_catalog(data_root, seed=8)), out=tmp_path / "o", on_bad_row="skip",
+                show_progress=False)
+    assert set(read_shards(other.out).column("id").to_pylist()) != set(read_shards(result.out).column("id").to_pylist())
+
+
+def test_manifest_and_report(real_mix):
+    catalog, result = real_mix
+    manifest = json.loads((result.out / "manifest.json").read_text())
+    assert manifest["catalog"]["sha256"]
+    gsm = next(s for s in manifest["sources"] if s["name"] == "gsm8k")
+    assert gsm["fingerprint"]["sha256"] == "17f347dc51477c50d4efb83959dbb7c56297aba886e5544ee2aaed3024813465"
+    assert gsm["rows_in"] == 7473
+    assert {"transformers", "tokenizers"} <= set(manifest["versions"])
+    report = (result.out / "report.md").read_text()
+    assert "| gsm8k |" in report and "shares.png" in report
+    assert (result.out / "shares.png").stat().st_size > 1000
+    # the shards load with the datasets library
+    import datasets
+
+    ds = datasets.load_dataset("parquet", data_files=[str(p) for p in shard_files(result.out)], split="train")
+    assert ds.num_rows == manifest["rows"]["train"]
+    assert set(ds.column_names) >= {"id", "source", "label", "messages", "num_tokens", "num_trainable_tokens"}
+
+
+def test_mbpp_passthrough_columns_and_union(real_mix):
+    _, result = real_mix
+    table = read_shards(result.out)
+    rows = table.to_pylist()
+    mbpp = next(r for r in rows if r["source"] == "mbpp")
+    gsm = next(r for r in rows if r["source"] == "gsm8k")
+    assert mbpp["test_list"] and mbpp["orig_id"] is None if "orig_id" in mbpp else True
+    assert gsm["test_list"] is None  # union of columns, missing ones null
+    assert mbpp["messages"][-1]["role"] == "assistant" and "def " in mbpp["messages"][-1]["content"]
+
+
+def test_small_source_with_long_answers_gets_its_token_share(tmp_path, data_root):
+    """The SmolLM3 lesson: under 1% of the rows, but its share of the tokens."""
+    long_rows = tmp_path / "long.jsonl"
+    gsm = [json.loads(line) for line in open(data_root / "gsm8k/train.jsonl")][:1500]
+    with open(long_rows, "w") as fh:
+        for i in range(12):
+            fh.write(json.dumps({"question": f"Explain step {i}.", "answer": " ".join(["Reasoning step."] * 400)}) + "\n")
+    catalog = write_catalog(tmp_path, {
+        "kind": "sft", "name": "lesson", "seed": 1,
+        "sources": [
+            {"name": "short", "path": str(data_root / "gsm8k/train.jsonl"), "format": "question_answer", "share": 0.8},
+            {"name": "long", "path": str(long_rows), "format": "question_answer", "share": 0.2, "upsample": True},
+        ],
+        "budget": 60000,
+    })
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    rows = read_shards(result.out).to_pylist()
+    long_share_rows = sum(r["source"] == "long" for r in rows) / len(rows)
+    assert long_share_rows < 0.06
+    shares = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
+    assert abs(shares["long"] - 0.2) < 0.01
+    assert len(gsm) == 1500
+
+
+def test_upsampling_repeats_and_unique_ids(tmp_path):
+    small = tmp_path / "small.jsonl"
+    big = tmp_path / "big.jsonl"
+    small.write_text("".join(json.dumps({"instruction": f"Say {i}.", "output": f"{i} " * 30}) + "\n" for i in range(5)))
+    big.write_text("".join(json.dumps({"instruction": f"Echo {i}.", "output": f"echo {i}"}) + "\n" for i in range(400)))
+    body = {"kind": "sft", "name": "up", "sources": [
+        {"name": "big", "path": str(big), "share": 0.5},
+        {"name": "small", "path": str(small), "share": 0.5},
+    ]}
+    catalog = write_catalog(tmp_path, {**body, "sources": [body["sources"][0], {**body["sources"][1], "upsample": True}]})
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    small_info = next(s for s in result.manifest["sources"] if s["name"] == "small")
+    assert small_info["repeat_factor"] > 2
+    rows = read_shards(result.out).to_pylist()
+    ids = [r["id"] for r in rows]
+    assert len(ids) == len(set(ids))
+    repeats = [r for r in rows if "#rep" in r["id"]]
+    assert repeats and all(r["origin_id"] == r["id"].split("#")[0] for r in repeats)
+    # without upsample the same budget is refused with the shortfall
+    refused = write_catalog(tmp_path, {**body, "budget": int(result.manifest["budget"]["used"])})
+    from rufus_data.errors import RufusError
+
+    with pytest.raises(RufusError, match=r"source 'small' has .* short by .*upsample: true"):
+        mix(refused, out=tmp_path / "refused", show_progress=False)
+    assert not (tmp_path / "refused").exists()
+
+
+def test_holdout_rows_never_in_the_mix(tmp_path, data_root):
+    catalog = write_catalog(tmp_path, {
+        "kind": "sft", "name": "ho", "sources": [
+            {"name": "alpaca", "path": str(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl"), "share": 1.0},
+        ],
+    })
+    result = mix(catalog, out=tmp_path / "out", holdout=25, on_bad_row="skip", show_progress=False)
+    train = set(read_shards(result.out).column("id").to_pylist())
+    held = set(read_shards(result.out, split="holdout").column("id").to_pylist())
+    assert len(held) == 25 and not train & held
+    assert len(train) + len(held) == 2017 - 2  # two Code Alpaca rows have an empty output
+
+
+def test_rl_catalog_rules(tmp_path, data_root):
+    """messages -> prompt before the last assistant turn + expected_output; prompt_only drops the
+    reference; a row without an assistant turn gets expected_output null; solution passes through."""
+    convs = tmp_path / "convs.jsonl"
+    convs.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+                                 {"role": "user", "content": "and 3+3?"}, {"role": "assistant", "content": "6"}],
+                    "solution": "6"}) + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "no answer here"}], "solution": "x"}) + "\n"
+    )
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
+    catalog = write_catalog(tmp_path, {
+        "kind": "rl", "name": "rl", "sources": [
+            {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "format": "question_answer",
+             "fields": {"answer": "answer"}, "share": 0.9},
+            {"name": "convs", "path": str(convs), "format": "messages", "share": 0.05, "upsample": True},
+            {"name": "prompts", "path": str(prompts), "format": "prompt_only", "fields": {"prompt": "messages"},
+             "share": 0.05, "upsample": True},
+        ],
+        "budget": 2000,
+    })
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    rows = {r["id"]: r for r in read_shards(result.out).to_pylist()}
+    conv = rows["convs-0"]
+    assert [m["content"] for m in conv["prompt"]] == ["2+2?", "4", "and 3+3?"]
+    assert conv["expected_output"] == "6" and conv["solution"] == "6"
+    assert rows["convs-1"]["expected_output"] is None and rows["convs-1"]["solution"] == "x"
+    assert rows["prompts-0"]["prompt"] == [{"role": "user", "content": "1+1?"}]
+    assert rows["prompts-0"]["expected_output"] is None
+    gsm = next(r for r in rows.values() if r["source"] == "gsm8k")
+    assert gsm["expected_output"].split("####")[-1].strip().replace(",", "").lstrip("-").isdigit()
+    assert gsm["label"] == str(data_root / "gsm8k/train.jsonl")
+
+
+def test_preference_catalog_from_hh_transcripts(tmp_path, data_root):
+    catalog = write_catalog(tmp_path, {
+        "kind": "preference", "name": "pref", "sources": [
+            {"name": "hh", "path": str(data_root / "hh_rlhf_harmless_base/test.jsonl"), "share": 1.0},
+        ],
+    })
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    row = read_shards(result.out).to_pylist()[0]
+    assert row["prompt"][0]["role"] == "user"
+    assert row["chosen"][0]["role"] == "assistant" and row["rejected"][0]["role"] == "assistant"
+    assert row["num_trainable_tokens"] > 0  # the chosen reply
+
+
+def test_system_prompt_and_past_reasoning(tmp_path, builtin_tokenizer):
+    src = tmp_path / "think.jsonl"
+    src.write_text(json.dumps({"messages": [
+        {"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>old</think>\n\na1"},
+        {"role": "user", "content": "q2"}, {"role": "assistant", "content": "<think>new</think>\n\na2"},
+    ]}) + "\n")
+    catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
+        {"name": "t", "path": str(src), "share": 1.0, "system": "/think"}]})
+    row = read_shards(mix(catalog, out=tmp_path / "out", show_progress=False).out).to_pylist()[0]
+    assert row["messages"][0] == {"role": "system", "content": "/think"}
+    assert row["messages"][2]["content"] == "a1"
+    assert row["messages"][4]["content"].startswith("<think>new</think>")
+
+
+def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, builtin_model, real_mix):
+    """mix's trainable count equals TRL's `assistant_masks` for the same rows."""
+    import datasets
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    _, result = real_mix
+    rows = read_shards(result.out).slice(0, 40).to_pylist()
+    dataset = datasets.Dataset.from_list([{"messages": r["messages"]} for r in rows])
+    args = SFTConfig(output_dir=str(tmp_path / "trl"), assistant_only_loss=True, max_length=None,
+                     report_to=[], use_cpu=True, dataset_num_proc=None)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(builtin_model), args=args, train_dataset=dataset)
+    # TRL folds its `assistant_masks` into the labels: tokens outside them are -100.
+    labels = trainer.train_dataset["labels"]
+    assert [sum(t != -100 for t in lab) for lab in labels] == [r["num_trainable_tokens"] for r in rows]
+    assert all(r["num_trainable_tokens"] > 0 for r in rows)
+
+
+def test_sample_catalogs_run(tmp_path):
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("sft", "rl", "preference"):
+        result = mix(repo / "catalogs" / f"{name}.yaml", out=tmp_path / name, show_progress=False)
+        assert result.manifest["rows"]["train"] > 100
+        assert not result.manifest["notes"], result.manifest["notes"]
+        assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0

@@ -1,0 +1,148 @@
+"""Bad input to `rufus-data mix`: one clear paragraph, exit code 2, and no output folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rufus_data.cli import app
+
+runner = CliRunner()
+
+
+def run_mix(tmp_path: Path, catalog_text: str, *extra: str):
+    catalog = tmp_path / "bad.yaml"
+    catalog.write_text(catalog_text)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["mix", str(catalog), "--out", str(out), *extra])
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith((".out", "out"))]
+    return result, " ".join(result.output.split()), leftovers
+
+
+def source_file(tmp_path: Path, rows: list[dict], name: str = "rows.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def catalog(source_path: Path, extra: str = "", share: str = "1.0", fmt: str = "auto") -> str:
+    return f"kind: sft\nname: bad\nsources:\n  - name: src\n    path: {source_path}\n    format: {fmt}\n    share: {share}\n{extra}"
+
+
+def assert_refused(result, leftovers):
+    assert result.exit_code == 2, result.output
+    assert leftovers == []
+
+
+def test_missing_catalog(tmp_path):
+    result = runner.invoke(app, ["mix", str(tmp_path / "nope.yaml"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_source_file(tmp_path):
+    result, text, left = run_mix(tmp_path, catalog(tmp_path / "missing.jsonl"))
+    assert_refused(result, left)
+    assert "source 'src'" in text and "missing.jsonl does not exist" in text
+
+
+def test_malformed_yaml_gives_line_and_column(tmp_path):
+    result, text, left = run_mix(tmp_path, "kind: sft\nname: x\nsources: [\n  - name: a\n")
+    assert_refused(result, left)
+    assert "malformed YAML at line" in text and "column" in text
+
+
+def test_unknown_key_named_with_line_and_suggestion(tmp_path):
+    src = source_file(tmp_path, [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}])
+    result, text, left = run_mix(tmp_path, catalog(src, extra="    shaer: 0.5\n"))
+    assert_refused(result, left)
+    assert "unknown key 'sources.0.shaer'" in text and "bad.yaml:8" in text and "did you mean 'share'" in text
+
+
+def test_unknown_top_level_key(tmp_path):
+    src = source_file(tmp_path, [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}])
+    result, text, left = run_mix(tmp_path, "seeed: 3\n" + catalog(src))
+    assert_refused(result, left)
+    assert "unknown key 'seeed'" in text and "did you mean 'seed'" in text and "bad.yaml:1" in text
+
+
+def test_shares_must_sum_to_one(tmp_path):
+    src = source_file(tmp_path, [{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}])
+    text_catalog = catalog(src, share="0.6") + f"  - name: other\n    path: {src}\n    share: 0.3\n"
+    result, text, left = run_mix(tmp_path, text_catalog)
+    assert_refused(result, left)
+    assert "shares must sum to 1, they sum to 0.9" in text and "src=0.6 + other=0.3" in text
+
+
+def test_undetectable_format_shows_fields(tmp_path):
+    src = source_file(tmp_path, [{"foo": 1, "bar": "x"}])
+    result, text, left = run_mix(tmp_path, catalog(src))
+    assert_refused(result, left)
+    assert "cannot detect its format from the fields ['bar', 'foo']" in text
+
+
+def test_rows_missing_fields_reported_then_skippable(tmp_path, data_root):
+    cat = catalog(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl")
+    result, text, left = run_mix(tmp_path, cat)
+    assert_refused(result, left)
+    assert "2 of 2017 rows" in text and "row 238" in text and "row 1860" in text and "--on-bad-row skip" in text
+    result, text, _ = run_mix(tmp_path, cat, "--on-bad-row", "skip")
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["sources"][0]["rows_dropped"]["bad_row"] == 2
+
+
+def test_empty_source(tmp_path):
+    src = tmp_path / "empty.jsonl"
+    src.write_text("")
+    result, text, left = run_mix(tmp_path, catalog(src))
+    assert_refused(result, left)
+    assert "is empty" in text
+
+
+def test_undecodable_text(tmp_path):
+    src = tmp_path / "latin1.jsonl"
+    src.write_bytes(json.dumps({"instruction": "x", "output": "y"}).encode() + b"\n" + b'{"instruction": "caf\xe9", "output": "y"}\n')
+    result, text, left = run_mix(tmp_path, catalog(src))
+    assert_refused(result, left)
+    assert "line 2 is not valid UTF-8" in text
+
+
+def test_invalid_json_line(tmp_path):
+    src = tmp_path / "broken.jsonl"
+    src.write_text('{"instruction": "x", "output": "y"}\n{"instruction": \n')
+    result, text, left = run_mix(tmp_path, catalog(src))
+    assert_refused(result, left)
+    assert "line 2 is not valid JSON" in text
+
+
+def test_existing_output_needs_overwrite(tmp_path):
+    src = source_file(tmp_path, [{"instruction": f"q{i}", "output": f"a{i}"} for i in range(20)])
+    cat = catalog(src)
+    first, _, _ = run_mix(tmp_path, cat)
+    assert first.exit_code == 0, first.output
+    second, text, _ = run_mix(tmp_path, cat)
+    assert second.exit_code == 2 and "--overwrite" in text
+    third, _, _ = run_mix(tmp_path, cat, "--overwrite")
+    assert third.exit_code == 0
+
+
+def test_hub_source_without_hub_access_says_what_to_do(tmp_path, monkeypatch):
+    """The hub loading code is real; offline it fails with a message that points at `path:`."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    text_catalog = "kind: sft\nname: hub\nsources:\n  - name: tulu\n    hub: allenai/tulu-3-sft-mixture\n    share: 1.0\n"
+    result, text, left = run_mix(tmp_path, text_catalog)
+    assert_refused(result, left)
+    assert "could not load hub dataset allenai/tulu-3-sft-mixture" in text and "use `path:`" in text
+
+
+@pytest.mark.parametrize("bad", ["0", "1.5"])
+def test_share_out_of_range(tmp_path, bad):
+    src = source_file(tmp_path, [{"instruction": "q", "output": "a"}])
+    result, text, left = run_mix(tmp_path, catalog(src, share=bad))
+    assert_refused(result, left)
+    assert "sources.0.share" in text
