@@ -271,3 +271,12 @@ def test_sample_catalogs_run(tmp_path):
         assert result.manifest["rows"]["train"] > 100
         assert not result.manifest["notes"], result.manifest["notes"]
         assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0
+
+
+def test_smollm3_recipe_catalog_validates():
+    from rufus_data.catalog import load_catalog
+
+    repo = Path(__file__).resolve().parents[1]
+    catalog = load_catalog(repo / "catalogs/recipes/smollm3_sft.yaml")
+    assert {s.system for s in catalog.sources} == {"/think", "/no_think"}
+    assert all(s.hub for s in catalog.sources)
