@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build of torch, from a pinned version (an unpinned torch pulls a multi-GB CUDA build).
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[train,eval,dev]"
+	$(BIN)/python -m pip install -q -e ".[train,eval,ray,dev]"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -31,7 +31,7 @@ demo: venv
 
 test: venv
 	-$(MAKE) vllm-venv
-	$(BIN)/python -m pytest -q -x --durations=15
+	$(BIN)/python -m pytest -q --durations=25
 
 test-slow: venv
 	RUFUS_SLOW=1 $(BIN)/python -m pytest -q -m slow

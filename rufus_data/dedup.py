@@ -1,0 +1,179 @@
+"""`rufus-data dedup`: the MinHash machinery of decontam turned inward. Near-duplicate rows
+inside one mix skew token shares as surely as a bad catalog, so each cluster of near
+duplicates keeps only its first row (input order: shard by shard, row by row) and the report
+lists the clusters.
+
+Each row's text (all its text fields, normalised as in decontam) becomes a set of word
+shingles; signatures come from datasketch's `MinHash.bulk` and are stored as `LeanMinHash`;
+a datasketch `MinHashLSH` finds candidates among the rows kept so far, and a candidate counts
+only if the exact Jaccard similarity of the two shingle sets reaches the threshold."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasketch import MinHashLSH
+from pydantic import BaseModel, ConfigDict, Field
+
+from rufus_data.errors import RufusError
+from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
+from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
+
+
+class DedupConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    threshold: float = Field(0.8, gt=0, le=1, description="exact Jaccard of shingle sets to call two rows duplicates")
+    shingle: int = Field(3, ge=1, description="word shingle length")
+    num_perm: int = Field(128, ge=16)
+    batch_rows: int = Field(5000, ge=1)
+    seed: int = 1
+
+
+@dataclass
+class DedupResult:
+    rows_in: int
+    rows_out: int
+    clusters: pa.Table  # kept row id, duplicate row id, jaccard
+    dropped: set[int]
+    seconds: float
+    out: Path | None = None
+
+
+def _row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher) -> list[np.ndarray]:
+    """One sorted shingle set per row: all text fields of the row (fields are shingled apart)."""
+    texts, row_of, _ = text_fields(table)
+    sets: list[list[np.ndarray]] = [[] for _ in range(table.num_rows)]
+    if texts:
+        _, ids, offsets = tokenize_batch(texts, hasher)
+        grams, owner = batch_gram_hashes(ids, offsets, shingle)
+        shingles = fold32(grams)
+        lengths = np.diff(offsets)
+        for t in np.flatnonzero((lengths > 0) & (lengths < shingle)).tolist():
+            piece = ids[offsets[t] : offsets[t + 1]]  # shorter than a shingle: one shingle of all its words
+            sets[int(row_of[t])].append(fold32(gram_hashes(piece, len(piece))))
+        order = np.argsort(owner, kind="stable")
+        bounds = np.searchsorted(owner[order], np.arange(len(texts) + 1))
+        for t in range(len(texts)):
+            sets[int(row_of[t])].append(shingles[order[bounds[t]:bounds[t + 1]]])
+    return [np.unique(np.concatenate(s)) if s else np.empty(0, np.uint32) for s in sets]
+
+
+def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: bool = False, overwrite: bool = False,
+                config: DedupConfig | None = None, show_progress: bool = True) -> DedupResult:
+    """Drop near-duplicate rows (keep the first of each cluster); write clean shards + clusters.parquet."""
+    from rufus_data.console import console, progress
+    from rufus_data.shards import (
+        atomic_output_dir,
+        file_sha256,
+        package_versions,
+        shard_files,
+        write_manifest,
+    )
+
+    config = config or DedupConfig()
+    started = time.time()
+    files = shard_files(shards)
+    if out is None and not dry_run:
+        raise RufusError("dedup needs --out DIR (or --dry-run to only report)")
+    if out is not None and Path(out).exists() and not overwrite and not dry_run:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    metas = []
+    for path in files:
+        try:
+            metas.append(pq.ParquetFile(path).metadata.num_rows)
+        except (pa.ArrowException, OSError) as err:
+            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
+    rows_in = sum(metas)
+    hasher = TokenHasher()
+    # the LSH looks for candidates below the threshold, so pairs just above it are not missed;
+    # the exact Jaccard re-check decides
+    lsh = MinHashLSH(threshold=max(0.1, config.threshold - 0.15), num_perm=config.num_perm, weights=(0.3, 0.7))
+    kept_sets: dict[int, np.ndarray] = {}
+    kept_ids: dict[int, str] = {}
+    pairs: list[dict] = []
+    dropped: set[int] = set()
+    row = 0
+    with progress("rows") as bar:
+        job = bar.add_task("dedup", total=rows_in) if show_progress else None
+        for path in files:
+            table = pq.read_table(path)
+            ids = table.column("id").to_pylist() if "id" in table.column_names else [str(row + i) for i in range(table.num_rows)]
+            for start in range(0, table.num_rows, config.batch_rows):
+                part = table.slice(start, config.batch_rows)
+                sets = _row_shingles(part, config.shingle, hasher)
+                sigs = lean(signatures(sets, config.num_perm, config.seed))
+                for j, (shingles, sig) in enumerate(zip(sets, sigs)):
+                    global_row = row + start + j
+                    best, best_score = None, 0.0
+                    if len(shingles):
+                        for other in lsh.query(sig):
+                            ref = kept_sets[other]
+                            inter = len(np.intersect1d(shingles, ref, assume_unique=True))
+                            score = inter / (len(shingles) + len(ref) - inter)
+                            if score >= config.threshold and (score > best_score or (score == best_score and other < best)):
+                                best, best_score = other, score
+                    if best is not None:
+                        dropped.add(global_row)
+                        pairs.append({"kept_id": kept_ids[best], "kept_row": best, "duplicate_id": str(ids[start + j]),
+                                      "duplicate_row": global_row, "jaccard": round(best_score, 4)})
+                    elif len(shingles):
+                        lsh.insert(global_row, sig, check_duplication=False)
+                        kept_sets[global_row] = shingles
+                        kept_ids[global_row] = str(ids[start + j])
+                if job is not None:
+                    bar.advance(job, part.num_rows)
+            row += table.num_rows
+    clusters = pa.Table.from_pylist(pairs, schema=pa.schema([
+        ("kept_id", pa.string()), ("kept_row", pa.int64()), ("duplicate_id", pa.string()),
+        ("duplicate_row", pa.int64()), ("jaccard", pa.float64())]))
+    result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0)
+    if not dry_run:
+        with atomic_output_dir(out, overwrite) as tmp:
+            (tmp / "data").mkdir()
+            first = 0
+            for path, n in zip(files, metas):
+                keep = np.ones(n, dtype=bool)
+                keep[[r - first for r in dropped if first <= r < first + n]] = False
+                pq.write_table(pq.read_table(path).filter(pa.array(keep)), tmp / "data" / path.name, compression="zstd")
+                first += n
+            pq.write_table(clusters, tmp / "clusters.parquet")
+            result.seconds = time.time() - started
+            (tmp / "report.md").write_text(render_report(result, config))
+            write_manifest(tmp, {"command": "rufus-data dedup", "config": config.model_dump(),
+                                 "inputs": {str(p): file_sha256(p) for p in files}, "rows_in": rows_in,
+                                 "rows_out": result.rows_out, "rows_dropped": len(dropped),
+                                 "clusters": len(set(clusters.column("kept_row").to_pylist())),
+                                 "seconds": round(result.seconds, 2), "versions": package_versions("datasketch")})
+        result.out = Path(out)
+    result.seconds = time.time() - started
+    if show_progress:
+        from rich.table import Table
+
+        table = Table(title="dedup")
+        for col in ("rows in", "rows out", "dropped", "clusters", "rows/s"):
+            table.add_column(col, justify="right")
+        table.add_row(f"{rows_in:,}", f"{result.rows_out:,}", f"{len(dropped):,}",
+                      f"{len(set(clusters.column('kept_row').to_pylist())):,}", f"{rows_in / max(result.seconds, 1e-9):,.0f}")
+        console.print(table)
+    return result
+
+
+def render_report(result: DedupResult, config: DedupConfig) -> str:
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for pair in result.clusters.to_pylist():
+        groups.setdefault(pair["kept_id"], []).append((pair["duplicate_id"], pair["jaccard"]))
+    lines = ["# dedup report", "",
+             (f"{result.rows_in:,} rows in, **{len(result.dropped):,} near duplicates dropped**, {result.rows_out:,} kept, "
+              f"in {len(groups):,} clusters (Jaccard of {config.shingle}-word shingle sets >= {config.threshold}; "
+              "the first row of each cluster in input order is kept)."), "",
+             "## Largest clusters", "", "| kept row id | duplicates | their ids (Jaccard) |", "| --- | ---: | --- |"]
+    for kept, dups in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:30]:
+        lines.append(f"| {kept} | {len(dups)} | " + ", ".join(f"{d} ({j:.2f})" for d, j in dups[:5]) + " |")
+    lines += ["", "clusters.parquet lists every dropped row with the kept row it duplicates.", ""]
+    return "\n".join(lines)

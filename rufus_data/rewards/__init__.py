@@ -1,0 +1,88 @@
+"""Rewards and verifiers: one implementation used by TRL trainers, `rufus-data filter`/`pairs` and rufus-eval.
+
+Every reward follows TRL's reward-function contract (see `contract.py`) and returns a float or None
+(= not scored) per completion. Pick rewards in configs by name through `build_reward(s)`.
+"""
+
+from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code, make_code_execution_reward
+from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.extract import (
+    EXTRACTORS,
+    completion_text,
+    extract_boxed,
+    extract_full,
+    extract_gsm8k,
+    extract_last_number,
+    normalize_answer,
+    split_reasoning,
+    strip_reasoning,
+)
+from rufus_data.rewards.groups import GroupOutcome, combine_rewards, group_outcomes, grpo_advantages
+from rufus_data.rewards.ifeval import IFEvalReward, ensure_punkt, ifeval_scores, make_ifeval_reward
+from rufus_data.rewards.llm_judge import LLMJudgeReward, make_llm_judge_reward, parse_score
+from rufus_data.rewards.math_equivalence import MathEquivalenceReward, make_math_equivalence_reward
+from rufus_data.rewards.overlong import OverlongPenalty, make_overlong_penalty, overlong_penalty
+from rufus_data.rewards.registry import REWARD_NAMES, build_reward, build_rewards, parse_spec
+from rufus_data.rewards.response_schema import (
+    RUFUS_RESPONSE_TEMPLATE,
+    ParsedResponse,
+    add_response_fields,
+    add_response_schema,
+    parse_response,
+)
+from rufus_data.rewards.sandbox import (
+    SandboxConfig,
+    SandboxResult,
+    namespaces_available,
+    run_many,
+    run_python,
+)
+from rufus_data.rewards.string_match import StringMatchReward, make_string_match_reward
+
+__all__ = [
+    "EXTRACTORS",
+    "REWARD_NAMES",
+    "RUFUS_RESPONSE_TEMPLATE",
+    "CodeExecutionReward",
+    "GroupOutcome",
+    "IFEvalReward",
+    "LLMJudgeReward",
+    "MathEquivalenceReward",
+    "OverlongPenalty",
+    "ParsedResponse",
+    "RewardFunction",
+    "SandboxConfig",
+    "SandboxResult",
+    "StringMatchReward",
+    "add_response_fields",
+    "add_response_schema",
+    "build_reward",
+    "build_rewards",
+    "combine_rewards",
+    "completion_text",
+    "ensure_punkt",
+    "extract_boxed",
+    "extract_code",
+    "extract_full",
+    "extract_gsm8k",
+    "extract_last_number",
+    "group_outcomes",
+    "grpo_advantages",
+    "ifeval_scores",
+    "make_code_execution_reward",
+    "make_ifeval_reward",
+    "make_llm_judge_reward",
+    "make_math_equivalence_reward",
+    "make_overlong_penalty",
+    "make_string_match_reward",
+    "namespaces_available",
+    "normalize_answer",
+    "overlong_penalty",
+    "parse_response",
+    "parse_score",
+    "parse_spec",
+    "run_many",
+    "run_python",
+    "split_reasoning",
+    "strip_reasoning",
+]

@@ -1,0 +1,169 @@
+"""Code-execution reward: run the completion's code against the row's tests in the sandbox.
+
+Test formats (dataset columns):
+- HumanEval: `test` (defines `check(candidate)`) + `entry_point`;
+- MBPP: `test_list` (assert statements), with `test_imports` prepended;
+- stdin/stdout (LiveCodeBench / APPS): `input_output` ({"inputs": [...], "outputs": [...]}, or its JSON)
+  or `test_cases` ([{"input":..., "output":...}], or its JSON); one sandbox run per case.
+A program passes only if it exits 0 AND prints a per-run random marker written after the tests, so a
+completion that calls `sys.exit(0)` before the tests run does not pass.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+
+from rufus_data.rewards.contract import RewardFunction, Row, is_missing
+from rufus_data.rewards.sandbox import SandboxConfig, SandboxResult, run_many
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+def extract_code(text: str) -> str:
+    """The last fenced Python block (```python / ```py / ```), else the whole text."""
+    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    python = [body for lang, body in blocks if lang in ("python", "py", "python3", "")]
+    if python:
+        return python[-1]
+    return text
+
+
+@dataclass
+class _Job:
+    completion: int
+    program: str
+    stdin: str | None = None
+    expected: str | None = None  # stdin/stdout cases: the expected output
+    marker: str | None = None  # HumanEval/MBPP: the line printed after the tests
+    tests: int = 1  # how many tests the job covers (fraction mode over MBPP asserts)
+
+
+def _humaneval_program(code: str, test: str, entry_point: str, marker: str) -> str:
+    return f"{code}\n\n{test}\n\ncheck({entry_point})\nprint({marker!r}, flush=True)\n"
+
+
+def _mbpp_program(code: str, imports: list[str], asserts: list[str], marker: str, fraction: bool) -> str:
+    head = "\n".join(imports) + "\n" + code + "\n\n"
+    if not fraction:
+        return head + "\n".join(asserts) + f"\nprint({marker!r}, flush=True)\n"
+    lines = [head]
+    for index, statement in enumerate(asserts):
+        body = "\n".join("    " + line for line in statement.splitlines())
+        lines.append(f"try:\n{body}\n    print({marker + ':' + str(index)!r}, flush=True)\nexcept BaseException:\n    pass\n")
+    return "\n".join(lines)
+
+
+def _stdio_cases(row: Row) -> list[tuple[str, str]] | None:
+    value = row.get("input_output")
+    if not is_missing(value) and value is not None:
+        data = json.loads(value) if isinstance(value, str) else value
+        return list(zip([_text(x) for x in data.get("inputs", [])], [_text(x) for x in data.get("outputs", [])]))
+    value = row.get("test_cases")
+    if not is_missing(value) and value is not None:
+        data = json.loads(value) if isinstance(value, str) else value
+        return [(_text(case.get("input")), _text(case.get("output"))) for case in data]
+    return None
+
+
+def _text(value) -> str:
+    if isinstance(value, list):
+        return "\n".join(str(v) for v in value)
+    return "" if value is None else str(value)
+
+
+def _same_output(actual: str, expected: str) -> bool:
+    """Whitespace-tolerant stdout comparison: trailing spaces per line and blank edges ignored."""
+    def norm(s: str) -> list[str]:
+        return [line.rstrip() for line in s.strip().splitlines()]
+
+    return norm(actual) == norm(expected)
+
+
+class CodeExecutionReward(RewardFunction):
+    """1.0 pass / 0.0 fail (or the passed fraction with `pass_fraction=True`); None for rows with no tests."""
+
+    def __init__(
+        self,
+        workers: int = 2,
+        pass_fraction: bool = False,
+        timeout_s: float = 10.0,
+        memory_mb: int = 1024,
+        only_label: str | None = None,
+        isolation: str = "auto",
+    ):
+        self.workers = workers
+        self.pass_fraction = pass_fraction
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self.isolation = isolation
+        self.name = "code_execution"
+        super().__init__(only_label=only_label)
+
+    @property
+    def sandbox_config(self) -> SandboxConfig:
+        cpu = max(1, int(self.timeout_s))
+        return SandboxConfig(timeout_s=self.timeout_s, cpu_s=cpu, memory_mb=self.memory_mb, isolation=self.isolation)
+
+    def jobs_for(self, index: int, code: str, row: Row) -> list[_Job] | None:
+        marker = f"RUFUS-PASS-{secrets.token_hex(8)}"
+        if not is_missing(row.get("test")) and not is_missing(row.get("entry_point")):
+            return [_Job(index, _humaneval_program(code, row["test"], row["entry_point"], marker), marker=marker)]
+        test_list = row.get("test_list")
+        if test_list is not None and not isinstance(test_list, str) and len(test_list) > 0:
+            imports = [str(x) for x in (row.get("test_imports") if row.get("test_imports") is not None else [])]
+            asserts = [str(x) for x in test_list]
+            program = _mbpp_program(code, imports, asserts, marker, self.pass_fraction)
+            return [_Job(index, program, marker=marker, tests=len(asserts))]
+        cases = _stdio_cases(row)
+        if cases:
+            return [_Job(index, code, stdin=given, expected=want) for given, want in cases]
+        return None
+
+    def score_rows(self, prompts, texts, closed, rows, log_metric):
+        scores: list[float | None] = [None] * len(texts)
+        jobs: list[_Job] = []
+        for index, (text, ok, row) in enumerate(zip(texts, closed, rows)):
+            row_jobs = self.jobs_for(index, extract_code(text), row)
+            if row_jobs is None:
+                continue
+            if not ok:
+                scores[index] = 0.0
+                continue
+            jobs.extend(row_jobs)
+        results = run_many([(job.program, job.stdin) for job in jobs], self.sandbox_config, self.workers)
+        passed: dict[int, list[float]] = {}
+        for job, result in zip(jobs, results):
+            passed.setdefault(job.completion, []).append(self.job_score(job, result))
+        for index, values in passed.items():
+            if self.pass_fraction:
+                scores[index] = sum(values) / len(values)
+            else:
+                scores[index] = 1.0 if all(v == 1.0 for v in values) else 0.0
+        if log_metric is not None and results:
+            log_metric("code_execution/timeouts", float(sum(r.timed_out for r in results)))
+            log_metric("code_execution/output_capped", float(sum(r.output_truncated for r in results)))
+        return scores
+
+    def job_score(self, job: _Job, result: SandboxResult) -> float:
+        if job.expected is not None:
+            return 1.0 if result.ok and _same_output(result.stdout, job.expected) else 0.0
+        lines = result.stdout.splitlines()
+        if self.pass_fraction and job.tests > 1:
+            if result.timed_out or result.output_truncated:
+                return 0.0
+            return sum(f"{job.marker}:{i}" in lines for i in range(job.tests)) / job.tests
+        return 1.0 if result.ok and job.marker in lines else 0.0
+
+
+def make_code_execution_reward(
+    workers: int = 2,
+    pass_fraction: bool = False,
+    timeout_s: float = 10.0,
+    memory_mb: int = 1024,
+    only_label: str | None = None,
+    isolation: str = "auto",
+) -> CodeExecutionReward:
+    return CodeExecutionReward(workers, pass_fraction, timeout_s, memory_mb, only_label, isolation)

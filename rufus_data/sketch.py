@@ -1,0 +1,186 @@
+"""What decontam and dedup share besides normalisation: the text fields of canonical rows, and
+MinHash signatures over word shingles with datasketch (computed with `MinHash.bulk`, kept as
+`LeanMinHash`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasketch import LeanMinHash, MinHash
+
+from rufus_data.textnorm import TokenHasher, shingle32, tokenize_array
+
+# Columns that describe a row rather than hold its text.
+NON_TEXT_COLUMNS = frozenset({"id", "source", "label", "origin_id"})
+
+
+def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
+    """Every text field of every row: (texts, row index of each text, field name of each text).
+
+    Strings, lists of strings, and message lists (the content of every turn, named
+    `messages[i].role`) all count: system, user and assistant turns, prompt, solution, tests."""
+    texts: list[str] = []
+    rows: list[np.ndarray] = []
+    names: list[str] = []
+    for name in table.column_names:
+        if name in NON_TEXT_COLUMNS:
+            continue
+        col = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
+        typ = col.type
+        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+            values = col.to_pylist()
+            keep = [i for i, v in enumerate(values) if v]
+            texts += [values[i] for i in keep]
+            rows.append(np.asarray(keep, dtype=np.int64))
+            names += [name] * len(keep)
+        elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and len(col):
+            inner = typ.value_type
+            parents = pc.list_parent_indices(col).to_numpy()
+            flat = pc.list_flatten(col)
+            offsets = col.offsets.to_numpy()
+            position = np.arange(len(parents)) - offsets[parents] + offsets[0]
+            if pa.types.is_struct(inner) and inner.get_field_index("content") >= 0:
+                contents = flat.field("content").to_pylist()
+                roles = (flat.field("role").to_pylist() if inner.get_field_index("role") >= 0
+                         else ["turn"] * len(contents))
+                labels = [f"{name}[{p}].{r}" for p, r in zip(position.tolist(), roles)]
+            elif pa.types.is_string(inner) or pa.types.is_large_string(inner):
+                contents = flat.to_pylist()
+                labels = [f"{name}[{p}]" for p in position.tolist()]
+            else:
+                continue
+            keep = [i for i, v in enumerate(contents) if v]
+            texts += [contents[i] for i in keep]
+            rows.append(parents[keep].astype(np.int64))
+            names += [labels[i] for i in keep]
+    row_of = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
+    return texts, row_of, names
+
+
+def tokenize_batch(texts: list[str], hasher: TokenHasher) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """All normalised words of the texts (flat), their 64-bit ids, and each text's start offset."""
+    flat, offsets = tokenize_array(pa.array(texts, pa.large_string()))
+    return flat, hasher(flat), offsets
+
+
+def minhash_kwargs(num_perm: int, seed: int) -> dict:
+    """One place for the MinHash parameters, so eval, training and dedup signatures are comparable.
+    The inputs are already 32-bit shingle hashes, so the hash function is the identity."""
+    return {"num_perm": num_perm, "seed": seed, "hashfunc": int}
+
+
+def signatures(shingle_sets: list[np.ndarray], num_perm: int, seed: int) -> list[MinHash]:
+    """MinHash of each shingle set, computed with datasketch's `MinHash.bulk`."""
+    return MinHash.bulk([s.tolist() for s in shingle_sets], **minhash_kwargs(num_perm, seed))
+
+
+class BatchMinHasher:
+    """MinHash signatures for a whole batch of shingle sets in a few numpy operations.
+
+    It applies datasketch's own "affine32" scheme (the MurmurHash3 pre-mix, then `a * h + b`
+    mod 2^32 with the permutations of `MinHash(num_perm, seed)`), so every row equals what
+    `MinHash.bulk` returns for the same shingles (tests/test_decontam.py checks it) -- without
+    a Python call per row, which is what makes decontam faster than a plain exact pass."""
+
+    def __init__(self, num_perm: int, seed: int):
+        from datasketch.minhash import _fmix
+
+        template = MinHash(**minhash_kwargs(num_perm, seed))
+        self.num_perm, self.seed = num_perm, seed
+        self._a, self._b = (np.asarray(p, dtype=np.uint32) for p in template.permutations)
+        self._fmix = _fmix
+
+    def segments(self, shingles: np.ndarray, starts: np.ndarray, chunk: int = 8192) -> np.ndarray:
+        """Signature of each segment [starts[i], starts[i+1]) of `shingles` (uint32); segments must be non-empty.
+
+        Works through cache-sized chunks of whole segments in a (num_perm x chunk) buffer."""
+        out = np.empty((self.num_perm, len(starts)), dtype=np.uint32)
+        if not len(starts):
+            return out.T
+        mixed = self._fmix(shingles.astype(np.uint32, copy=False), 32)
+        bounds = np.append(starts, len(shingles)).astype(np.int64)
+        longest = int(np.diff(bounds).max())
+        buf = np.empty((self.num_perm, max(chunk, longest)), dtype=np.uint32)
+        a, b = self._a[:, None], self._b[:, None]
+        first = 0
+        while first < len(starts):
+            last = int(np.searchsorted(bounds, bounds[first] + buf.shape[1], side="right")) - 1
+            last = min(max(last, first + 1), len(starts))
+            lo, hi = int(bounds[first]), int(bounds[last])
+            view = buf[:, : hi - lo]
+            with np.errstate(over="ignore"):
+                np.multiply(a, mixed[None, lo:hi], out=view)
+                np.add(view, b, out=view)
+            out[:, first:last] = np.minimum.reduceat(view, bounds[first:last] - lo, axis=1)
+            first = last
+        return out.T
+
+
+def sorted_member(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
+    """np.isin for a sorted key array, by binary search (no sort of `values`)."""
+    if not len(sorted_keys):
+        return np.zeros(values.shape, dtype=bool)
+    pos = np.searchsorted(sorted_keys, values)
+    np.minimum(pos, len(sorted_keys) - 1, out=pos)
+    return sorted_keys[pos] == values
+
+
+class BandIndex:
+    """LSH banding over MinHash signatures: b bands of r rows, (b, r) chosen by datasketch's own
+    optimiser for a Jaccard threshold with false negatives weighted heavier (every candidate is
+    re-checked exactly afterwards, so a false positive costs little). Lookups are vectorised:
+    all windows of a batch are banded and matched with one `np.isin`."""
+
+    _MIX = np.uint64(0x9E3779B97F4A7C15)
+    _LOW = np.uint64((1 << 22) - 1)
+
+    def __init__(self, threshold: float, num_perm: int, weights: tuple[float, float] = (0.2, 0.8)):
+        from datasketch.lsh import _optimal_param
+
+        self.b, self.r = _optimal_param(threshold, num_perm, *weights)
+        self.keys = np.empty(0, dtype=np.uint64)
+        self.bitmap = np.zeros(1 << 22, dtype=bool)  # first filter on the low bits of band keys
+        self.postings: dict[int, list[int]] = {}
+
+    def band_keys(self, sigs: np.ndarray) -> np.ndarray:
+        """(n, b) uint64 keys: each band's r values folded together with the band number."""
+        n = len(sigs)
+        bands = sigs[:, : self.b * self.r].astype(np.uint64).reshape(n, self.b, self.r)
+        with np.errstate(over="ignore"):
+            acc = np.broadcast_to(np.arange(1, self.b + 1, dtype=np.uint64), (n, self.b)).copy()
+            for j in range(self.r):
+                acc = acc * self._MIX + bands[:, :, j]
+        return acc
+
+    def build(self, sigs: np.ndarray, keys: list[int]) -> None:
+        postings: dict[int, list[int]] = {}
+        for key, row in zip(keys, self.band_keys(sigs).tolist()):
+            for band in row:
+                postings.setdefault(band, []).append(key)
+        self.postings = postings
+        self.keys = np.fromiter(postings, dtype=np.uint64, count=len(postings))
+        self.keys.sort()
+        self.bitmap[(self.keys & self._LOW).astype(np.int64)] = True
+
+    def candidates(self, sigs: np.ndarray) -> list[tuple[int, int]]:
+        """(segment index, indexed key) pairs that share at least one band."""
+        if not len(sigs) or not len(self.keys):
+            return []
+        bands = self.band_keys(sigs)
+        seg, band = np.nonzero(self.bitmap[(bands & self._LOW).astype(np.int64)])
+        found = sorted_member(bands[seg, band], self.keys)
+        seg, band = seg[found], band[found]
+        out = set()
+        for s, key in zip(seg.tolist(), bands[seg, band].tolist()):
+            for item in self.postings[key]:
+                out.add((s, item))
+        return list(out)  # order does not matter: the caller keeps the best score per pair
+
+
+def lean(minhashes: list[MinHash]) -> list[LeanMinHash]:
+    return [LeanMinHash(m) for m in minhashes]
+
+
+def shingles_of(ids: np.ndarray, k: int) -> np.ndarray:
+    return shingle32(ids, k) if len(ids) else np.empty(0, dtype=np.uint32)

