@@ -27,7 +27,8 @@ sys.path.insert(0, str(REPO))
 
 def gsm8k_conversations(limit: int) -> list[list[dict]]:
     root = Path(os.environ.get("RUFUS_DATA_ROOT", REPO.parent / "shared" / "data"))
-    rows = [json.loads(line) for line in open(root / "gsm8k" / "train.jsonl")]
+    with open(root / "gsm8k" / "train.jsonl") as fh:
+        rows = [json.loads(line) for line in fh]
     convs = [[{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}] for r in rows]
     return (convs * (limit // len(convs) + 1))[:limit]
 

@@ -4,12 +4,10 @@ and progress bars that show rate and ETA."""
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 
 import typer
 from rich.console import Console
-from rich.text import Text
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -19,6 +17,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
 
 from rufus_data.errors import RufusError
 

