@@ -107,3 +107,159 @@ def sql_command(
     for row in rows:
         table.add_row(*(str(v) for v in row))
     console.print(table)
+
+
+# --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
+_BACKEND_HELP = "hf (transformers, in-process) | vllm (Rufus starts a vLLM server) | server (--base-url)"
+_REWARD_HELP = "reward spec, repeatable: 'string_match:gsm8k' or '{name: string_match, answer_column: expected_output}'"
+
+
+@app.command("filter")
+@cli_errors
+def filter_command(
+    shards: list[Path] = typer.Argument(None, help="rl shard folder(s) (id, prompt, expected_output)"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    policy: str = typer.Option(None, "--policy", help="model: built-in name, local folder or hub id"),
+    reward: list[str] = typer.Option(None, "--reward", help=_REWARD_HELP),
+    k: int = typer.Option(8, "--k", help="samples per prompt"),
+    backend: str = typer.Option("hf", "--backend", help=_BACKEND_HELP),
+    max_tokens: int = typer.Option(512, "--max-tokens", help="tokens per sample"),
+    temperature: float = typer.Option(1.0, "--temperature", help="1.0 = the policy's own distribution, as in RL"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k", help="0 = off"),
+    min_p: float = typer.Option(0.0, "--min-p"),
+    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
+    seed: int = typer.Option(0, "--seed", help="run seed; per-prompt and per-sample seeds derive from it"),
+    keep: str = typer.Option("0<p<1", "--keep", help="pass-rate band of learnable/, e.g. '0.1<p<0.9'"),
+    from_rollouts: Path = typer.Option(None, "--from-rollouts", help="re-bucket an earlier filter --out (no generation)"),
+    base_url: list[str] = typer.Option(None, "--base-url", help="server backend: OpenAI-compatible URL, repeatable"),
+    served_model_name: str = typer.Option(None, "--served-model-name", help="server backend: model name at the server"),
+    concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
+    vllm_command: str = typer.Option(None, "--vllm-command", help="vllm: server command (default `vllm serve`)"),
+    devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
+    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: --max-model-len of the server"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+) -> None:
+    """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
+    all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
+    import shlex
+
+    from rufus_data.errors import RufusError
+    from rufus_data.filter import FilterConfig, filter_prompts, parse_reward_option, rebucket
+
+    if from_rollouts is not None:
+        result = rebucket(from_rollouts, out, keep, overwrite=overwrite)
+    else:
+        if not shards or not policy or not reward:
+            raise RufusError("filter needs SHARDS, --policy and --reward (or --from-rollouts DIR to re-bucket)")
+        config = FilterConfig(
+            policy=policy, reward=parse_reward_option(reward), k=k, backend=backend, max_tokens=max_tokens,
+            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
+            seed=seed, keep=keep, base_urls=base_url or [], served_model_name=served_model_name,
+            concurrency=concurrency, vllm_command=shlex.split(vllm_command) if vllm_command else None,
+            devices=devices, max_model_len=max_model_len,
+        )
+        result = filter_prompts(shards, out, config, overwrite=overwrite)
+    table = Table(title=f"{out}: prompts per bucket")
+    for col in ("bucket", "prompts"):
+        table.add_column(col)
+    for bucket, count in result["counts"].items():
+        table.add_row(bucket, str(count))
+    console.print(table)
+    console.print(f"wrote {out}: see {out / 'report.md'}")
+
+
+@app.command("pairs")
+@cli_errors
+def pairs_command(
+    shards: list[Path] = typer.Argument(..., help="rl shard folder(s) (id, prompt, expected_output)"),
+    out: Path = typer.Option(..., "--out", help="output folder"),
+    strong: str = typer.Option(None, "--strong", help="model whose answers are chosen"),
+    weak: str = typer.Option(None, "--weak", help="model whose answers are rejected"),
+    policy: str = typer.Option(None, "--policy", help="on-policy pairs: best vs worst of k samples (needs --reward)"),
+    k: int = typer.Option(4, "--k", help="on-policy samples per prompt"),
+    reward: list[str] = typer.Option(None, "--reward", help=_REWARD_HELP),
+    perturb_answer: bool = typer.Option(False, "--perturb-answer", help="rejected = chosen with its final number changed"),
+    require_verified: bool = typer.Option(False, "--require-verified", help="keep only chosen-passes/rejected-fails"),
+    backend: str = typer.Option("hf", "--backend", help=_BACKEND_HELP),
+    max_tokens: int = typer.Option(512, "--max-tokens", help="tokens per sample"),
+    temperature: float = typer.Option(0.7, "--temperature"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    seed: int = typer.Option(0, "--seed", help="run seed; per-prompt and per-sample seeds derive from it"),
+    base_url: list[str] = typer.Option(None, "--base-url", help="server backend: URL for all models, repeatable"),
+    strong_base_url: list[str] = typer.Option(None, "--strong-base-url", help="server backend: URL of --strong"),
+    weak_base_url: list[str] = typer.Option(None, "--weak-base-url", help="server backend: URL of --weak"),
+    concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
+    vllm_command: str = typer.Option(None, "--vllm-command", help="vllm: server command (default `vllm serve`)"),
+    devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+) -> None:
+    """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
+    import shlex
+
+    from rufus_data.filter import parse_reward_option
+    from rufus_data.pairs import PairsConfig, build_pairs
+
+    config = PairsConfig(
+        strong=strong, weak=weak, policy=policy, k=k, reward=parse_reward_option(reward or []),
+        perturb_answer=perturb_answer, require_verified=require_verified, backend=backend, max_tokens=max_tokens,
+        temperature=temperature, top_p=top_p, seed=seed, base_urls=base_url or [],
+        strong_base_urls=strong_base_url or [], weak_base_urls=weak_base_url or [], concurrency=concurrency,
+        vllm_command=shlex.split(vllm_command) if vllm_command else None, devices=devices,
+    )
+    result = build_pairs(shards, out, config, overwrite=overwrite)
+    table = Table(title=f"{out}: {result['method']}")
+    for col in ("count", "value"):
+        table.add_column(col)
+    for name, value in result["counts"].items():
+        table.add_row(name, str(value))
+    table.add_row("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"]))
+    console.print(table)
+    console.print(f"wrote {out}: see {out / 'report.md'}")
+
+
+@app.command("decontam")
+@cli_errors
+def decontam_command(
+    shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
+    against: list[str] = typer.Option(..., "--against", help="benchmark or set name from the registry, repeatable"),
+    out: Path = typer.Option(None, "--out", help="output folder: clean shards, contaminated.parquet, report.md"),
+    benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),
+    skip_missing: bool = typer.Option(False, "--skip-missing", help="go on without benchmarks that cannot be loaded"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
+    ngram: int = typer.Option(8, "--ngram", help="word n-gram length of the exact stage"),
+    containment: float = typer.Option(0.5, "--containment", help="MinHash stage: min containment of an eval item"),
+    min_answer_words: int = typer.Option(8, "--min-answer-words", help="answers this long count on their own"),
+    engine: str = typer.Option("local", "--engine", help="local (multiprocessing) or ray (Ray Data)"),
+    workers: int = typer.Option(0, "--workers", help="local processes (0 = one per CPU)"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+) -> None:
+    """Find training rows that contain benchmark items (exact n-grams + MinHash) and drop them."""
+    from rufus_data.decontam import DecontamConfig, decontaminate
+    from rufus_data.errors import RufusError
+
+    if engine not in ("local", "ray"):
+        raise RufusError(f"--engine must be local or ray, not {engine!r}")
+    config = DecontamConfig(ngram=ngram, containment=containment, min_answer_words=min_answer_words,
+                            engine=engine, workers=workers)
+    result = decontaminate(shards, against, out, benchmarks_file=benchmarks, skip_missing=skip_missing,
+                           dry_run=dry_run, overwrite=overwrite, config=config)
+    for name, why in result.missing.items():
+        console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
+    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+
+
+@app.command("dedup")
+@cli_errors
+def dedup_command(
+    shards: Path = typer.Argument(..., help="shard folder to deduplicate"),
+    out: Path = typer.Option(None, "--out", help="output folder: clean shards, clusters.parquet, report.md"),
+    threshold: float = typer.Option(0.8, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+) -> None:
+    """Drop near-duplicate rows within a mix (MinHash + LSH), keeping the first of each cluster."""
+    from rufus_data.dedup import DedupConfig, deduplicate
+
+    result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=DedupConfig(threshold=threshold))
+    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")

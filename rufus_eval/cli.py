@@ -1,21 +1,89 @@
-"""`rufus-eval`: lm-eval suites with avg@k and checkpoint evaluation."""
+"""`rufus-eval`: lm-eval suites with avg@k, run comparison, and side-by-side vibe tests."""
+
+
 
 from __future__ import annotations
 
+import signal
+import sys
+from pathlib import Path
+
 import typer
 
-from rufus_data.console import cli_errors, not_yet
+from rufus_data.console import cli_errors
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus evaluation suites.")
 
 
-
 @app.callback()
 def main() -> None:
-    """Keep subcommands explicit even while there is only one."""
+    """Keep subcommands explicit."""
+
+
+def _exit_on_sigterm() -> None:
+    """SIGTERM (the checkpoint callback stopping an evaluation) unwinds normally, so the vLLM
+    server this process started is stopped by its `with` block and the launcher's atexit hook."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
 
 @app.command("suite")
 @cli_errors
-def suite(name: str, ckpt: str = typer.Option(..., help="model reference")) -> None:
+def suite(
+    name: str = typer.Argument(..., help="suite name in catalogs/suites/ or a path to a suite YAML"),
+    ckpt: str = typer.Option(..., help="model: folder, checkpoint, built-in name (smollm2-135m), or served name"),
+    backend: str = typer.Option("hf", help="hf (in-process, CPU default) | vllm (Rufus starts vLLM) | server"),
+    limit: int = typer.Option(None, help="documents per task (quick checks)"),
+    out: Path = typer.Option(None, help="run folder (default outputs/eval/<run>)"),
+    final: bool = typer.Option(False, "--final", help="also run the test-role tasks"),
+    step: int = typer.Option(None, help="training step of the checkpoint (default: from checkpoint-N)"),
+    run_name: str = typer.Option(None, "--name", help="run name (default suite-ckpt-time)"),
+    base_url: str = typer.Option(None, help="server backend: OpenAI-compatible endpoint"),
+    tokenizer: str = typer.Option(None, help="server backend: tokenizer folder (default: --ckpt)"),
+    devices: str = typer.Option(None, help="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim"),
+    data_parallel_size: int = typer.Option(1, help="vllm backend: --data-parallel-size"),
+    samples: int = typer.Option(None, help="override every task's k"),
+    max_tokens: int = typer.Option(None, help="override every task's max_tokens"),
+    db: Path = typer.Option(None, help="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)"),
+) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml."""
-    not_yet("rufus-eval suite", "the evaluation issue")
+    from rufus_eval.backends import BackendConfig
+    from rufus_eval.runner import RunRequest, run_suite
+
+    _exit_on_sigterm()
+    cfg = BackendConfig(
+        kind=backend, model=ckpt, name=run_name, base_url=base_url, tokenizer=tokenizer, devices=devices,
+        data_parallel_size=data_parallel_size,
+    )
+    run_suite(RunRequest(
+        suite=name, checkpoint=ckpt, backend=cfg, limit=limit, out=out, final=final, step=step,
+        run_name=run_name, db_path=db, samples=samples, max_tokens=max_tokens,
+    ))
+
+
+@app.command("compare")
+@cli_errors
+def compare(
+    runs: list[str] = typer.Argument(..., help="run folders (or results.json files)"),
+    png: Path = typer.Option(None, help="where to write the metric-vs-step plot (default: compare.png beside the first run)"),
+) -> None:
+    """A table of the runs' metrics across checkpoints, and a PNG of metric vs step."""
+    from rufus_eval.compare import compare_runs
+
+    compare_runs(runs, png)
+
+
+@app.command("vibe")
+@cli_errors
+def vibe(
+    prompts: Path = typer.Argument(..., help="YAML: a list of prompts (strings or {system, user})"),
+    ckpt: list[str] = typer.Option(..., "--ckpt", help="model to ask (give two or more)"),
+    max_tokens: int = typer.Option(256),
+    temperature: float = typer.Option(0.0),
+    out: Path = typer.Option(None, help="also write the answers as Markdown here"),
+) -> None:
+    """A handful of your own prompts answered side by side by each checkpoint."""
+    from rufus_eval.vibe import run_vibe
+
+    run_vibe(prompts, ckpt, max_tokens=max_tokens, temperature=temperature, out=out)
+if __name__ == "__main__":
+    app()

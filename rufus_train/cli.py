@@ -1,21 +1,177 @@
-"""`rufus-train`: stage trainers on curated shards (TRL + peft)."""
+"""`rufus-train`: stage trainers on curated shards (TRL + peft). Thin wrappers over
+rufus_train.{config,runner,pipeline,modeling,plan}; the tests call those directly."""
 
 from __future__ import annotations
 
-import typer
+from pathlib import Path
+from typing import Annotated
 
-from rufus_data.console import cli_errors, not_yet
+import typer
+from rich.table import Table
+
+from rufus_data.console import cli_errors, console
+from rufus_data.errors import RufusError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus training stages on curated shards.")
-
+OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 @app.callback()
 def main() -> None:
-    """Keep subcommands explicit even while there is only one."""
+    """Keep subcommands explicit."""
 
-@app.command("stage")
+
+@app.command("stages")
 @cli_errors
-def stage(name: str) -> None:
-    """Run one post-training stage from catalogs/stages/NAME.yaml."""
-    not_yet("rufus-train stage", "the training-stages issue")
+def stages_cmd() -> None:
+    """List the stages, one line each."""
+    from rufus_train.stages import all_stages
+
+    table = Table(title="rufus-train stages")
+    table.add_column("stage", style="bold")
+    table.add_column("what it does")
+    for name, stage in sorted(all_stages().items()):
+        table.add_row(name, stage.description)
+    console.print(table)
+
+
+def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
+    from rufus_train.config import load_stage_config, parse_cli_overrides
+    from rufus_train.stages import get_stage
+
+    stage = get_stage(name)
+    return load_stage_config(name, stage.config_class, config, parse_cli_overrides(extra))
+
+
+@app.command("stage", context_settings=OVERRIDES)
+@cli_errors
+def stage_cmd(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`)")],
+    config: Annotated[Path | None, typer.Option("--config", help="stage YAML (default catalogs/stages/NAME.yaml)")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and print the resolved config; load nothing")] = False,
+    show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
+) -> None:
+    """Run one post-training stage; `--key value` flags override the YAML (CLI wins)."""
+    from rufus_train.config import resolved_yaml
+    from rufus_train.runner import check_config, run_stage
+
+    cfg = resolve_stage_config(name, config, list(ctx.args))
+    if dry_run:
+        check_config(cfg)
+        typer.echo(resolved_yaml(cfg), nl=False)
+        console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        return
+    if show_mask:
+        print_masks(cfg, show_mask)
+        return
+    run_stage(cfg)
+
+
+def print_masks(cfg, n: int) -> None:
+    from rufus_train.data import check_columns, is_catalog, read_rows
+    from rufus_train.mask import LOSS_STYLE, loss_mask, render
+    from rufus_train.modeling import load_tokenizer
+    from rufus_train.stages.base import conversational
+
+    if not hasattr(cfg, "assistant_only_loss"):
+        raise RufusError(f"--show-mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
+    if any(is_catalog(d) for d in cfg.data):
+        raise RufusError("--show-mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
+    check_columns(cfg.data, ("messages",), cfg.stage)
+    tokenizer = load_tokenizer(cfg.model)
+    rows = read_rows(cfg.data, None, cfg.seed, cfg.stage).slice(0, n)
+    for i, messages in enumerate(conversational(rows, "messages")):
+        example = loss_mask(tokenizer, messages, cfg.assistant_only_loss, cfg.max_length)
+        console.rule(f"example {i}: {example.trained_tokens} of {len(example.input_ids)} tokens carry loss")
+        console.print(render(tokenizer, example))
+    mode = "assistant turns only" if cfg.assistant_only_loss else "every token"
+    console.print(f"[{LOSS_STYLE}]highlighted[/] tokens carry loss ({mode}); dim ones are context")
+
+
+@app.command("pipeline")
+@cli_errors
+def pipeline_cmd(file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")]) -> None:
+    """Run stages in order, each from the previous output; print a quick evaluation after each."""
+    from rufus_train.pipeline import load_pipeline, run_pipeline
+
+    run_pipeline(load_pipeline(file))
+
+
+@app.command("export")
+@cli_errors
+def export_cmd(
+    run: Annotated[Path, typer.Argument(help="a run folder holding a LoRA adapter")],
+    merge: Annotated[bool, typer.Option("--merge", help="merge the adapter into the base model")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="output folder (default RUN-merged)")] = None,
+) -> None:
+    """Merge a LoRA adapter into its base and save a plain model folder."""
+    from rufus_train.modeling import adapter_base, export_merged
+
+    if not merge:
+        raise RufusError("export needs --merge (Rufus exports merged models; the adapter alone is already in RUN)")
+    target = out or run.with_name(run.name + "-merged")
+    export_merged(run, target)
+    console.print(
+        f"[green]merged[/] {run} into {adapter_base(str(run))} -> {target}\n"
+        f"The trained behaviour lives in the adapter: loading the base model alone does NOT include it; "
+        f"load {target} (or base + adapter) instead.",
+        soft_wrap=True,
+    )
+
+
+@app.command("plan")
+@cli_errors
+def plan_cmd(
+    params: Annotated[float, typer.Option("--params", help="model parameters N, e.g. 3e9")],
+    tokens: Annotated[float, typer.Option("--tokens", help="training tokens D, e.g. 1.1e13")],
+    days: Annotated[float, typer.Option("--days", help="wall-clock days available")],
+    mfu: Annotated[float, typer.Option("--mfu", help="model FLOPs utilisation (0.3-0.5 typical)")] = 0.3,
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU kind: a100, h100, h200, b200, l40s, mi300x")] = "h100",
+) -> None:
+    """GPUs needed: 6ND FLOPs over (mfu x peak bf16 x time), as the Smol playbook computes it."""
+    from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
+
+    p = plan(params, tokens, days, mfu, gpu)
+    for line in explain(p):
+        typer.echo(line)
+    table = Table(title="same run on other GPUs (dense bf16 peak)")
+    for col in ("gpu", "peak TFLOP/s", "GPUs"):
+        table.add_column(col, justify="right")
+    for name, peak in GPU_PEAK_TFLOPS.items():
+        other = plan(params, tokens, days, mfu, name)
+        table.add_row(name, f"{peak:g}", str(other.gpus), style="bold" if name == p.gpu else None)
+    console.print(table)
+    typer.echo(f"{p.gpus} GPUs ({p.gpu})")
+
+
+@app.command("serve")
+@cli_errors
+def serve_cmd(
+    model: str = typer.Argument(..., help="model to serve: built-in name, model folder or hub id"),
+    devices: str = typer.Option("0", "--devices", help="the server's GPU ids (CUDA_VISIBLE_DEVICES); never the trainer's"),
+    port: int = typer.Option(8000, "--port"),
+    host: str = typer.Option("0.0.0.0", "--host"),
+    max_model_len: int = typer.Option(4096, "--max-model-len", help="prompt + completion tokens per request"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
+    lora_rank: int | None = typer.Option(None, "--lora-rank", help="serve LoRA adapters (adapter-only weight sync)"),
+    max_staleness: int = typer.Option(4, "--max-staleness", help="with --lora-rank: adapter slots = this + 2"),
+    python: str | None = typer.Option(None, "--python", help="interpreter with vllm (default: this one)"),
+    print_only: bool = typer.Option(False, "--print", help="print the command instead of running it"),
+) -> None:
+    """Start the vLLM server async GRPO needs (weight-transfer routes, processed logprobs, NCCL, bf16)."""
+    from rufus_train.async_grpo import ServeSpec, exec_server, format_command, serve_command
+
+    spec = ServeSpec(
+        model=model, devices=devices, host=host, port=port, max_model_len=max_model_len,
+        gpu_memory_utilization=gpu_memory_utilization, lora_rank=lora_rank, max_staleness=max_staleness, python=python,
+    )
+    if print_only:
+        env, argv = serve_command(spec)
+        typer.echo(format_command(env, argv))
+        return
+    exec_server(spec)
+
+
+if __name__ == "__main__":  # `accelerate launch -m rufus_train.cli stage ...`
+    app()

@@ -54,3 +54,38 @@ def builtin_tokenizer(builtin_model):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(builtin_model)
+
+
+@pytest.fixture(scope="session")
+def vllm_server(builtin_model):
+    """ONE real vLLM CPU server for the built-in model, shared by the whole test session.
+
+    Started through rufus_data.generate.launcher from REPO/.venv-vllm (`python -m
+    vllm.entrypoints.openai.api_server`, --enforce-eager, max_model_len 2048; ready in ~30 s,
+    ~4.6 GB RAM) and stopped by its process group when the session ends. Skipped, with the
+    reason printed, only when .venv-vllm/.installed is missing (`make vllm-venv` installs it).
+    Returns the launcher's VLLMServer: `.base_url` (http://127.0.0.1:PORT, without /v1),
+    `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048."""
+    from rufus_data.generate.launcher import CPU_VENV, LaunchConfig, VLLMServer, cpu_command, group_members
+
+    if not (CPU_VENV / ".installed").exists():
+        reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"
+        print(f"\nSKIP vllm_server: {reason}")
+        pytest.skip(reason)
+    server = VLLMServer(
+        LaunchConfig(
+            model=builtin_model,
+            served_model_name="smollm2-135m",
+            command=cpu_command(),
+            cpu=True,
+            max_model_len=2048,
+            ready_timeout_s=300,
+        )
+    )
+    server.start()
+    pgid = server.pgid
+    try:
+        yield server
+    finally:
+        server.stop()
+        assert not group_members(pgid), f"vLLM server processes left behind: {group_members(pgid)}"

@@ -1,0 +1,403 @@
+"""`rufus-data filter`: keep the RL prompts a policy can learn from.
+
+A GRPO group whose k rewards are all equal has zero advantage and gives no gradient, so each
+prompt is sampled k times with the policy, scored with the reward(s), and bucketed by
+`rufus_data.rewards.group_outcomes`:
+
+    OUT/all_pass/  learnable/  all_fail/  unscored/   shard folders: the canonical rows + pass_rate
+       (constant/ for equal non-0/1 rewards and outside_band/ for learnable prompts outside
+        --keep appear only when they have rows)
+    OUT/rollouts.parquet   every completion with its reward(s), sampling parameters and model
+    OUT/report.md, pass_rate_hist.png, manifest.json
+
+Generation is resumable per prompt (generate/journal.py) and the output folder is written
+atomically. `--from-rollouts DIR` re-buckets DIR's stored rewards (e.g. with another --keep
+band) without generating."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel, ConfigDict, Field
+
+from rufus_data.console import console
+from rufus_data.errors import RufusError
+from rufus_data.generate import BackendConfig, SamplingParams, check_prompts_fit, open_generator
+from rufus_data.generate.journal import Journal, run_journaled
+from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.report import markdown_table, pyplot
+from rufus_data.shards import (
+    MANIFEST,
+    atomic_output_dir,
+    package_versions,
+    read_shards,
+    write_manifest,
+    write_shards,
+)
+
+BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
+EXTRA_BUCKETS = ("constant", "outside_band")
+ROLLOUTS = "rollouts.parquet"
+PASS_RATE = "pass_rate"
+
+
+class FilterConfig(BaseModel):
+    """Everything that decides the rollouts (hashed for resumption) plus where they run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str
+    reward: list[str | dict] = Field(min_length=1)
+    k: int = Field(8, ge=1)
+    backend: str = "hf"
+    max_tokens: int = Field(512, ge=1)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = 0
+    keep: str = "0<p<1"
+    base_urls: list[str] = []
+    served_model_name: str | None = None
+    concurrency: int = Field(32, ge=1)
+    vllm_command: list[str] | None = None
+    devices: str | None = None
+    max_model_len: int | None = None
+
+    def sampling(self) -> SamplingParams:
+        return SamplingParams(
+            n=self.k,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
+
+    def backend_config(self) -> BackendConfig:
+        return BackendConfig(
+            backend=self.backend,
+            base_urls=self.base_urls,
+            served_model_name=self.served_model_name,
+            concurrency=self.concurrency,
+            vllm_command=self.vllm_command,
+            devices=self.devices,
+            max_model_len=self.max_model_len,
+        )
+
+    def rollout_hash(self, inputs: list[dict]) -> str:
+        """What makes two runs' rollouts interchangeable: model, rewards, sampling, backend, inputs.
+        (--keep, URLs and concurrency do not change the rollouts and are left out.)"""
+        key = {
+            "policy": self.policy,
+            "reward": self.reward,
+            "backend": "hf" if self.backend == "hf" else "server",
+            "sampling": self.sampling().to_dict(),
+            "inputs": inputs,
+        }
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+# --- the keep band --------------------------------------------------------------------------
+_BAND = re.compile(r"^\s*(?:(?P<lo>[0-9.]+)\s*(?P<lop><=|<)\s*)?p\s*(?:(?P<hip><=|<)\s*(?P<hi>[0-9.]+))?\s*$")
+_BAND_GE = re.compile(r"^\s*p\s*(?P<op>>=|>)\s*(?P<v>[0-9.]+)\s*$")
+
+
+def parse_band(text: str):
+    """`"0.1<p<0.9"`, `"0.2<=p"`, `"p<=0.5"`, `"p>0.3"` -> predicate on a pass rate."""
+    match = _BAND.match(text)
+    if match and (match["lo"] or match["hi"]):
+        lo, hi = match["lo"], match["hi"]
+        lo_v = float(lo) if lo else None
+        hi_v = float(hi) if hi else None
+        lo_ok = (lambda p: True) if lo_v is None else (lambda p: p > lo_v if match["lop"] == "<" else p >= lo_v)
+        hi_ok = (lambda p: True) if hi_v is None else (lambda p: p < hi_v if match["hip"] == "<" else p <= hi_v)
+        return lambda p: p is not None and lo_ok(p) and hi_ok(p)
+    match = _BAND_GE.match(text)
+    if match:
+        v = float(match["v"])
+        return (lambda p: p is not None and p > v) if match["op"] == ">" else (lambda p: p is not None and p >= v)
+    raise RufusError(f"--keep {text!r} is not a pass-rate band: write e.g. \"0.1<p<0.9\", \"0.2<=p\" or \"p<=0.5\"")
+
+
+def bucket_of(outcome: str, pass_rate: float | None, keep) -> str:
+    """The folder of a prompt: the rewards' group outcome, with learnable ones outside --keep set apart."""
+    if outcome == "learnable" and not keep(pass_rate):
+        return "outside_band"
+    return outcome
+
+
+# --- generation -----------------------------------------------------------------------------
+def partial_dir(out: Path) -> Path:
+    """Where the journals of an unfinished run live (beside OUT, removed when OUT is written)."""
+    return out.parent / f".{out.name}.partial"
+
+
+def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConfig, overwrite: bool = False) -> dict:
+    """Sample, score and bucket; returns the summary that also goes into the manifest."""
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    parse_band(config.keep)
+    from rufus_data.generate.scoring import Scorer
+
+    scorer = Scorer.from_specs(config.reward)
+    rows, prompts, inputs, schema = read_prompt_rows(shards)
+    if not prompts:
+        raise RufusError(f"no prompts in {', '.join(map(str, shards))}: nothing to filter")
+    sampling = config.sampling()
+    config_hash = config.rollout_hash(inputs)
+    journal = Journal(partial_dir(out) / f"filter-{config_hash}.jsonl", config_hash)
+    by_id = {str(r["id"]): r for r in rows}
+
+    def to_record(result) -> dict:
+        row = by_id[result.prompt.id]
+        texts = [c.text for c in result.completions]
+        combined, per_function = scorer.score(row, result.prompt.messages, texts)
+        return {
+            "completions": [
+                {
+                    "text": c.text,
+                    "token_ids": c.token_ids,
+                    "finish_reason": c.finish_reason,
+                    "seed": c.seed,
+                    "logprobs": c.logprobs,
+                    "reward": combined[i],
+                    "rewards": {name: scores[i] for name, scores in per_function.items()},
+                }
+                for i, c in enumerate(result.completions)
+            ]
+        }
+
+    timings = {}
+    context_status = "n/a"
+    todo = [p for p in prompts if p.id not in journal]
+    if todo:
+        with open_generator(config.policy, config.backend_config()) as generator:
+            context_status = check_prompts_fit(generator, config.policy, todo, sampling)
+            if context_status == "skipped":
+                console.print("[yellow]max_model_len check skipped: the server did not answer GET /v1/models[/]")
+            timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}")
+    else:
+        console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
+        timings = {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
+
+    rollouts = rollouts_table(prompts, by_id, journal, config, sampling)
+    summary = write_filter_output(
+        out,
+        rows,
+        schema,
+        rollouts,
+        config.k,
+        config.keep,
+        overwrite=overwrite,
+        manifest={
+            "command": "rufus-data filter",
+            "config": config.model_dump(),
+            "config_hash": config_hash,
+            "inputs": inputs,
+            "seed": config.seed,
+            "generation": timings,
+            "max_model_len_check": context_status,
+            "rewards": scorer.names,
+        },
+    )
+    shutil.rmtree(partial_dir(out), ignore_errors=True)
+    return summary
+
+
+def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampling: SamplingParams) -> pa.Table:
+    """One row per completion, in prompt order then sample order."""
+    columns: dict[str, list] = {
+        name: []
+        for name in (
+            "prompt_id", "label", "source", "sample_index", "completion", "token_ids", "num_tokens",
+            "finish_reason", "seed", "logprobs", "reward", "rewards", "model", "backend", "sampling",
+            "config_hash", "generated_by_pid",
+        )
+    }
+    sampling_json = sampling.to_json()
+    for prompt in prompts:
+        record = journal.records[prompt.id]
+        row = by_id[prompt.id]
+        for index, completion in enumerate(record["completions"]):
+            columns["prompt_id"].append(prompt.id)
+            columns["label"].append(row.get("label"))
+            columns["source"].append(row.get("source"))
+            columns["sample_index"].append(index)
+            columns["completion"].append(completion["text"])
+            columns["token_ids"].append(completion["token_ids"])
+            columns["num_tokens"].append(len(completion["token_ids"]))
+            columns["finish_reason"].append(completion["finish_reason"])
+            columns["seed"].append(completion["seed"])
+            columns["logprobs"].append(completion["logprobs"])
+            columns["reward"].append(completion["reward"])
+            columns["rewards"].append(json.dumps(completion["rewards"], sort_keys=True))
+            columns["model"].append(config.policy)
+            columns["backend"].append(config.backend)
+            columns["sampling"].append(sampling_json)
+            columns["config_hash"].append(journal.config_hash)
+            columns["generated_by_pid"].append(record["pid"])
+    schema = pa.schema(
+        [
+            ("prompt_id", pa.string()), ("label", pa.string()), ("source", pa.string()),
+            ("sample_index", pa.int32()), ("completion", pa.string()), ("token_ids", pa.list_(pa.int32())),
+            ("num_tokens", pa.int32()), ("finish_reason", pa.string()), ("seed", pa.int64()),
+            ("logprobs", pa.list_(pa.float32())), ("reward", pa.float64()), ("rewards", pa.string()),
+            ("model", pa.string()), ("backend", pa.string()), ("sampling", pa.string()),
+            ("config_hash", pa.string()), ("generated_by_pid", pa.int64()),
+        ]
+    )
+    return pa.table(columns, schema=schema)
+
+
+# --- bucketing and output -------------------------------------------------------------------
+def bucket_prompts(rollouts: pa.Table, k: int, keep: str) -> dict[str, tuple[str, float | None]]:
+    """{prompt id: (bucket, pass rate)} from the stored per-completion rewards."""
+    from rufus_data.rewards.groups import group_outcomes
+
+    band = parse_band(keep)
+    ids = rollouts.column("prompt_id").to_pylist()
+    rewards = rollouts.column("reward").to_pylist()
+    grouped: dict[str, list] = {}
+    for pid, reward in zip(ids, rewards):
+        grouped.setdefault(pid, []).append(reward)
+    result = {}
+    for pid, group in grouped.items():
+        if len(group) != k:
+            raise RufusError(f"rollouts: prompt {pid} has {len(group)} completions, expected k={k}")
+        outcome = group_outcomes(group, k)[0]
+        result[pid] = (bucket_of(outcome.outcome, outcome.p, band), outcome.p)
+    return result
+
+
+def write_filter_output(
+    out: Path, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str, overwrite: bool, manifest: dict
+) -> dict:
+    """Write the bucket folders (input schema + pass_rate), rollouts, report and manifest atomically."""
+    buckets = bucket_prompts(rollouts, k, keep)
+    by_bucket: dict[str, list[dict]] = {b: [] for b in BUCKETS + EXTRA_BUCKETS}
+    for row in rows:
+        bucket, pass_rate = buckets[str(row["id"])]
+        by_bucket[bucket].append({**{k_: v for k_, v in row.items() if k_ != PASS_RATE}, PASS_RATE: pass_rate})
+    if PASS_RATE in schema.names:
+        schema = schema.remove(schema.get_field_index(PASS_RATE))
+    schema = schema.append(pa.field(PASS_RATE, pa.float64()))
+    counts = {b: len(r) for b, r in by_bucket.items()}
+    started = time.monotonic()
+    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+        for bucket, bucket_rows in by_bucket.items():
+            if bucket in EXTRA_BUCKETS and not bucket_rows:
+                continue
+            table = pa.Table.from_pylist(bucket_rows, schema=schema)
+            write_shards(table, tmp / bucket)
+            write_manifest(tmp / bucket, {"command": "rufus-data filter", "bucket": bucket, "rows": len(bucket_rows),
+                                          "config_hash": manifest.get("config_hash"), "keep": keep})
+        pq.write_table(rollouts, tmp / ROLLOUTS, compression="zstd")
+        write_report(tmp, rows, rollouts, buckets, counts, keep, manifest)
+        summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k}
+        write_manifest(tmp, {**manifest, **summary, "versions": package_versions("transformers", "torch", "httpx"),
+                             "write_seconds": round(time.monotonic() - started, 3)})
+    return {**summary, "out": str(out), "generation": manifest.get("generation", {})}
+
+
+def write_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, keep: str, manifest: dict) -> None:
+    labels = sorted({str(r.get("label")) for r in rows})
+    per_label = Counter((str(r.get("label")), buckets[str(r["id"])][0]) for r in rows)
+    shown = [b for b in BUCKETS + EXTRA_BUCKETS if b in BUCKETS or counts[b]]
+    table_rows = [[label, *(per_label[(label, b)] for b in shown), sum(per_label[(label, b)] for b in shown)] for label in labels]
+    table_rows.append(["**all**", *(counts[b] for b in shown), len(rows)])
+    gen = manifest.get("generation") or {}
+    finish = Counter(rollouts.column("finish_reason").to_pylist())
+    lines = [
+        "# rufus-data filter",
+        "",
+        (
+            f"Policy `{rollouts.column('model')[0].as_py() if rollouts.num_rows else '?'}`, "
+            f"{rollouts.num_rows // max(len(rows), 1)} samples per prompt, keep band `{keep}` for `learnable/`."
+        ),
+        "",
+        "## Buckets per label",
+        "",
+        markdown_table(["label", *shown, "total"], table_rows),
+        "## Pass rates",
+        "",
+        "![pass rate histogram](pass_rate_hist.png)",
+        "",
+        "## Generation",
+        "",
+        markdown_table(
+            ["prompts", "resumed", "generated", "generated tokens", "tokens/s", "finish=length", "max_model_len check"],
+            [[gen.get("prompts_total", len(rows)), gen.get("prompts_resumed", "-"), gen.get("prompts_generated", "-"),
+              gen.get("generated_tokens", "-"), gen.get("tokens_per_s", "-"), finish.get("length", 0),
+              manifest.get("max_model_len_check", "-")]],
+        ),
+    ]
+    (folder / "report.md").write_text("\n".join(lines) + "\n")
+    rates = [p for _, p in buckets.values() if p is not None]
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.hist(rates, bins=[i / 20 for i in range(21)], color="#4c72b0", edgecolor="white")
+    ax.set_xlabel("pass rate (mean reward over k samples)")
+    ax.set_ylabel("prompts")
+    ax.set_title(f"pass rates of {len(rates)} scored prompts")
+    fig.tight_layout()
+    fig.savefig(folder / "pass_rate_hist.png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False) -> dict:
+    """Re-bucket a finished filter output from its stored rewards (no generation)."""
+    src = Path(rollouts_dir)
+    path = src / ROLLOUTS
+    if not path.exists():
+        raise RufusError(f"{src} has no {ROLLOUTS}: --from-rollouts takes the --out folder of an earlier `rufus-data filter`")
+    parse_band(keep)
+    rollouts = pq.read_table(path)
+    previous = json.loads((src / MANIFEST).read_text()) if (src / MANIFEST).exists() else {}
+    tables = [read_shards(src / b) for b in BUCKETS + EXTRA_BUCKETS if (src / b / "data").exists()]
+    if not tables:
+        raise RufusError(f"{src} has no bucket folders ({', '.join(BUCKETS)}): is it a `rufus-data filter` output?")
+    table = pa.concat_tables(tables, promote_options="permissive").drop_columns([PASS_RATE])
+    rows, schema = table.to_pylist(), table.schema
+    order = {pid: i for i, pid in enumerate(dict.fromkeys(rollouts.column("prompt_id").to_pylist()))}
+    missing = set(order) - {str(r["id"]) for r in rows}
+    if missing:
+        raise RufusError(f"{src}: {len(missing)} prompts of {ROLLOUTS} have no row in its bucket folders (e.g. {sorted(missing)[:3]})")
+    rows.sort(key=lambda r: order[str(r["id"])])
+    k = previous.get("k") or rollouts.num_rows // max(len(order), 1)
+    manifest = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
+    manifest.update(command="rufus-data filter --from-rollouts", from_rollouts=str(src), max_model_len_check="n/a (no generation)")
+    return write_filter_output(Path(out), rows, schema, rollouts, k, keep, overwrite=overwrite, manifest=manifest)
+
+
+def parse_reward_option(values: list[str]) -> list[str | dict]:
+    """`--reward` values: `name:arg` strings, or YAML/JSON mappings such as
+    `{name: string_match, extractor: gsm8k, answer_column: expected_output}`."""
+    import yaml
+
+    specs: list[str | dict] = []
+    for value in values:
+        text = value.strip()
+        if text.startswith("{"):
+            try:
+                spec = yaml.safe_load(text)
+            except yaml.YAMLError as err:
+                raise RufusError(f"--reward {value!r} is not a valid YAML mapping ({err}); e.g. '{{name: string_match}}'") from None
+            if not isinstance(spec, dict):
+                raise RufusError(f"--reward {value!r} must be a mapping like '{{name: string_match, extractor: gsm8k}}'")
+            specs.append(spec)
+        else:
+            specs.append(text)
+    return specs

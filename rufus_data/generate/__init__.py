@@ -1,0 +1,120 @@
+"""Generation behind one interface (`Generator.stream(prompts, sampling)`), three backends:
+
+- `server`: any OpenAI-compatible endpoint(s) (server.py),
+- `vllm`: a vLLM server Rufus starts and stops itself (launcher.py) + the server client,
+- `hf`: transformers `generate` in-process (hf.py), the embedded default on CPU.
+
+`open_generator` picks one; `check_prompts_fit` runs the max_model_len check (context.py)
+before the first request."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from rufus_data.errors import RufusError
+from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
+from rufus_data.generate.context import check_context_fits
+from rufus_data.generate.sampling import SamplingParams, prompt_seed, sample_seed
+
+BACKENDS = ("hf", "vllm", "server")
+
+__all__ = [
+    "BACKENDS",
+    "BackendConfig",
+    "Completion",
+    "Generator",
+    "Prompt",
+    "PromptResult",
+    "SamplingParams",
+    "check_context_fits",
+    "check_prompts_fit",
+    "open_generator",
+    "prompt_seed",
+    "sample_seed",
+]
+
+
+@dataclass
+class BackendConfig:
+    """How to reach a model; the fields a backend does not use are ignored."""
+
+    backend: str = "hf"
+    base_urls: list[str] = field(default_factory=list)  # server
+    served_model_name: str | None = None  # server: the name the endpoint knows the model by
+    concurrency: int = 32  # server / vllm
+    vllm_command: list[str] | None = None  # vllm: default launcher.default_command()
+    devices: str | None = None  # vllm: CUDA_VISIBLE_DEVICES of the server
+    max_model_len: int | None = None  # vllm: --max-model-len of the server
+    vllm_args: list[str] = field(default_factory=list)
+    dtype: str = "bfloat16"  # hf
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise RufusError(f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}")
+        if self.backend == "server" and not self.base_urls:
+            raise RufusError("--backend server needs --base-url (one or more OpenAI-compatible endpoints)")
+
+
+@contextlib.contextmanager
+def open_generator(model: str, config: BackendConfig) -> Iterator[Generator]:
+    """A ready generator for `model`; anything it started (a vLLM server) is stopped on exit."""
+    if config.backend == "hf":
+        from rufus_data.generate.hf import HFGenerator
+
+        with HFGenerator(model, dtype=config.dtype) as gen:
+            yield gen
+        return
+    from rufus_data.generate.server import ServerConfig, ServerGenerator
+
+    if config.backend == "server":
+        name = config.served_model_name or model
+        with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
+            yield gen
+        return
+    from rufus_data.generate.launcher import LaunchConfig, launch
+    from rufus_data.models import resolve_model
+
+    launch_config = LaunchConfig(
+        model=resolve_model(model),
+        served_model_name=model,
+        command=config.vllm_command,
+        devices=config.devices,
+        max_model_len=config.max_model_len,
+        extra_args=config.vllm_args,
+    )
+    with launch(launch_config) as server:
+        cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
+        with ServerGenerator(cfg) as gen:
+            yield gen
+
+
+def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
+    """Tokens of the longest chat-templated prompt, with the model's tokenizer (None if unavailable)."""
+    from rufus_data.models import resolve_model
+
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
+        return None
+    longest = 0
+    for prompt in prompts:
+        ids = tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=True)
+        longest = max(longest, len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return longest
+
+
+def check_prompts_fit(generator: Generator, model: str, prompts: Sequence[Prompt], sampling: SamplingParams) -> str:
+    """For server-backed generators: refuse prompts + max_tokens above any server's max_model_len.
+    Returns "ok", "skipped" (server not reachable, or no tokenizer) or "n/a" (in-process hf)."""
+    base_urls = getattr(generator, "base_urls", None)
+    if not base_urls or not prompts:
+        return "n/a"
+    longest = longest_prompt_tokens(model, prompts)
+    if longest is None:
+        return "skipped"
+    statuses = [check_context_fits(url, longest, sampling.max_tokens, model=generator.model) for url in base_urls]
+    return "ok" if all(s == "ok" for s in statuses) else "skipped"

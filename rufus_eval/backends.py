@@ -1,0 +1,167 @@
+"""Where the answers come from: `hf` (in-process transformers), `vllm` (a server Rufus starts with
+the generation launcher), `server` (an OpenAI-compatible endpoint the user runs).
+
+Both lm-eval model classes below give each of a document's k samples its own seed. lm-eval
+clones a request k times and the OpenAI backend sends one fixed `seed` with every request, so
+against vLLM the k samples would be k copies of one answer. `rufus-completions` sends sample i of
+every document of a task the seed `sample_seed(run_seed, task, i)` (the generation package's
+rule): the k samples of a document differ, and the requests of one sample index share their
+generation kwargs, which is what lm-eval groups concurrent requests by (one seed per document
+and sample would make every group a single request, sent one after another).
+`rufus-hf` seeds torch before the i-th sample of every document."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from lm_eval.api.registry import register_model
+from lm_eval.models.huggingface import HFLM
+from lm_eval.models.openai_completions import LocalCompletionsAPI
+
+from rufus_data.errors import RufusError
+from rufus_data.generate.sampling import sample_seed
+
+
+def sample_indices(requests) -> list[int]:
+    """Which repeat each request is: lm-eval passes the same Instance object k times."""
+    seen: dict[int, int] = {}
+    out = []
+    for req in requests:
+        out.append(seen.get(id(req), 0))
+        seen[id(req)] = out[-1] + 1
+    return out
+
+
+@register_model("rufus-completions")
+class SeededCompletionsAPI(LocalCompletionsAPI):
+    """lm-eval's `local-completions` with a distinct, reproducible seed per sample."""
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        seeded = []
+        for req, index in zip(requests, sample_indices(requests)):
+            context, gen_kwargs = req.args[0], dict(req.args[1])
+            gen_kwargs["seed"] = sample_seed(self._seed, str(req.task_name), index)
+            seeded.append(dataclasses.replace(req, arguments=(context, gen_kwargs), resps=[], filtered_resps={}))
+        return super().generate_until(seeded, disable_tqdm=disable_tqdm)
+
+
+@register_model("rufus-hf")
+class SeededHFLM(HFLM):
+    """lm-eval's `hf` model; the i-th samples of all documents run together after seeding torch."""
+
+    def __init__(self, *args, seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rufus_seed = int(seed)
+
+    def generate_until(self, requests, disable_tqdm: bool = False):
+        import torch
+
+        indices = sample_indices(requests)
+        results: list[str | None] = [None] * len(requests)
+        for index in sorted(set(indices)):
+            positions = [p for p, i in enumerate(indices) if i == index]
+            torch.manual_seed(self.rufus_seed * 1000 + index)
+            answers = super().generate_until([requests[p] for p in positions], disable_tqdm=disable_tqdm)
+            for p, answer in zip(positions, answers):
+                results[p] = answer
+        return results
+
+
+@dataclass
+class BackendConfig:
+    """What `open_backend` needs. `devices` go verbatim into the vLLM server's CUDA_VISIBLE_DEVICES."""
+
+    kind: str = "hf"  # hf | vllm | server
+    model: str = ""  # a model folder (hf, vllm) or the served model name (server)
+    name: str | None = None  # served model name (vllm); default: the folder name
+    base_url: str | None = None  # server
+    tokenizer: str | None = None  # server: tokenizer folder (default: model)
+    devices: str | None = None  # vllm: e.g. "0,1"; None = the launcher's default (CPU build without GPUs)
+    data_parallel_size: int = 1
+    max_model_len: int | None = None
+    batch_size: int = 16  # hf
+    concurrency: int = 8  # vllm / server: requests in flight
+    seed: int = 0
+    extra_server_args: list[str] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def open_backend(cfg: BackendConfig) -> Iterator[tuple[str, dict, dict]]:
+    """Yield (lm-eval model name, model args, facts for the results) and clean up afterwards."""
+    if cfg.kind == "hf":
+        args = {"pretrained": cfg.model, "device": "cuda" if _has_cuda() else "cpu", "dtype": "auto" if _has_cuda() else "float32",
+                "batch_size": cfg.batch_size, "seed": cfg.seed}
+        if cfg.max_model_len:
+            args["max_length"] = cfg.max_model_len
+        yield "rufus-hf", args, {"backend": "hf"}
+    elif cfg.kind == "vllm":
+        from rufus_data.generate.launcher import LaunchConfig, launch
+
+        extra = list(cfg.extra_server_args)
+        if cfg.data_parallel_size > 1:
+            extra += ["--data-parallel-size", str(cfg.data_parallel_size)]
+        launch_cfg = LaunchConfig(
+            model=cfg.model,
+            served_model_name=cfg.name or cfg.model,
+            devices=cfg.devices,
+            max_model_len=cfg.max_model_len,
+            extra_args=extra,
+        )
+        with launch(launch_cfg) as server:
+            yield "rufus-completions", _api_args(cfg, server.base_url, server.model, cfg.model), {
+                "backend": "vllm",
+                "server_pgid": server.pgid,
+                "server_version": server_version(server.base_url),
+            }
+    elif cfg.kind == "server":
+        if not cfg.base_url:
+            raise RufusError("--backend server needs --base-url (the OpenAI-compatible endpoint, e.g. http://host:8000)")
+        yield "rufus-completions", _api_args(cfg, cfg.base_url, cfg.model, cfg.tokenizer or cfg.model), {
+            "backend": "server",
+            "server_version": server_version(cfg.base_url),
+        }
+    else:
+        raise RufusError(f"unknown backend {cfg.kind!r}: use hf, vllm or server")
+
+
+def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str) -> dict:
+    from rufus_data.generate.context import server_max_model_len
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    max_len = server_max_model_len(root, model) or cfg.max_model_len or 2048
+    return {
+        "model": model,
+        "base_url": f"{root}/v1/completions",
+        "tokenizer": tokenizer,
+        "tokenizer_backend": "huggingface",
+        "tokenized_requests": True,
+        "max_length": max_len,
+        "num_concurrent": cfg.concurrency,
+        "max_retries": 3,
+        "seed": cfg.seed,
+        "timeout": 600,
+    }
+
+
+def server_version(base_url: str) -> str | None:
+    """The version a vLLM server reports (`GET /version`), kept with the results."""
+    import httpx
+
+    root = base_url.rstrip("/").removesuffix("/v1")
+    with contextlib.suppress(httpx.HTTPError, ValueError):
+        response = httpx.get(f"{root}/version", timeout=5.0)
+        if response.status_code == 200:
+            return str(response.json().get("version"))
+    return None
+
+
+def _has_cuda() -> bool:
+    if shutil.which("nvidia-smi") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,342 @@
+"""Evaluate checkpoints while training runs, on other devices, without ever blocking or breaking it.
+
+`CheckpointEvalCallback` (a transformers TrainerCallback, attached by every rufus-train stage):
+- rank 0 only (`state.is_world_process_zero`); other ranks return at once and no collective
+  operation is issued;
+- `on_train_begin` (with `eval_baseline`): the starting model is saved as
+  `<output_dir>/_eval_staging/checkpoint-0` and evaluated as `<tag>-checkpoint-0`, logs in
+  `<output_dir>/eval_logs/step-0/`;
+- `on_save`: the checkpoint is snapshotted at once into `_eval_staging/checkpoint-N` with hard
+  links (weights, tokenizer, configs; no optimizer/scheduler/RNG state), so `save_total_limit`
+  rotation cannot delete what is being evaluated (across file systems it copies, with a warning).
+  A LoRA checkpoint holds only the adapter: the evaluation merges it into the base in the staging
+  copy (`rufus_eval.runner.prepare_model`);
+- one evaluation at a time: a checkpoint arriving while one runs is skipped with a warning;
+- the evaluation is `rufus-eval suite` in a child process in its own session (it starts the vLLM
+  server for the vllm backend, or runs transformers for hf); it is stopped with `os.killpg` on
+  the normal path, on exceptions, in `on_train_end` and from an `atexit` hook;
+- results become `eval/<task>` metrics on the `eval/step` axis (W&B `define_metric`; trackio
+  gets `eval/step` in every record), with `train/global_step` = the step; they also go to the
+  training log (`state.log_history`) and `<output_dir>/eval_logs/metrics.jsonl`.
+`eval_devices` are physical GPU ids given verbatim to the evaluation's CUDA_VISIBLE_DEVICES."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from transformers import TrainerCallback
+
+from rufus_data.console import console
+from rufus_data.errors import RufusError
+
+STAGING = "_eval_staging"
+EVAL_LOGS = "eval_logs"
+# what a checkpoint folder holds that evaluation does not need
+SKIP_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json")
+SKIP_PREFIXES = ("rng_state", "optimizer", "global_step")
+TRACKERS = ("wandb", "trackio")
+# the trainer's launcher (torchrun, accelerate) describes ITS process group in these; an evaluation
+# that inherited them would try to join the training's rendezvous and hang
+DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                   "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+DISTRIBUTED_ENV_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_", "TORCH_NCCL_", "NCCL_ASYNC")
+
+
+class CheckpointEvalConfig(BaseModel):
+    """The `eval` block of a stage config."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    eval_on_checkpoint: bool = False
+    eval_baseline: bool = True
+    suite: str = "quick"
+    tag: str = "model"  # served model name prefix: <tag>-checkpoint-N
+    backend: Literal["auto", "vllm", "hf"] = "auto"  # auto: vllm with GPUs, hf (separate process) without
+    eval_devices: str = "0,1"
+    data_parallel_size: int | None = Field(None, ge=1)  # default: the number of eval_devices
+    limit: int | None = Field(None, ge=1)
+    samples: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1)
+    final: bool = False
+    wait_at_end: bool = True  # on_train_end waits for a running evaluation (then stops it)
+    end_timeout_s: float = 3600.0
+
+
+def gpu_count() -> int:
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    with contextlib.suppress(Exception):
+        import torch
+
+        return torch.cuda.device_count()
+    return 0
+
+
+def trainer_devices() -> set[str]:
+    """Physical GPU ids the trainer uses: its CUDA_VISIBLE_DEVICES, else every GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return {d.strip() for d in visible.split(",") if d.strip()}
+    return {str(i) for i in range(gpu_count())}
+
+
+def stage_checkpoint(src: Path, dst: Path) -> str:
+    """Hard-link the files evaluation needs from `src` into `dst`; copy across file systems.
+
+    Returns "link" or "copy"."""
+    tmp = dst.with_name(dst.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    mode = "link"
+    for item in sorted(src.iterdir()):
+        if item.name in SKIP_FILES or item.name.startswith(SKIP_PREFIXES) or item.is_dir():
+            continue
+        try:
+            os.link(item, tmp / item.name)
+        except OSError:
+            shutil.copy2(item, tmp / item.name)
+            mode = "copy"
+    shutil.rmtree(dst, ignore_errors=True)
+    tmp.rename(dst)
+    if mode == "copy":
+        warnings.warn(
+            f"staging {src} -> {dst}: hard links failed (different file systems?), the checkpoint was copied",
+            stacklevel=2,
+        )
+    return mode
+
+
+class CheckpointEvalCallback(TrainerCallback):
+    def __init__(self, config: CheckpointEvalConfig | dict | None = None):
+        self.config = config if isinstance(config, CheckpointEvalConfig) else CheckpointEvalConfig(**(config or {}))
+        self.devices = self._check_devices()
+        self._proc: subprocess.Popen | None = None
+        self._watcher: threading.Thread | None = None
+        self._results: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self.skipped: list[int] = []
+        self.logged: list[dict] = []
+        self.jobs: list[dict] = []
+        self._trackers: list[str] = []
+        self._metrics_file: Path | None = None
+        atexit.register(self.shutdown)
+
+    # ------------------------------------------------------------------ start-up checks
+    def _check_devices(self) -> str:
+        cfg = self.config
+        if not cfg.eval_on_checkpoint:
+            return cfg.eval_devices
+        devices = [d.strip() for d in cfg.eval_devices.split(",") if d.strip()]
+        if not devices:
+            raise RufusError(
+                "eval_on_checkpoint is on but eval_devices is empty: give the physical GPU ids the evaluation "
+                "server may use (e.g. eval_devices: \"0,1\"), or turn eval_on_checkpoint off"
+            )
+        overlap = sorted(set(devices) & trainer_devices())
+        if overlap:
+            message = (
+                f"eval_devices {cfg.eval_devices} overlap the trainer's GPUs {sorted(trainer_devices())} "
+                f"(shared: {overlap}): evaluation and training will compete for memory and time"
+            )
+            console.print(f"[bold red]WARNING:[/] {message}")
+            warnings.warn(message, stacklevel=3)
+        return cfg.eval_devices
+
+    def backend(self) -> str:
+        if self.config.backend != "auto":
+            return self.config.backend
+        return "vllm" if gpu_count() > 0 else "hf"
+
+    # ------------------------------------------------------------------ trainer events
+    def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
+        if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
+            return
+        self._setup_trackers(args)
+        self._metrics_file = Path(args.output_dir) / EVAL_LOGS / "metrics.jsonl"
+        self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
+        if self.config.eval_baseline:
+            staged = Path(args.output_dir) / STAGING / "checkpoint-0"
+            shutil.rmtree(staged, ignore_errors=True)
+            model.save_pretrained(staged)
+            tokenizer = processing_class or kwargs.get("tokenizer")
+            if tokenizer is not None:
+                tokenizer.save_pretrained(staged)
+            self._start(args, 0, staged)
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
+            return
+        self.drain(state)
+        step = state.global_step
+        if self.busy():
+            self.skipped.append(step)
+            message = f"checkpoint-{step}: an evaluation is still running; this checkpoint is skipped (not queued)"
+            console.print(f"[yellow]eval:[/] {message}")
+            warnings.warn(message, stacklevel=2)
+            return
+        source = Path(args.output_dir) / f"checkpoint-{step}"
+        staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
+        stage_checkpoint(source, staged)
+        self._start(args, step, staged)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.drain(state)
+
+    def on_log(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.drain(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
+            return
+        if self.config.wait_at_end:
+            self.wait(self.config.end_timeout_s)
+        self.shutdown()
+        self.drain(state)
+
+    # ------------------------------------------------------------------ the evaluation process
+    def busy(self) -> bool:
+        with self._lock:
+            return self._proc is not None
+
+    def eval_command(self, output_dir: str | Path, step: int, staged: Path) -> tuple[list[str], dict[str, str]]:
+        """argv and environment of the evaluation of one staged checkpoint."""
+        cfg = self.config
+        out = Path(output_dir) / EVAL_LOGS / f"step-{step}"
+        backend = self.backend()
+        argv = [
+            sys.executable, "-m", "rufus_eval.cli", "suite", cfg.suite, "--ckpt", str(staged),
+            "--backend", backend, "--out", str(out), "--step", str(step), "--name", f"{cfg.tag}-checkpoint-{step}",
+            "--db", str(Path(output_dir) / EVAL_LOGS / "results.duckdb"),
+        ]
+        for flag, value in (("--limit", cfg.limit), ("--samples", cfg.samples), ("--max-tokens", cfg.max_tokens)):
+            if value is not None:
+                argv += [flag, str(value)]
+        if cfg.final:
+            argv.append("--final")
+        if backend == "vllm" and gpu_count() > 0:  # without GPUs the launcher picks vLLM's CPU build
+            dp = cfg.data_parallel_size or len(self.devices.split(","))
+            argv += ["--devices", self.devices, "--data-parallel-size", str(dp)]
+        env = {k: v for k, v in os.environ.items()
+               if k not in DISTRIBUTED_ENV and not k.startswith(DISTRIBUTED_ENV_PREFIXES)}
+        # physical ids, verbatim, whatever the trainer's own CUDA_VISIBLE_DEVICES says
+        env["CUDA_VISIBLE_DEVICES"] = self.devices
+        return argv, env
+
+    def _start(self, args, step: int, staged: Path) -> None:
+        argv, env = self.eval_command(args.output_dir, step, staged)
+        out = Path(args.output_dir) / EVAL_LOGS / f"step-{step}"
+        out.mkdir(parents=True, exist_ok=True)
+        name = f"{self.config.tag}-checkpoint-{step}"
+        backend = self.backend()
+        log = open(out / "eval.log", "wb")  # noqa: SIM115 - closed by the watcher thread
+        with self._lock:
+            self._proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,
+            )
+            proc = self._proc
+        job = {"step": step, "name": name, "pid": proc.pid, "pgid": proc.pid, "argv": argv, "out": str(out)}
+        self.jobs.append(job)
+        (out / "job.json").write_text(json.dumps(job, indent=2))
+        console.print(f"eval: evaluating {name} ({backend}) in process group {proc.pid}; log {out / 'eval.log'}")
+        self._watcher = threading.Thread(target=self._watch, args=(proc, log, step, out), daemon=True)
+        self._watcher.start()
+
+    def _watch(self, proc: subprocess.Popen, log, step: int, out: Path) -> None:
+        try:
+            code = proc.wait()
+        finally:
+            log.close()
+            with self._lock:
+                if self._proc is proc:
+                    self._proc = None
+        if code == 0 and (out / "results.json").exists():
+            self._results.put((step, json.loads((out / "results.json").read_text())))
+        else:
+            tail = (out / "eval.log").read_text(errors="replace")[-1500:]
+            console.print(f"[red]eval:[/] evaluation of step {step} failed (exit {code}); log {out / 'eval.log'}:\n{tail}")
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for the running evaluation; True if none is left running."""
+        watcher = self._watcher
+        if watcher is not None:
+            watcher.join(timeout_s)
+        return not self.busy()
+
+    def shutdown(self, grace_s: float = 10.0) -> None:
+        """Stop a running evaluation: SIGTERM its process group, SIGKILL what is left."""
+        with self._lock:
+            proc = self._proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        if self._watcher is not None:
+            self._watcher.join(5)
+
+    # ------------------------------------------------------------------ logging results
+    def _setup_trackers(self, args) -> None:
+        report_to = args.report_to if isinstance(args.report_to, list) else [args.report_to]
+        self._trackers = [t for t in TRACKERS if t in (report_to or [])]
+        if not self._trackers:
+            message = (
+                "checkpoint evaluation: no tracker in report_to (wandb or trackio); eval/<task> results go to the "
+                "training log and eval_logs/metrics.jsonl only"
+            )
+            console.print(f"[yellow]WARNING:[/] {message}")
+            warnings.warn(message, stacklevel=3)
+        if "wandb" in self._trackers:
+            import wandb
+
+            if wandb.run is not None:
+                wandb.define_metric("eval/step")
+                wandb.define_metric("eval/*", step_metric="eval/step")
+
+    def drain(self, state) -> None:
+        """Log finished evaluations (main thread only: trackers and log_history are not thread-safe)."""
+        while True:
+            try:
+                step, record = self._results.get_nowait()
+            except queue.Empty:
+                return
+            entry = {f"eval/{task}": t["value"] for task, t in record["tasks"].items()}
+            entry.update({"eval/step": step, "train/global_step": step})
+            self.logged.append(entry)
+            state.log_history.append({**entry, "step": state.global_step})
+            if "wandb" in self._trackers:
+                import wandb
+
+                if wandb.run is not None:
+                    wandb.log(entry)
+            if "trackio" in self._trackers:
+                import trackio
+
+                trackio.log(entry)
+            scores = ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if k.startswith("eval/") and k != "eval/step")
+            console.print(f"eval: step {step}: {scores}")
+            if self._metrics_file is not None:
+                with open(self._metrics_file, "a") as fh:
+                    fh.write(json.dumps(entry) + "\n")

@@ -1,0 +1,202 @@
+"""Rufus metrics inside lm-evaluation-harness: every one of the k samples is scored.
+
+lm-eval clones a request `repeats` times and, unless a task names its filters, keeps only the
+first response (`take_first`). Rufus tasks name one filter, `rufus_strip_reasoning`, which keeps
+ALL k responses and strips the reasoning of each with the rewards package's rule
+(`rufus_data.rewards.extract.strip_reasoning`: the text after `</think>`; a reasoning block that
+never closes leaves an empty answer, scored 0 and counted as `unclosed_think`). The metrics
+`rufus_avg`, `rufus_pass` and `rufus_maj` then receive the k answers of a document and score each
+with a Rufus reward (SCORERS), so `avg@k` is the mean over all k samples."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Callable
+
+import lm_eval.api.metrics  # noqa: F401 - registers lm-eval's aggregations (`mean`) first
+from lm_eval.api.filter import Filter
+from lm_eval.api.registry import register_filter, register_metric
+
+from rufus_data.rewards.extract import (
+    THINK_CLOSE,
+    extract_boxed,
+    extract_last_number,
+    normalize_answer,
+    strip_reasoning,
+)
+
+
+class Answer(str):
+    """A sample's answer after reasoning stripping; `closed` is False when `<think>` never closed."""
+
+    closed: bool = True
+
+    def __new__(cls, text: str, closed: bool = True) -> Answer:  # noqa: PYI034
+        obj = super().__new__(cls, text)
+        obj.closed = closed
+        return obj
+
+
+def answer_of(response: str, think_end_token: str = THINK_CLOSE) -> Answer:
+    """The rewards package's rule, with a model-specific end-of-reasoning token mapped onto it."""
+    if think_end_token != THINK_CLOSE:
+        response = response.replace(think_end_token, THINK_CLOSE)
+    text, closed = strip_reasoning(response)
+    return Answer(text.strip(), closed)
+
+
+@register_filter("rufus_strip_reasoning")
+class StripReasoningFilter(Filter):
+    """Keep all k responses of a document; replace each by its answer (reasoning removed)."""
+
+    def __init__(self, think_end_token: str = THINK_CLOSE, **kwargs) -> None:
+        self.think_end_token = think_end_token
+        super().__init__(**kwargs)
+
+    def apply(self, resps, docs):
+        return [[answer_of(r, self.think_end_token) for r in doc_resps] for doc_resps in resps]
+
+
+# ---------------------------------------------------------------- scorers (Rufus rewards)
+
+
+def _call_reward(reward, answers: list[str], prompt: str, columns: dict) -> list[float | None]:
+    k = len(answers)
+    return reward(prompts=[prompt] * k, completions=list(answers), **{c: [v] * k for c, v in columns.items()})
+
+
+def _integer(value: str | None) -> int | None:
+    if value is None:
+        return None
+    text = normalize_answer(value).replace(" ", "")
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def score_answers(scorer: dict, answers: list[str], gold: dict, prompt: str = "") -> list[float | None]:
+    """One score per answer (None: unscorable) with the reward the task's scorer names."""
+    name = scorer["name"]
+    if name == "boxed" and scorer.get("compare") == "integer":
+        want = _integer(str(gold["answer"]))
+        return [1.0 if want is not None and _integer(extract_boxed(a)) == want else 0.0 for a in answers]
+    if name in ("boxed", "gsm8k"):
+        from rufus_data.rewards.string_match import StringMatchReward
+
+        reward = StringMatchReward(extractor="boxed" if name == "boxed" else "last_number", answer_column="answer")
+        return _call_reward(reward, answers, prompt, {"answer": gold["answer"]})
+    if name == "math":
+        from rufus_data.rewards.math_equivalence import MathEquivalenceReward
+
+        return _call_reward(MathEquivalenceReward(answer_column="answer"), answers, prompt, {"answer": gold["answer"]})
+    if name == "ifeval":
+        from rufus_data.rewards.ifeval import IFEvalReward
+
+        reward = IFEvalReward(mode="strict" if scorer.get("strict", True) else "loose", level="prompt")
+        columns = {"instruction_id_list": gold["instruction_id_list"], "kwargs": json.dumps(gold["kwargs"])}
+        return _call_reward(reward, answers, prompt, columns)
+    if name == "code":
+        from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code
+
+        reward = CodeExecutionReward(workers=2, timeout_s=scorer.get("timeout_s", 10.0))
+        # the task's own imports (HumanEval prompts import typing etc.) go before the answer's code
+        imports = "\n".join(
+            line for line in str(gold.get("prompt", "")).splitlines() if line.startswith(("import ", "from "))
+        )
+        programs = [f"```python\n{imports}\n{extract_code(a)}\n```" if a else "" for a in answers]
+        columns = {c: gold[c] for c in ("test", "entry_point", "test_list", "test_imports", "input_output") if c in gold}
+        return _call_reward(reward, programs, prompt, columns)
+    if name == "bfcl":
+        from rufus_eval.bfcl import score_bfcl
+
+        return [score_bfcl(a, gold) for a in answers]
+    if name == "judge":
+        return _judge_scores(scorer, answers, gold, prompt)
+    raise ValueError(f"unknown scorer {name!r}")
+
+
+def _judge_scores(scorer: dict, answers: list[str], gold: dict, prompt: str) -> list[float | None]:
+    """The rewards package's LLM judge, pinned to the suite's judge model and endpoint."""
+    import asyncio
+    import os
+
+    from rufus_data.rewards.llm_judge import LLMJudgeReward
+
+    os.environ["JUDGE_MODEL"] = scorer["judge_model"] or ""
+    os.environ["JUDGE_BASE_URL"] = scorer["judge_base_url"] or ""
+    reward = LLMJudgeReward(reference_column="reference")
+    k = len(answers)
+    return asyncio.run(reward(prompts=[prompt] * k, completions=list(answers), reference=[gold.get("reference")] * k))
+
+
+VOTE_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
+    "boxed": extract_boxed,
+    "math": extract_boxed,
+    "gsm8k": extract_last_number,
+}
+
+
+# ---------------------------------------------------------------- the registered metrics
+
+
+def scored_samples(predictions, references, scorer: dict) -> tuple[list[Answer], list[float], dict]:
+    """(answers, per-sample scores with unclosed reasoning = 0, extra per-document counts)."""
+    answers = [a if isinstance(a, Answer) else Answer(a) for a in predictions[0]]
+    gold = json.loads(references[0])
+    raw = score_answers(scorer, answers, gold, gold.get("rufus_prompt", ""))
+    scores = [0.0 if not a.closed or s is None else float(s) for a, s in zip(answers, raw)]
+    extra = {
+        "unclosed_think": sum(not a.closed for a in answers) / len(answers),
+        "unscored": sum(s is None for a, s in zip(answers, raw) if a.closed) / len(answers),
+    }
+    return answers, scores, extra
+
+
+def pass_at(n_samples: int, n_correct: int, at: int) -> float:
+    """Unbiased pass@at from n samples with c correct (Chen et al., 2021): 1 - C(n-c, at) / C(n, at)."""
+    if n_samples - n_correct < at:
+        return 1.0
+    return 1.0 - math.comb(n_samples - n_correct, at) / math.comb(n_samples, at)
+
+
+@register_metric(metric="rufus_avg", higher_is_better=True, aggregation="mean")
+def rufus_avg(references, predictions, scorer: dict, k: int, **_) -> dict:
+    """avg@k: the mean score of the k samples of one document (lm-eval then averages documents)."""
+    _, scores, extra = scored_samples(predictions, references, scorer)
+    _check_k(scores, k)
+    return {f"avg@{k}": sum(scores) / len(scores), **extra}
+
+
+@register_metric(metric="rufus_pass", higher_is_better=True, aggregation="mean")
+def rufus_pass(references, predictions, scorer: dict, k: int, at: int, **_) -> dict:
+    """pass@at from k samples (a sample passes with score 1)."""
+    _, scores, extra = scored_samples(predictions, references, scorer)
+    _check_k(scores, k)
+    return {f"pass@{at}": pass_at(len(scores), sum(s >= 1.0 for s in scores), at), **extra}
+
+
+@register_metric(metric="rufus_maj", higher_is_better=True, aggregation="mean")
+def rufus_maj(references, predictions, scorer: dict, k: int, at: int, **_) -> dict:
+    """maj@at: the score of the most frequent extracted answer among the first `at` samples."""
+    answers, scores, extra = scored_samples(predictions, references, scorer)
+    _check_k(scores, k)
+    extract = VOTE_EXTRACTORS[scorer["name"]]
+    votes = {}
+    for i, answer in enumerate(answers[:at]):
+        value = extract(answer) if answer.closed else None
+        if value is not None:
+            votes.setdefault(normalize_answer(value), []).append(i)
+    if not votes:
+        return {f"maj@{at}": 0.0, **extra}
+    counts = Counter({key: len(idx) for key, idx in votes.items()})
+    winner = counts.most_common(1)[0][0]
+    return {f"maj@{at}": scores[votes[winner][0]], **extra}
+
+
+def _check_k(scores: list[float], k: int) -> None:
+    if len(scores) != k:
+        raise ValueError(f"expected k={k} samples per document, got {len(scores)}: is `repeats` set to k?")

@@ -1,0 +1,220 @@
+"""`rufus-eval suite`: run a suite's tasks through lm-evaluation-harness and record the results.
+
+The model is created once; tasks run one after the other under a rich progress bar. Each run
+folder holds `tasks/` (the lm-eval configs and data Rufus wrote), `lm_eval/` (lm-eval's results
+and samples, as lm-eval produced them), and `results.json`; the run is also added to the DuckDB
+file of all runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rufus_data.console import console, progress
+from rufus_data.errors import RufusError
+from rufus_eval.backends import BackendConfig, open_backend
+from rufus_eval.results import store_run, write_results
+from rufus_eval.suite import load_suite
+from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
+
+STEP_RE = re.compile(r"checkpoint-(\d+)$")
+
+
+@dataclass
+class RunRequest:
+    suite: str
+    checkpoint: str
+    backend: BackendConfig = field(default_factory=BackendConfig)
+    limit: int | None = None
+    out: Path | None = None
+    final: bool = False
+    step: int | None = None
+    run_name: str | None = None
+    db_path: Path | None = None
+    samples: int | None = None  # override every task's k (quick experiments, tests)
+    max_tokens: int | None = None  # override every task's max_tokens
+
+
+def checkpoint_step(checkpoint: str) -> int | None:
+    match = STEP_RE.search(str(checkpoint).rstrip("/"))
+    return int(match.group(1)) if match else None
+
+
+def prepare_model(checkpoint: str) -> str:
+    """A model folder lm-eval/vLLM can load: built-ins resolved, LoRA adapters merged into a copy
+    beside the adapter (`<checkpoint>/merged`), so the checkpoint evaluated is the trained one."""
+    from rufus_data.models import resolve_model
+
+    path = Path(resolve_model(checkpoint))
+    if not (path / "adapter_config.json").exists():
+        return str(path)
+    merged = path / "merged"
+    if (merged / "config.json").exists():
+        return str(merged)
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    adapter = json.loads((path / "adapter_config.json").read_text())
+    base_ref = adapter.get("base_model_name_or_path")
+    if not base_ref:
+        raise RufusError(f"{path}/adapter_config.json names no base_model_name_or_path: cannot merge the LoRA adapter")
+    base_path = resolve_model(base_ref)
+    console.print(f"merging LoRA adapter {path} into base {base_path}")
+    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.bfloat16)
+    model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    tmp = path / "merged.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tokenizer_src = path if (path / "tokenizer_config.json").exists() else base_path
+    AutoTokenizer.from_pretrained(str(tokenizer_src)).save_pretrained(tmp)
+    tmp.rename(merged)
+    return str(merged)
+
+
+def run_suite(req: RunRequest) -> dict:
+    """Run the suite; returns the results record (also written to results.json and DuckDB)."""
+    import lm_eval
+    from lm_eval.api.registry import get_model
+    from lm_eval.tasks import TaskManager
+
+    import rufus_eval.metrics  # noqa: F401 - registers the filter and metrics
+
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
+    suite = load_suite(req.suite)
+    if req.samples or req.max_tokens:
+        for task in suite.tasks:
+            if req.samples:
+                task.samples = req.samples
+                at = task.metric.split("@")[-1]
+                if task.kind == "rufus" and at != "k" and int(at) > req.samples:
+                    task.metric = task.metric.split("@")[0] + "@k"
+            if req.max_tokens:
+                task.sampling = (task.sampling or suite.sampling).model_copy(update={"max_tokens": req.max_tokens})
+    tasks = suite.selected(req.final)
+    if not tasks:
+        raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
+    step = req.step if req.step is not None else checkpoint_step(req.checkpoint)
+    run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    out = Path(req.out or Path("outputs/eval") / run_name)
+    (out / "lm_eval").mkdir(parents=True, exist_ok=True)
+
+    lm_names = {}
+    for task in tasks:
+        if task.kind == "rufus":
+            write_task(suite, task, out / "tasks")
+            lm_names[task.name] = lm_eval_task_name(suite, task)
+        else:
+            lm_names[task.name] = task.lm_eval_task
+    manager = TaskManager(
+        include_path=str(out / "tasks") if (out / "tasks").exists() else None,
+        include_defaults=any(t.kind == "lm_eval" for t in tasks),
+    )
+
+    backend = req.backend
+    if backend.kind in ("hf", "vllm"):
+        backend = BackendConfig(**{**backend.__dict__, "model": prepare_model(backend.model or req.checkpoint)})
+    backend.seed = suite.seed
+
+    record = {
+        "run": run_name,
+        "suite": suite.name,
+        "checkpoint": str(req.checkpoint),
+        "step": step,
+        "final": req.final,
+        "limit": req.limit,
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "system_prompt": suite.system_prompt,
+        "tasks": {},
+        "judges": {},
+    }
+    with open_backend(backend) as (model_name, model_args, facts):
+        record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
+        lm = get_model(model_name).create_from_arg_obj(model_args)
+        with progress("tasks") as bar:
+            job = bar.add_task(f"suite {suite.name}", total=len(tasks))
+            for task in tasks:
+                bar.update(job, description=f"{suite.name}: {task.name}")
+                output = lm_eval.simple_evaluate(
+                    model=lm,
+                    tasks=[lm_names[task.name]],
+                    task_manager=manager,
+                    limit=req.limit,
+                    apply_chat_template=True,
+                    system_instruction=suite.system_prompt,
+                    log_samples=True,
+                    random_seed=suite.seed,
+                    numpy_random_seed=suite.seed,
+                    torch_random_seed=suite.seed,
+                    bootstrap_iters=1000,
+                    confirm_run_unsafe_code=True,
+                )
+                record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, out)
+                if task.scorer and task.scorer.name == "judge":
+                    from rufus_eval.backends import server_version
+
+                    record["judges"][task.name] = {
+                        "model": task.scorer.judge_model,
+                        "base_url": task.scorer.judge_base_url,
+                        "server_version": server_version(task.scorer.judge_base_url or ""),
+                    }
+                bar.advance(job)
+    results_path = write_results(record, out)
+    store_run(record, results_path, req.db_path)
+    _print_summary(record)
+    return record
+
+
+def _task_record(suite, task, lm_name: str, output: dict, out: Path) -> dict:
+    """Save lm-eval's results and samples for the task; pull out the headline number."""
+    from lm_eval.utils import handle_non_serializable
+
+    results = output["results"][lm_name]
+    (out / "lm_eval" / f"results_{task.name}.json").write_text(
+        json.dumps({k: v for k, v in output.items() if k != "samples"}, indent=2, default=handle_non_serializable)
+    )
+    # a native lm-eval group (global_mmlu_en, ruler) logs samples under its subtasks
+    samples = [s for name in sorted(output["samples"]) for s in output["samples"][name]]
+    with open(out / "lm_eval" / f"samples_{task.name}.jsonl", "w") as fh:
+        fh.writelines(json.dumps(s, default=handle_non_serializable, ensure_ascii=False) + "\n" for s in samples)
+    metric = metric_name(suite, task)
+    if task.kind == "rufus":
+        key = f"{metric},rufus"
+    elif "," in metric:
+        key = metric
+    else:
+        key = next((k for k in results if k.startswith(f"{metric},") and "_stderr" not in k), f"{metric},none")
+    value = results.get(key)
+    if not isinstance(value, (int, float)):
+        raise RufusError(f"task {task.name}: lm-eval reported no {key} (keys: {sorted(results)})")
+    name, filter_key = key.split(",", 1)
+    stderr = results.get(f"{name}_stderr,{filter_key}")
+    return {
+        "metric": name,
+        "value": float(value),
+        "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+        "k": suite.k(task) if task.kind == "rufus" else 1,
+        "docs": len(samples),
+        "unclosed_think": results.get(f"unclosed_think,{filter_key}"),
+        "role": task.role,
+        "kind": task.kind,
+        "samples_file": str(out / "lm_eval" / f"samples_{task.name}.jsonl"),
+    }
+
+
+def _print_summary(record: dict) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
+    for col in ("task", "metric", "value", "stderr", "k", "docs", "unclosed"):
+        table.add_column(col)
+    for name, t in record["tasks"].items():
+        stderr = "-" if t["stderr"] is None else f"{t['stderr']:.4f}"
+        unclosed = "-" if t["unclosed_think"] is None else f"{t['unclosed_think']:.2f}"
+        table.add_row(name, t["metric"], f"{t['value']:.4f}", stderr, str(t["k"]), str(t["docs"]), unclosed)
+    console.print(table)

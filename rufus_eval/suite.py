@@ -1,0 +1,173 @@
+"""Suite configs: what a `catalogs/suites/NAME.yaml` may say, validated strictly.
+
+A suite is a list of tasks. Each task says what it is (`kind`):
+- `rufus`: Rufus writes the lm-eval task config (local JSON data through `dataset_path: json`),
+  samples k answers, strips reasoning and scores every sample with a Rufus reward;
+- `lm_eval`: a task lm-evaluation-harness ships, run as it is (`lm_eval_task`, `metric_key`).
+Where the data comes from is separate (`data`): a local file under `$RUFUS_DATA_ROOT` (or an
+absolute path), a hub dataset (pinned revision; says so clearly when the hub is unreachable), or
+the data files a PyPI wheel ships (BFCL)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rufus_data.errors import RufusError
+from rufus_data.yaml_config import load_yaml_model
+
+SUITES_DIR = Path(__file__).resolve().parents[1] / "catalogs" / "suites"
+METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Sampling(Strict):
+    """Sampling of the k answers; temperature 0 with k > 1 is refused (k equal answers)."""
+
+    temperature: float = Field(0.6, ge=0)
+    top_p: float = Field(0.95, gt=0, le=1)
+    max_tokens: int = Field(1024, ge=1)
+
+
+class DataSource(Strict):
+    """Exactly one of `path` (relative to $RUFUS_DATA_ROOT, or absolute), `hub`, `wheel`."""
+
+    path: str | None = None
+    hub: str | None = None  # hub dataset id; needs `revision`
+    revision: str | None = None
+    config: str | None = None
+    split: str = "test"
+    wheel: str | None = None  # pip requirement of a wheel whose data files are used (BFCL)
+    category: str | None = None  # BFCL test category inside that wheel, e.g. simple_python
+    local_path: str | None = Field(None, description="local copy used instead of the hub when set")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSource:
+        given = [k for k in ("path", "hub", "wheel") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of path, hub, wheel (got {given or 'none'})")
+        if self.hub and not self.revision:
+            raise ValueError(f"hub dataset {self.hub} needs a pinned `revision` (a commit sha)")
+        if self.wheel and not self.category:
+            raise ValueError("a wheel data source needs `category` (e.g. simple_python)")
+        return self
+
+
+class Scorer(Strict):
+    """A Rufus reward used as the scorer of one sample (see rufus_eval/metrics.py SCORERS)."""
+
+    name: Literal["gsm8k", "boxed", "math", "ifeval", "code", "judge", "bfcl"]
+    compare: Literal["string", "integer"] = "string"  # boxed: AIME golds are integers ("025" == 25)
+    strict: bool = True  # ifeval: strict (True) or loose following
+    timeout_s: float = 10.0  # code: per-program limit in the sandbox
+    judge_model: str | None = None  # judge: the pinned judge model id
+    judge_base_url: str | None = None  # judge: OpenAI-compatible endpoint of the judge
+
+
+class Task(Strict):
+    name: str = Field(pattern=r"^[a-z0-9_]+$")
+    kind: Literal["rufus", "lm_eval"]
+    role: Literal["validation", "test"]
+    about: str = ""  # one line: what the task is and where its number comes from
+    needs_hub: bool = False  # data or haystacks download from the hub (unreachable offline)
+    # kind: lm_eval
+    lm_eval_task: str | None = None
+    metric_key: str | None = None  # which of the native task's metrics is reported
+    # kind: rufus
+    data: DataSource | None = None
+    prompt: str | None = None  # str.format template over the data row's fields
+    gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer needs
+    skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
+    scorer: Scorer | None = None
+    metric: str = "avg@k"
+    samples: int | None = Field(None, ge=1)  # k; default: the suite's
+    sampling: Sampling | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> Task:
+        if self.kind == "lm_eval":
+            if not (self.lm_eval_task and self.metric_key):
+                raise ValueError("an lm_eval task needs lm_eval_task and metric_key")
+            return self
+        missing = [k for k in ("data", "prompt", "scorer") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"a rufus task needs {', '.join(missing)}")
+        if not self.gold_fields:
+            raise ValueError("a rufus task needs gold_fields (the row fields its scorer reads)")
+        match = METRIC_RE.match(self.metric)
+        if not match:
+            raise ValueError(f"metric {self.metric!r} must be avg@k, pass@N, maj@N or maj@k")
+        if match.group(1) == "maj" and self.scorer.name not in ("gsm8k", "boxed", "math"):
+            raise ValueError(f"maj@ needs an answer to vote on; scorer {self.scorer.name} has none")
+        return self
+
+
+class Suite(Strict):
+    name: str
+    description: str = ""
+    samples: int = Field(4, ge=1)  # default k
+    sampling: Sampling = Sampling()
+    system_prompt: str | None = None  # e.g. "/think" or "/no_think" for hybrid reasoning models
+    think_end_token: str = "</think>"
+    seed: int = 0
+    tasks: list[Task]
+
+    @model_validator(mode="after")
+    def _unique(self) -> Suite:
+        names = [t.name for t in self.tasks]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"task names must be unique: {dupes}")
+        return self
+
+    def k(self, task: Task) -> int:
+        return task.samples or self.samples
+
+    def sampling_for(self, task: Task) -> Sampling:
+        return task.sampling or self.sampling
+
+    def metric_at(self, task: Task) -> tuple[str, int]:
+        """('avg'|'pass'|'maj', n) with n resolved against k and checked."""
+        kind, at = METRIC_RE.match(task.metric).groups()
+        k = self.k(task)
+        n = k if at == "k" else int(at)
+        if kind == "avg" and n != k:
+            raise RufusError(f"suite {self.name}, task {task.name}: avg@{n} must average all k={k} samples")
+        if n > k:
+            raise RufusError(f"suite {self.name}, task {task.name}: {task.metric} needs at least {n} samples, k={k}")
+        return kind, n
+
+    def selected(self, final: bool) -> list[Task]:
+        """Validation tasks always; test tasks only for a final evaluation."""
+        return [t for t in self.tasks if t.role == "validation" or final]
+
+
+def suite_path(name: str) -> Path:
+    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    found = SUITES_DIR / f"{name}.yaml"
+    if not found.exists():
+        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+        raise RufusError(f"no suite named {name!r}: known suites are {known}, or give a path to a suite YAML")
+    return found
+
+
+def load_suite(name: str) -> Suite:
+    suite = load_yaml_model(suite_path(name), Suite)
+    for task in suite.tasks:
+        if task.kind == "rufus":
+            suite.metric_at(task)
+            if suite.k(task) > 1 and suite.sampling_for(task).temperature == 0:
+                raise RufusError(
+                    f"suite {suite.name}, task {task.name}: k={suite.k(task)} samples at temperature 0 are "
+                    "k copies of one answer; set a temperature > 0 or samples: 1"
+                )
+    return suite

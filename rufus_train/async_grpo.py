@@ -1,0 +1,429 @@
+"""Async GRPO (TRL's AsyncGRPOTrainer against a separate vLLM server): every configuration that
+path cannot run is refused before anything loads, one message per problem.
+
+Each rule names where it comes from: `(trl)` for what the installed TRL 1.16
+(`trl/experimental/async_grpo/`) cannot do, `(rufus)` for what Rufus adds around it. The
+recipe's original list (DeepSpeed, FSDP, more than one process, evaluation, dynamic sampling,
+quantized models, PEFT, a reward model on a local GPU) was re-checked against that source:
+
+- DeepSpeed: refused (trl) (the trainer is FSDP2-only; weight sync streams whole parameters or
+  FSDP2 DTensors, never ZeRO partitions).
+- FSDP: FSDP1 refused, FSDP2 allowed (trl) (`_streaming_iter` all-gathers DTensors only).
+- More than one training process: allowed (trl) (the batchers pack one row per data-parallel rank).
+- Evaluation: refused (trl) (AsyncGRPOTrainer takes no eval dataset).
+- Dynamic sampling: refused (rufus) (it lives in Rufus's GRPOTrainer subclass; the async worker
+  scores in its own process).
+- Quantized models: refused (trl) (no quantization_config; merged-weight sync cannot stream
+  quantized tensors).
+- PEFT: LoRA allowed (trl) (adapter sync when the server runs `--enable-lora`, else merged
+  weights); adapters on the head or the embeddings refused (trl) (the fused log-prob head reads
+  the base weight, and vLLM drops head deltas from logprobs).
+- Reward model on a local GPU: refused (trl) (the rollout worker is spawned with
+  CUDA_VISIBLE_DEVICES="", so a sequence-classification reward model would run on CPU).
+- Added (trl): CUDA present, vllm and aiohttp importable in the trainer's environment, the
+  `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
+  the Hub on first use), no Liger kernel, attention-only architectures, picklable rewards.
+
+Also here: the vLLM server command async GRPO needs (`rufus-train serve`), the completion-length
+check against the server's `max_model_len`, the GPU-role check, and reading `rollout_state.json`
+on resume (see docs/train_rl.md for the resume semantics)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pickle
+import shlex
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from rufus_data.console import console
+from rufus_data.errors import RufusError
+
+TREE_ATTENTION_KERNEL = "kernels-community/flash-attn3"
+ROLLOUT_STATE = "rollout_state.json"
+QUANTIZATION_KEYS = ("quantization_config", "load_in_4bit", "load_in_8bit")
+HEAD_AND_EMBEDDINGS = ("lm_head", "embed_tokens", "embed_out", "wte", "word_embeddings")
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+def async_problems(config, environ: dict | None = None) -> list[str]:
+    """Every reason the AsyncGRPOTrainer path cannot run `config` (a GRPO stage config), one string each."""
+    env = dict(os.environ if environ is None else environ)
+    problems: list[str] = []
+    problems += _environment_problems(env)
+    problems += _distributed_problems(config, env)
+    trainer = dict(getattr(config, "trainer", {}) or {})
+    eval_strategy = str(trainer.get("eval_strategy", "no")).lower()
+    if eval_strategy != "no" or trainer.get("do_eval"):
+        problems.append(
+            "(trl) evaluation during training: AsyncGRPOTrainer takes no eval dataset. Remove trainer.eval_strategy/"
+            "do_eval and evaluate checkpoints with rufus-eval on their own devices"
+        )
+    if getattr(config, "dynamic_sampling", None):
+        problems.append(
+            f"(rufus) dynamic_sampling: {config.dynamic_sampling} is a synchronous-GRPO feature (the async rollout "
+            "worker scores groups in its own process and queues them as they finish). Set dynamic_sampling: null, or "
+            "grpo_execution: sync"
+        )
+    if trainer.get("use_liger_kernel"):
+        problems.append("(trl) use_liger_kernel: AsyncGRPOTrainer raises NotImplementedError for it; remove it")
+    problems += _model_problems(config, trainer)
+    problems += _lora_problems(config)
+    if getattr(config, "reward_model", None):
+        problems.append(
+            f"(trl) reward_model {config.reward_model}: the async rollout worker runs in a child process started with "
+            "CUDA_VISIBLE_DEVICES='', so a sequence-classification reward model would score on CPU. Use the LLM "
+            "judge on its own server (rewards: [{name: llm_judge, ...}]) or grpo_execution: sync"
+        )
+    return problems
+
+
+def validate_async_args(config, environ: dict | None = None) -> None:
+    """Raise one RufusError listing every problem of `config` for async GRPO (nothing loads)."""
+    problems = async_problems(config, environ)
+    if problems:
+        raise RufusError(
+            f"grpo_execution: async cannot run this {getattr(config, 'stage', 'GRPO')} config "
+            f"({len(problems)} problem{'s' if len(problems) > 1 else ''}):\n- " + "\n- ".join(problems)
+        )
+
+
+def _environment_problems(env: dict) -> list[str]:
+    problems = []
+    import torch
+
+    if not torch.cuda.is_available():
+        problems.append(
+            "(trl) no CUDA GPU is visible to the trainer: async GRPO packs rollouts with a FlashAttention-3 kernel "
+            "and pushes weights to vLLM over NCCL, both CUDA-only. Run on a GPU machine, or use grpo_execution: sync"
+        )
+    elif not torch.version.hip and torch.cuda.get_device_capability()[0] < 8:
+        name = torch.cuda.get_device_name()
+        problems.append(f"(trl) {name} is older than Ampere: the FlashAttention-3 tree-attention kernel needs sm_80+")
+    if importlib.util.find_spec("vllm") is None:
+        problems.append(
+            f"(trl) vllm is not importable in the trainer's environment ({sys.executable}): the async rollout "
+            "worker and the NCCL weight-transfer client import it. `pip install vllm` in this "
+            "environment; the server itself may run elsewhere"
+        )
+    if importlib.util.find_spec("aiohttp") is None:
+        problems.append("(trl) aiohttp is not installed: the async rollout worker talks to vLLM with it (`pip install aiohttp`)")
+    if importlib.util.find_spec("kernels") is None:
+        problems.append(
+            f"(trl) the `kernels` package is not installed: async GRPO's tree attention loads {TREE_ATTENTION_KERNEL} "
+            "through it (`pip install kernels`)"
+        )
+    elif env.get("HF_HUB_OFFLINE") == "1" and not _kernel_cached():
+        problems.append(
+            f"(trl) HF_HUB_OFFLINE=1 but {TREE_ATTENTION_KERNEL} is not in the Hugging Face cache: the tree-attention "
+            "kernel is downloaded on first use. Fetch it once online (python -c \"from kernels import get_kernel; "
+            f"get_kernel('{TREE_ATTENTION_KERNEL}', version=1)\") or unset HF_HUB_OFFLINE"
+        )
+    return problems
+
+
+def _kernel_cached() -> bool:
+    from huggingface_hub.constants import HF_HUB_CACHE
+
+    return (Path(HF_HUB_CACHE) / ("models--" + TREE_ATTENTION_KERNEL.replace("/", "--"))).is_dir()
+
+
+def _distributed_problems(config, env: dict) -> list[str]:
+    """DeepSpeed and FSDP1 from the accelerate launch environment or the stage's accelerate config file."""
+    problems = []
+    launch = accelerate_settings(getattr(config, "accelerate_config", None), env)
+    if launch["deepspeed"]:
+        problems.append(
+            "(trl) DeepSpeed: AsyncGRPOTrainer is FSDP2-only (weight sync streams whole parameters or FSDP2 DTensors, "
+            "never ZeRO partitions). Launch with catalogs/accelerate/fsdp2.yaml (or DDP), or use grpo_execution: sync"
+        )
+    if launch["fsdp"] and launch["fsdp_version"] != 2:
+        problems.append(
+            "(trl) FSDP version 1: async weight sync all-gathers FSDP2 DTensors only. Set fsdp_version: 2 "
+            "(catalogs/accelerate/fsdp2.yaml)"
+        )
+    return problems
+
+
+def accelerate_settings(config_file: str | None, env: dict) -> dict:
+    """What `accelerate launch` will run: from its environment variables, else from the config file."""
+    settings = {
+        "deepspeed": env.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true",
+        "fsdp": env.get("ACCELERATE_USE_FSDP", "").lower() == "true",
+        "fsdp_version": int(env.get("FSDP_VERSION", "1") or 1),
+        "num_processes": int(env.get("WORLD_SIZE", "1") or 1),
+    }
+    if config_file:
+        import yaml
+
+        path = Path(config_file)
+        if not path.exists():
+            raise RufusError(f"accelerate_config {path} does not exist (see catalogs/accelerate/ for examples)")
+        data = yaml.safe_load(path.read_text()) or {}
+        kind = str(data.get("distributed_type", "")).upper()
+        settings["deepspeed"] |= kind == "DEEPSPEED"
+        if kind == "FSDP":
+            settings["fsdp"] = True
+            settings["fsdp_version"] = int((data.get("fsdp_config") or {}).get("fsdp_version", 1))
+        settings["num_processes"] = max(settings["num_processes"], int(data.get("num_processes", 1) or 1))
+    return settings
+
+
+def _model_problems(config, trainer: dict) -> list[str]:
+    """Read only the model's config.json: quantization and layer types."""
+    problems = []
+    init_kwargs = trainer.get("model_init_kwargs") or {}
+    model_config = read_model_config(getattr(config, "model", None))
+    if any(key in init_kwargs for key in QUANTIZATION_KEYS) or "quantization_config" in model_config:
+        method = (model_config.get("quantization_config") or {}).get("quant_method", "quantized")
+        problems.append(
+            f"(trl) the model is {method} (quantization_config): AsyncGRPOTrainer has no quantization support and "
+            "merged-weight sync cannot stream quantized tensors to vLLM. Use a bf16/fp32 checkpoint"
+        )
+    layer_types = set(model_config.get("layer_types") or []) - {"full_attention", "sliding_attention"}
+    if layer_types:
+        problems.append(
+            f"(trl) the model has {sorted(layer_types)} layers: tree packing routes only attention layers along each "
+            "sample's path. Use grpo_execution: sync for this architecture"
+        )
+    return problems
+
+
+def read_model_config(ref: str | None) -> dict:
+    """config.json of a local model folder (built-ins resolved); {} for hub ids or missing files."""
+    if not ref:
+        return {}
+    from rufus_data.models import BUILTINS, builtin_path, is_cached
+
+    if ref in BUILTINS:
+        if not is_cached(ref):
+            return {}
+        folder = builtin_path(ref)
+    else:
+        folder = Path(ref).expanduser()
+    path = folder / "config.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
+def _lora_problems(config) -> list[str]:
+    lora = getattr(config, "lora", None)
+    if lora is None or not lora.enabled:
+        return []
+    targets = [lora.target_modules] if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    bad = [t for t in targets if t.split(".")[-1] in HEAD_AND_EMBEDDINGS]
+    if bad:
+        return [
+            (f"(trl) lora.target_modules {bad}: the async trainer's fused log-prob head reads the base weight and vLLM "
+            "drops head/embedding LoRA deltas from logprobs, so trainer and server would disagree on every token. "
+            "Keep LoRA on the attention/MLP projections")
+        ]
+    return []
+
+
+def check_picklable(rewards: list, tools: list | None = None, environment_factory=None) -> None:
+    """(trl) The rollout worker is a spawned process: rewards, tools and environments must pickle."""
+    bad = []
+    for item in [*rewards, *(tools or []), *([environment_factory] if environment_factory else [])]:
+        try:
+            pickle.dumps(item)
+        except Exception as err:  # noqa: BLE001 - any pickling failure is the same problem
+            bad.append(f"{getattr(item, '__name__', type(item).__name__)} ({type(err).__name__}: {err})")
+    if bad:
+        raise RufusError(
+            "grpo_execution: async sends rewards, tools and environments to a spawned rollout process, so they must "
+            f"pickle; these do not: {'; '.join(bad)}. Use module-level functions or class instances, not lambdas or "
+            "closures"
+        )
+
+
+# ------------------------------------------------------------------------------ the vLLM server
+
+
+@dataclass
+class ServeSpec:
+    """The vLLM server async (or sync server-mode) GRPO talks to."""
+
+    model: str
+    devices: str = "0"  # CUDA_VISIBLE_DEVICES of the server: never the trainer's GPUs
+    host: str = "0.0.0.0"
+    port: int = 8000
+    max_model_len: int = 4096
+    dtype: str = "bfloat16"
+    gpu_memory_utilization: float = 0.9
+    lora_rank: int | None = None  # serve LoRA adapters (adapter-only weight sync)
+    max_staleness: int = 4
+    python: str | None = None  # interpreter with vllm; default: this one
+
+
+VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def serve_command(spec: ServeSpec) -> tuple[dict[str, str], list[str]]:
+    """(environment additions, argv) of the server: what TRL's `trl vllm-serve` imposes
+    (trl/scripts/vllm_serve.py): VLLM_SERVER_DEV_MODE=1 (registers the weight-transfer and
+    pause/resume routes), `--weight-transfer-config {"backend": "nccl"}`, `--logprobs-mode
+    processed_logprobs` (logprobs after temperature, as the importance ratio needs), `--max-logprobs -1`;
+    plus bf16, a max model length, and tensor parallelism over the given devices."""
+    from rufus_data.models import resolve_model
+
+    devices = [d.strip() for d in str(spec.devices).split(",") if d.strip()]
+    if not devices:
+        raise RufusError("--devices must name at least one GPU for the server (e.g. --devices 1)")
+    env = {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    argv = [
+        spec.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+        "--model", resolve_model(spec.model),
+        "--served-model-name", spec.model,
+        "--host", spec.host,
+        "--port", str(spec.port),
+        "--tensor-parallel-size", str(len(devices)),
+        "--dtype", spec.dtype,
+        "--max-model-len", str(spec.max_model_len),
+        "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+        "--weight-transfer-config", json.dumps({"backend": "nccl"}),
+        "--logprobs-mode", "processed_logprobs",
+        "--max-logprobs", "-1",
+    ]
+    if spec.lora_rank:
+        # TRL's select_adapter_sync: rank capacity >= the adapter's, and max_staleness + 2 adapter slots.
+        rank = next((r for r in VLLM_LORA_RANKS if r >= spec.lora_rank), None)
+        if rank is None:
+            raise RufusError(f"--lora-rank {spec.lora_rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
+        argv += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(spec.max_staleness + 2)]
+    return env, argv
+
+
+def format_command(env: dict[str, str], argv: list[str]) -> str:
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
+
+
+def exec_server(spec: ServeSpec) -> None:  # pragma: no cover - replaces the process
+    env, argv = serve_command(spec)
+    console.print(f"[bold]starting the vLLM server:[/] {format_command(env, argv)}")
+    os.execve(argv[0], argv, {**os.environ, **env})
+
+
+# ------------------------------------------------------------------------------ completion length
+
+
+def check_completion_budget(
+    base_url: str, max_completion_length: int, token_budget: int | None = None, retries: int = 3, delay_s: float = 0.5
+) -> int | None:
+    """Before the tokenizer, dataset or model load: read the server's max_model_len and refuse a
+    completion length that cannot fit. Returns max_model_len, or None when the server did not
+    answer (best effort: the check is reported as skipped and the run goes on)."""
+    from rufus_data.generate.context import server_max_model_len
+
+    limit = server_max_model_len(base_url, retries=retries, delay_s=delay_s)
+    if limit is None:
+        console.print(f"[yellow]completion-length check skipped:[/] no max_model_len from {base_url}/v1/models")
+        return None
+    if max_completion_length >= limit:
+        raise RufusError(
+            f"max_completion_length ({max_completion_length}) >= the server's max_model_len ({limit}) at {base_url}: "
+            f"no prompt would fit. Lower max_completion_length below {limit} or restart the server with a larger "
+            "--max-model-len (rufus-train serve --max-model-len N)"
+        )
+    if token_budget is not None and token_budget < limit:
+        warnings.warn(
+            f"token_budget ({token_budget}) is below the server's max_model_len ({limit}): a rollout longer than "
+            "the budget fits in no micro-batch row and is dropped. Leave token_budget null to use max_model_len",
+            UserWarning,
+            stacklevel=2,
+        )
+    console.print(
+        f"server max_model_len {limit}: completions up to {max_completion_length} tokens leave "
+        f"{limit - max_completion_length} tokens for the prompt"
+    )
+    return limit
+
+
+def check_prompt_fits(longest_prompt: int, max_completion_length: int, limit: int, where: str) -> None:
+    """After tokenization: the longest prompt plus max_completion_length must fit `limit` (vLLM
+    would otherwise cut the completion silently; transformers would run past the positions)."""
+    need = longest_prompt + max_completion_length
+    if need > limit:
+        raise RufusError(
+            f"the longest prompt ({longest_prompt} tokens) plus max_completion_length ({max_completion_length}) is "
+            f"{need} tokens, more than {where} ({limit}): completions would be cut silently. Lower "
+            f"max_completion_length to at most {max(limit - longest_prompt, 0)}, drop long prompts from the shards, "
+            "or serve a longer context"
+        )
+
+
+# ------------------------------------------------------------------------------ GPU roles
+
+
+def parse_devices(value: str | None) -> set[str]:
+    return {d.strip() for d in str(value or "").split(",") if d.strip()}
+
+
+def check_gpu_roles(trainer: str | None, server: str | None, evaluation: str | None = None) -> None:
+    """Trainer and vLLM server must not share a GPU (error); evaluation sharing one is a loud warning."""
+    trainer_ids, server_ids, eval_ids = parse_devices(trainer), parse_devices(server), parse_devices(evaluation)
+    if trainer_ids & server_ids:
+        raise RufusError(
+            f"GPU {','.join(sorted(trainer_ids & server_ids))} is both a trainer device (CUDA_VISIBLE_DEVICES="
+            f"{trainer}) and a vLLM server device ({server}): the server pre-allocates most of its GPUs' memory and "
+            "the trainer would run out of memory. Give them disjoint devices (e.g. trainer 0, server 1)"
+        )
+    for role, ids in (("trainer", trainer_ids), ("vLLM server", server_ids)):
+        shared = eval_ids & ids
+        if shared:
+            message = (
+                f"evaluation devices ({evaluation}) overlap the {role}'s on GPU {','.join(sorted(shared))}: evaluation "
+                "will compete for memory and time with training; give it its own GPU"
+            )
+            console.print(f"[bold red]WARNING[/] {message}")
+            warnings.warn(message, UserWarning, stacklevel=2)
+
+
+# ------------------------------------------------------------------------------ resume
+
+
+@dataclass
+class RolloutState:
+    """What TRL's AsyncGRPOTrainer saved beside a checkpoint (rollout_state.json)."""
+
+    prompt_index: int  # low-water mark: the smallest prompt-group index not yet trained
+    model_version: int  # weight-sync counter (adapter names keep counting across a resume)
+    start_row: int  # where the rollout worker restarts: prompt_index modulo the dataset length
+
+
+def read_rollout_state(checkpoint: str | Path, dataset_rows: int) -> RolloutState | None:
+    """Read and explain the rollout position a resume starts from; None (with a warning) when missing.
+
+    `prompt_index` is a low-water mark: groups above it may already have been trained before the
+    checkpoint, so a resume can redo them (duplicated work, never lost data)."""
+    path = Path(checkpoint) / ROLLOUT_STATE
+    if not path.exists():
+        warnings.warn(
+            f"{path} is missing: the async rollout worker restarts from prompt 0 (prompts seen before the checkpoint "
+            "are trained again)",
+            UserWarning,
+            stacklevel=2,
+        )
+        return None
+    try:
+        data = json.loads(path.read_text())
+        prompt_index = int(data["prompt_index"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise RufusError(f"{path} is not a TRL rollout state ({err}): expected {{'prompt_index': N, 'model_version': M}}")
+    if prompt_index < 0 or dataset_rows <= 0:
+        raise RufusError(f"{path}: prompt_index {prompt_index} / dataset of {dataset_rows} rows cannot be resumed")
+    state = RolloutState(prompt_index, int(data.get("model_version", 0)), prompt_index % dataset_rows)
+    console.print(
+        f"async resume: rollouts restart at prompt {state.start_row} (prompt_index {prompt_index}, a low-water mark: "
+        f"groups after it may be generated again), weights version {state.model_version}; the trainer reconnects to "
+        "the vLLM server and pushes the resumed weights before the first generation"
+    )
+    return state

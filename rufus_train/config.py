@@ -1,0 +1,271 @@
+"""Stage configs: a strict pydantic model per stage, loaded from catalogs/stages/NAME.yaml,
+overridden from the command line (`--key value`, CLI wins, as TRL's CLI does) and printed
+resolved by `--dry-run`.
+
+Keys a stage shares live on `StageConfig`; each stage subclasses it with its own keys. What
+Rufus does not model goes into the free-form `trainer:` block, which is passed to the TRL config
+dataclass and checked against its fields (unknown keys are errors with the nearest valid one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from rufus_data.errors import RufusError
+from rufus_data.yaml_config import format_validation_error, read_yaml
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraSettings(Strict):
+    """LoRA adapter: rank 4 on the attention projections by default; the base stays frozen."""
+
+    enabled: bool = True
+    method: str = Field("lora", description="peft method; only LoRA is supported (prompt learning is refused)")
+    r: int = Field(4, ge=1)
+    alpha: int | None = Field(None, description="lora_alpha; null means 2 x r")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTENTION_PROJECTIONS))
+
+    @model_validator(mode="after")
+    def _resolve_alpha(self) -> LoraSettings:
+        if self.alpha is None:  # resolved here so that --dry-run shows the value used
+            object.__setattr__(self, "alpha", 2 * self.r)
+        return self
+
+    @property
+    def lora_alpha(self) -> int:
+        return self.alpha if self.alpha is not None else 2 * self.r
+
+
+class StageConfig(Strict):
+    """Keys every stage has. Subclasses set the learning-rate defaults and the TRL config class."""
+
+    # Learning rate when none is given: full fine-tuning vs LoRA (about 10x higher).
+    full_ft_learning_rate: ClassVar[float] = 1e-5
+    lora_learning_rate: ClassVar[float] = 1e-4
+    # Import path of the TRL config dataclass the `trainer:` block is checked against.
+    trl_config: ClassVar[str] = "trl.SFTConfig"
+    # Keys of this model that map to a TRL field of another name (so `trainer:` cannot set them twice).
+    trl_aliases: ClassVar[dict[str, str]] = {}
+
+    stage: str = Field(description="stage name (from the registry)")
+    model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")
+    data: list[str] = Field(default_factory=list, description="shard folder(s) written by rufus-data")
+    max_rows: int | None = Field(None, ge=1, description="use only the first N rows (after a seeded shuffle)")
+    output_dir: str = "runs/{stage}"
+    overwrite: bool = False
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    learning_rate: float | None = Field(None, gt=0, description="null: full FT or LoRA default of the stage")
+    max_steps: int = -1
+    num_train_epochs: float = 1.0
+    per_device_train_batch_size: int = Field(8, ge=1)
+    gradient_accumulation_steps: int = Field(1, ge=1)
+    max_length: int | None = Field(2048, ge=8)
+    seed: int = 42
+    report_to: list[Literal["none", "trackio", "wandb", "tensorboard"]] = Field(default_factory=lambda: ["none"])
+    save_steps: int = Field(500, ge=1)
+    logging_steps: int = Field(10, ge=1)
+    gradient_checkpointing: bool = True
+    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bf16 on CUDA, fp32 on CPU")
+    resume_from_checkpoint: str | None = None
+    trainer: dict[str, Any] = Field(default_factory=dict, description="extra TRL config fields, checked")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _listify(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("data", "report_to"):
+                if isinstance(data.get(key), str):
+                    data[key] = [data[key]]
+        return data
+
+    @model_validator(mode="after")
+    def _resolve_defaults(self) -> StageConfig:
+        if self.learning_rate is None:
+            lr = self.lora_learning_rate if self.lora.enabled else self.full_ft_learning_rate
+            object.__setattr__(self, "learning_rate", lr)
+        if "{stage}" in self.output_dir:
+            object.__setattr__(self, "output_dir", self.output_dir.replace("{stage}", self.stage))
+        return self
+
+    def trl_kwargs(self) -> dict[str, Any]:
+        """Stage-specific TRL config fields; subclasses extend (common fields come from the runner)."""
+        return {"max_length": self.max_length}
+
+
+# ---------------------------------------------------------------- loading and overrides
+
+
+def stages_dir() -> Path:
+    """catalogs/stages/ of the working directory if present, else of the repository."""
+    local = Path("catalogs/stages")
+    return local if local.is_dir() else REPO_ROOT / "catalogs" / "stages"
+
+
+def parse_cli_overrides(args: list[str]) -> list[tuple[str, str | None]]:
+    """`--key value`, `--key=value` and bare `--flag` (true) into (dotted key, raw value) pairs."""
+    pairs: list[tuple[str, str | None]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--") or len(arg) == 2:
+            raise RufusError(f"unexpected argument {arg!r}: overrides are written `--key value` (e.g. --max_steps 10)")
+        key = arg[2:]
+        if "=" in key:
+            key, value = key.split("=", 1)
+            pairs.append((key.replace("-", "_"), value))
+            i += 1
+            continue
+        if i + 1 < len(args) and not args[i + 1].startswith("--"):
+            pairs.append((key.replace("-", "_"), args[i + 1]))
+            i += 2
+        else:
+            pairs.append((key.replace("-", "_"), None))
+            i += 1
+    return pairs
+
+
+def _is_str_type(annotation: Any) -> bool:
+    """True when a raw CLI string should stay a string (str, or Optional[str], or a Literal of str)."""
+    if annotation is str:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return all(isinstance(a, str) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and _is_str_type(args[0])
+    return False
+
+
+def _field_annotation(model: type[BaseModel], parts: list[str]) -> Any:
+    current: Any = model
+    for part in parts:
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return None
+        current = fields[part].annotation
+    return current
+
+
+def _trl_field_type(config_cls: type, name: str) -> Any:
+    hints = typing.get_type_hints(config_cls)
+    return hints.get(name)
+
+
+def typed_value(config_cls: type[StageConfig], dotted: str, raw: str | None) -> Any:
+    """Type a CLI value by the model: strings stay strings, everything else is read as YAML."""
+    if raw is None:
+        return True
+    parts = dotted.split(".")
+    if parts[0] == "trainer" and len(parts) == 2:
+        annotation = _trl_field_type(trl_config_class(config_cls), parts[1])
+    else:
+        annotation = _field_annotation(config_cls, parts)
+    if _is_str_type(annotation):
+        return raw
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
+    """Set dotted keys (`lora.r`, `trainer.warmup_ratio`) in a copy of `data`; CLI wins."""
+    data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for dotted, value in overrides.items():
+        parts = dotted.split(".")
+        target = data
+        for part in parts[:-1]:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[parts[-1]] = value
+    return data
+
+
+def trl_config_class(config_cls: type[StageConfig]) -> type:
+    module, _, name = config_cls.trl_config.rpartition(".")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+def check_trainer_block(config: StageConfig, path: Path | str) -> None:
+    """Every `trainer:` key must be a field of the TRL config and not one Rufus already sets."""
+    cls = trl_config_class(type(config))
+    valid = sorted(f.name for f in dataclasses.fields(cls))
+    managed = set(type(config).model_fields) | set(type(config).trl_aliases.values())
+    problems = []
+    for key in config.trainer:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            problems.append(f"unknown key 'trainer.{key}' for {cls.__name__}{hint}")
+        elif key in managed or key in {"output_dir", "seed"}:
+            top = next((k for k, v in type(config).trl_aliases.items() if v == key), key)
+            problems.append(f"'trainer.{key}' is set by Rufus: use the top-level key '{top}' instead")
+    if problems:
+        raise RufusError(f"{path}: " + "; ".join(problems))
+
+
+def load_stage_config(
+    name: str,
+    config_cls: type[StageConfig],
+    config_file: str | Path | None = None,
+    overrides: dict[str, Any] | list[tuple[str, str | None]] | None = None,
+) -> StageConfig:
+    """YAML (catalogs/stages/NAME.yaml or --config FILE), then CLI overrides, validated strictly."""
+    path = Path(config_file) if config_file else stages_dir() / f"{name}.yaml"
+    data, node = read_yaml(path)
+    data = data or {}
+    if not isinstance(data, dict):
+        raise RufusError(f"{path}: the top level must be a mapping of keys, got {type(data).__name__}")
+    if data.get("stage", name) != name:
+        raise RufusError(f"{path} is a config for stage '{data['stage']}', not '{name}': run `rufus-train stage {data['stage']}`")
+    data["stage"] = name
+    if isinstance(overrides, list):
+        overrides = {k: typed_value(config_cls, k, v) for k, v in overrides}
+    data = apply_overrides(data, overrides or {})
+    data = _expand_env(data)
+    try:
+        config = config_cls.model_validate(data)
+    except ValidationError as err:
+        after = " (after the command-line overrides)" if overrides else ""
+        raise RufusError(f"invalid {name} config in " + format_validation_error(err, path, node, config_cls) + after) from None
+    check_trainer_block(config, path)
+    return config
+
+
+def _expand_env(value: Any) -> Any:
+    """`${VAR}` in strings (shard paths in pipeline and stage files)."""
+    if isinstance(value, str):
+        expanded = os.path.expandvars(value)
+        if "${" in expanded:
+            raise RufusError(f"'{value}' names an environment variable that is not set: export it or write the path")
+        return expanded
+    if isinstance(value, dict):
+        return {k: _expand_env(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_env(v) for v in value]
+    return value
+
+
+def resolved_yaml(config: StageConfig) -> str:
+    """The resolved config as YAML (what --dry-run prints and every run folder keeps)."""
+    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)

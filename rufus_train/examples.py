@@ -1,0 +1,157 @@
+"""Small shard folders built from the raw public files under $RUFUS_DATA_ROOT (GSM8K, Code
+Alpaca, MBPP, IFEval): real rows for the tests, the tulu3_mini pipeline and the benches, so all
+of them run offline. Each builder writes canonical rows (see rufus_data/shards.py) with
+`write_shards` and returns the folder.
+
+    sft          messages = [user question, assistant worked answer]
+    preference   prompt / chosen (gold answer) / rejected (the same answer, final number changed)
+    kto          prompt / completion / desirable (bool, its own column; `label` stays the source's)
+    rl           prompt = [user question], expected_output = final number
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+
+from rufus_data.shards import write_manifest, write_shards
+
+GSM8K_SYSTEM = None  # use the template's default system prompt
+
+
+def _read_jsonl(path: Path, start: int, limit: int) -> list[dict]:
+    rows = []
+    with open(path) as fh:
+        for i, line in enumerate(fh):
+            if i < start:
+                continue
+            if len(rows) >= limit:
+                break
+            rows.append({**json.loads(line), "_index": i})
+    return rows
+
+
+def gsm8k_final(answer: str) -> str:
+    return answer.split("####")[-1].strip().replace(",", "")
+
+
+def gsm8k_reply(answer: str) -> str:
+    """The worked answer without calculator annotations, ending in GSM8K's `#### N` line (what the
+    `string_match` reward with the `gsm8k` extractor reads)."""
+    body, _, final = answer.partition("####")
+    body = re.sub(r"<<[^>]*>>", "", body).strip()
+    return f"{body}\n#### {final.strip()}"
+
+
+def _change_final_number(reply: str, final: str) -> str:
+    """The rejected answer of a synthetic pair: the same reply with the final `#### N` number changed."""
+    try:
+        wrong = str(int(float(final)) + 1 + len(final) % 3)
+    except ValueError:
+        wrong = final + "1"
+    body, _, _ = reply.rpartition("#### ")
+    return f"{body}#### {wrong}"
+
+
+def _write(out: Path, rows: list[dict], kind: str, source: str, split: str = "train") -> Path:
+    out = Path(out)
+    write_shards(pa.Table.from_pylist(rows), out, split=split)
+    write_manifest(out, {"command": f"rufus_train.examples ({kind})", "source": source, "rows": len(rows)})
+    return out
+
+
+def gsm8k_rows(
+    data_root: Path, split: str = "train", start: int = 0, limit: int = 64, max_chars: int | None = None
+) -> list[dict]:
+    """GSM8K rows from `start`; with `max_chars`, only problems whose question + answer are that
+    short (tiny CPU runs keep the whole answer, including the final number, inside max_length)."""
+    rows = _read_jsonl(Path(data_root) / "gsm8k" / f"{split}.jsonl", start, limit if max_chars is None else 10**9)
+    if max_chars is not None:
+        rows = [r for r in rows if len(r["question"]) + len(r["answer"]) <= max_chars][:limit]
+    return rows
+
+
+def gsm8k_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
+    rows = [
+        {
+            "id": f"gsm8k-{r['_index']}",
+            "source": "gsm8k",
+            "label": "math",
+            "messages": [
+                {"role": "user", "content": r["question"]},
+                {"role": "assistant", "content": gsm8k_reply(r["answer"])},
+            ],
+        }
+        for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars))
+    ]
+    return _write(out, rows, "sft", "gsm8k/train.jsonl")
+
+
+def gsm8k_preference(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
+    rows = []
+    for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars)):
+        reply, final = gsm8k_reply(r["answer"]), gsm8k_final(r["answer"])
+        rows.append(
+            {
+                "id": f"gsm8k-{r['_index']}",
+                "source": "gsm8k",
+                "label": "math",
+                "prompt": [{"role": "user", "content": r["question"]}],
+                "chosen": [{"role": "assistant", "content": reply}],
+                "rejected": [{"role": "assistant", "content": _change_final_number(reply, final)}],
+            }
+        )
+    return _write(out, rows, "preference", "gsm8k/train.jsonl")
+
+
+def gsm8k_kto(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
+    """Unpaired rows: even rows keep the gold answer (desirable), odd rows get a wrong final number."""
+    rows = []
+    for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars)):
+        reply, final = gsm8k_reply(r["answer"]), gsm8k_final(r["answer"])
+        good = i % 2 == 0
+        rows.append(
+            {
+                "id": f"gsm8k-{r['_index']}",
+                "source": "gsm8k",
+                "label": "math",
+                "prompt": [{"role": "user", "content": r["question"]}],
+                "completion": [{"role": "assistant", "content": reply if good else _change_final_number(reply, final)}],
+                "desirable": good,
+            }
+        )
+    return _write(out, rows, "kto", "gsm8k/train.jsonl")
+
+
+def gsm8k_rl(
+    data_root: Path, out: Path, limit: int = 64, start: int = 0, split: str = "train", max_chars: int | None = None
+) -> Path:
+    rows = [
+        {
+            "id": f"gsm8k-{split}-{r['_index']}",
+            "source": "gsm8k",
+            "label": "math",
+            "prompt": [{"role": "user", "content": r["question"]}],
+            "expected_output": gsm8k_final(r["answer"]),
+        }
+        for i, r in enumerate(gsm8k_rows(data_root, split, start, limit, max_chars))
+    ]
+    return _write(out, rows, "rl", f"gsm8k/{split}.jsonl")
+
+
+def code_alpaca_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0) -> Path:
+    rows = []
+    for i, r in enumerate(_read_jsonl(Path(data_root) / "code_alpaca_2k" / "code_alpaca_2k.jsonl", start, limit)):
+        question = r["instruction"] + (f"\n\n{r['input']}" if r.get("input") else "")
+        rows.append(
+            {
+                "id": f"code_alpaca-{r['_index']}",
+                "source": "code_alpaca_2k",
+                "label": "code",
+                "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": r["output"]}],
+            }
+        )
+    return _write(out, rows, "sft", "code_alpaca_2k/code_alpaca_2k.jsonl")

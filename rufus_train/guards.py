@@ -1,0 +1,118 @@
+"""Checks that run before any model or dataset loads: a configuration that would fail (or
+silently train nothing) an hour into a run is refused here, with a message that says what to
+change. Each check is a small function that raises RufusError; `check_stage` runs the ones that
+apply to every stage. Where each rule comes from is in docs/train.md ("Guards")."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+from rufus_data.errors import RufusError
+
+# Module names whose weights the loss reads directly (output head) or that are looked up, not
+# multiplied (embeddings): a LoRA adapter there never receives a gradient through the loss.
+HEAD_AND_EMBEDDING_MODULES = {
+    "lm_head": "the loss reads lm_head.weight directly (chunked log-probs), so an adapter there would never train",
+    "embed_tokens": "the embedding table is indexed, not multiplied; train it fully or leave it frozen",
+    "embed_out": "the loss reads the output head's weight directly, so an adapter there would never train",
+    "wte": "the embedding table is indexed, not multiplied; train it fully or leave it frozen",
+    "word_embeddings": "the embedding table is indexed, not multiplied; train it fully or leave it frozen",
+}
+
+# peft's prompt-learning methods, in the spellings a user might write (PeftType value, class name).
+PROMPT_LEARNING_METHODS = {
+    "prompt_tuning": "PromptTuning",
+    "prefix_tuning": "PrefixTuning",
+    "p_tuning": "P-Tuning",
+    "multitask_prompt_tuning": "MultitaskPromptTuning",
+    "adaption_prompt": "AdaptionPrompt",
+}
+
+REPORTERS = {"wandb": "wandb", "trackio": "trackio", "tensorboard": "tensorboard"}
+
+
+def _normalise_method(method: str) -> str:
+    """'PrefixTuningConfig', 'PREFIX_TUNING', 'prefix-tuning', 'P-Tuning' -> 'prefix_tuning' / 'p_tuning'."""
+    name = re.sub(r"config$", "", method.strip(), flags=re.IGNORECASE)
+    name = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", name)
+    return re.sub(r"[\s\-]+", "_", name).lower()
+
+
+def check_peft_method(method: str) -> None:
+    """Only LoRA is supported; prompt-learning methods are refused with a pointer to LoRA."""
+    key = _normalise_method(method)
+    if key in PROMPT_LEARNING_METHODS:
+        raise RufusError(
+            f"lora.method '{method}' ({PROMPT_LEARNING_METHODS[key]}) is a prompt-learning method: TRL's trainers "
+            "compute the loss over the model's own sequence and do not train virtual tokens reliably. Use LoRA: "
+            "set `lora.method: lora` (rank with `lora.r`, modules with `lora.target_modules`)"
+        )
+    if key not in {"lora"}:
+        raise RufusError(f"lora.method '{method}' is not supported: Rufus trains LoRA adapters (set `lora.method: lora`)")
+
+
+def check_peft_config(peft_config: object) -> None:
+    """The same rule for a peft config object handed in from Python."""
+    try:
+        from peft import PromptLearningConfig
+    except ImportError:  # pragma: no cover - peft is a train dependency
+        return
+    if isinstance(peft_config, PromptLearningConfig):
+        check_peft_method(type(peft_config).__name__)
+
+
+def check_lora_targets(target_modules: list[str] | str) -> None:
+    """Refuse LoRA on the output head or the embeddings: the loss never trains an adapter there."""
+    names = [target_modules] if isinstance(target_modules, str) else list(target_modules)
+    for name in names:
+        for module, why in HEAD_AND_EMBEDDING_MODULES.items():
+            if name.split(".")[-1] == module or (_looks_like_regex(name) and re.search(name, f"model.{module}")):
+                kept = [n for n in names if n != name] or ["q_proj", "k_proj", "v_proj", "o_proj"]
+                raise RufusError(
+                    f"lora.target_modules contains '{name}': {why}. Remove it and keep "
+                    f"{', '.join(kept)}; to train the head, fine-tune without LoRA (`lora.enabled: false`)"
+                )
+
+
+def _looks_like_regex(name: str) -> bool:
+    return any(ch in name for ch in "*+?[]()|\\^$")
+
+
+def check_reporters(report_to: list[str]) -> None:
+    """`report_to: wandb/trackio` needs the package installed: fail now, not at the first log."""
+    for name in report_to:
+        package = REPORTERS.get(name)
+        if package and importlib.util.find_spec(package) is None:
+            raise RufusError(
+                f"report_to '{name}' needs the `{package}` package, which is not installed: "
+                f"`pip install {package}`, or set `report_to: none`"
+            )
+
+
+def check_data_folders(data: list[str], stage: str) -> None:
+    """The shard folders (or mixture catalogs) must exist and be valid before anything loads."""
+    from rufus_train.data import check_data
+
+    check_data(data, stage)
+
+
+def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> None:
+    """A finished run is not overwritten by accident (resume and overwrite are explicit)."""
+    out = Path(output_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite and not resume:
+        raise RufusError(
+            f"output_dir {out} already holds a run: pass --overwrite true to replace it, "
+            "--resume_from_checkpoint PATH to continue it, or choose another --output_dir"
+        )
+
+
+def check_stage(config) -> None:
+    """The checks every stage runs before loading anything (stages add their own)."""
+    if config.lora.enabled:
+        check_peft_method(config.lora.method)
+        check_lora_targets(config.lora.target_modules)
+    check_reporters(config.report_to)
+    check_data_folders(config.data, config.stage)
+    check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)

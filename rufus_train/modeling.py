@@ -1,0 +1,135 @@
+"""Loading policies once, putting LoRA on them, and merging adapters back.
+
+A model reference is what `rufus_data.models.resolve_model` takes (built-in name, folder, hub
+id) or a Rufus run folder. A run folder trained with LoRA holds only the adapter: loading it
+loads its base (recursively: the base can itself be a run folder) and merges the adapter in,
+so a pipeline stage starts from everything the previous stages learned."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from rufus_data.errors import RufusError
+from rufus_data.models import resolve_model
+
+ADAPTER_CONFIG = "adapter_config.json"
+_PRISTINE: dict[tuple[str, str], object] = {}  # loaded base models, never trained in place
+_MAX_CACHED = 3
+
+
+def torch_dtype(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    return getattr(torch, name)
+
+
+def is_adapter_folder(ref: str) -> bool:
+    return (Path(ref) / ADAPTER_CONFIG).exists()
+
+
+def adapter_base(ref: str) -> str:
+    """The model an adapter folder was trained on (as its adapter_config.json records it)."""
+    base = json.loads((Path(ref) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise RufusError(f"{ref}/{ADAPTER_CONFIG} does not name its base model (base_model_name_or_path)")
+    return base
+
+
+def load_model(ref: str, dtype: str = "auto"):
+    """A fresh copy of the model behind `ref` (adapters merged); the base is read from disk once."""
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model(ref)
+    key = (path, str(torch_dtype(dtype)))  # "auto" and "float32" share one copy on CPU
+    if key not in _PRISTINE:
+        if is_adapter_folder(path):
+            from peft import PeftModel
+
+            base = load_model(adapter_base(path), dtype)
+            model = PeftModel.from_pretrained(base, path).merge_and_unload()
+            model.name_or_path = path
+        else:
+            try:
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
+            except OSError as err:
+                raise RufusError(f"could not load model {ref} ({err}): give a model folder, run folder or hub id") from None
+        if len(_PRISTINE) >= _MAX_CACHED:
+            _PRISTINE.pop(next(iter(_PRISTINE)))
+        _PRISTINE[key] = model
+    return copy.deepcopy(_PRISTINE[key])
+
+
+def load_tokenizer(ref: str):
+    """The tokenizer of a model or run folder (a run folder keeps its own copy)."""
+    from transformers import AutoTokenizer
+
+    path = resolve_model(ref)
+    if is_adapter_folder(path) and not (Path(path) / "tokenizer_config.json").exists():
+        return load_tokenizer(adapter_base(path))
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def apply_lora(model, settings):
+    """Wrap `model` with a fresh LoRA adapter; the base is frozen and only lora_* params train."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=settings.r,
+        lora_alpha=settings.lora_alpha,
+        lora_dropout=settings.dropout,
+        target_modules=list(settings.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    try:
+        peft_model = get_peft_model(model, config)
+    except ValueError as err:
+        names = sorted({n.split(".")[-1] for n, _ in model.named_modules() if n})
+        raise RufusError(
+            f"lora.target_modules {settings.target_modules} do not match this model ({err}); "
+            f"its module names include: {', '.join(n for n in names if not n.isdigit())[:400]}"
+        ) from None
+    check_only_adapter_trainable(peft_model)
+    return peft_model
+
+
+def check_only_adapter_trainable(model) -> None:
+    stray = [n for n, p in model.named_parameters() if p.requires_grad and "lora_" not in n]
+    if stray:
+        raise RufusError(f"LoRA run has trainable base parameters {stray[:5]}: the base must stay frozen")
+
+
+def trainable_parameters(model) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    return trainable, total
+
+
+def adapter_state(model) -> dict:
+    """A detached copy of the trainable adapter tensors (to show they changed; DPO's frozen
+    reference adapter is left out)."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad and "lora_" in n}
+
+
+def export_merged(run: str | Path, out: str | Path, dtype: str = "auto") -> Path:
+    """Merge a run's LoRA adapter into its base and save a plain model folder."""
+    from rufus_data.shards import atomic_output_dir
+
+    run = Path(run)
+    if not is_adapter_folder(str(run)):
+        raise RufusError(
+            f"{run} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run already is a plain "
+            "model folder; load it directly"
+        )
+    model = load_model(str(run), dtype)
+    tokenizer = load_tokenizer(str(run))
+    with atomic_output_dir(out, overwrite=True) as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    return Path(out)

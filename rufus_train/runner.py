@@ -1,0 +1,191 @@
+"""One stage run, start to end, the same for every stage:
+
+    guards (no loading) -> run folder -> tokenizer + model (once) -> LoRA -> dataset
+    -> TRL config -> stage's trainer -> train -> adapter/model + run.json
+
+The run folder:
+
+    OUT/config.yaml      the resolved config (what --dry-run prints)
+    OUT/train.log        log lines of the run
+    OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
+    OUT/checkpoint-N/    TRL/transformers checkpoints (resume with --resume_from_checkpoint)
+    OUT/adapter_*        the LoRA adapter (or the full model when lora.enabled is false) + tokenizer
+    OUT/run.json         written last: stage, base model, steps, final metrics, timings, versions
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rufus_data.console import console
+from rufus_data.errors import RufusError
+from rufus_data.models import resolve_model
+from rufus_data.shards import package_versions
+from rufus_train import data, guards, modeling
+from rufus_train.config import StageConfig, resolved_yaml
+from rufus_train.stages import StageContext, get_stage
+
+log = logging.getLogger("rufus_train")
+RUN_JSON = "run.json"
+METRICS = "metrics.jsonl"
+
+
+@dataclass
+class RunResult:
+    output_dir: Path
+    global_step: int
+    metrics: list[dict]
+    trainable_params: int
+    total_params: int
+    initial_adapter: dict = field(default_factory=dict, repr=False)  # tensors before training (LoRA)
+    trainer: Any = field(default=None, repr=False)
+
+
+def check_config(config: StageConfig) -> None:
+    """Every guard that needs nothing loaded: the common ones, the data columns, the stage's own."""
+    stage = get_stage(config.stage)
+    guards.check_stage(config)
+    data.check_columns(config.data, stage.required_columns, config.stage)
+    stage.check(config)
+
+
+def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
+    import torch
+
+    use_bf16 = modeling.torch_dtype(config.dtype) == torch.bfloat16 and torch.cuda.is_available()
+    return {
+        "output_dir": str(output_dir),
+        "learning_rate": config.learning_rate,
+        "max_steps": config.max_steps,
+        "num_train_epochs": config.num_train_epochs,
+        "per_device_train_batch_size": config.per_device_train_batch_size,
+        "gradient_accumulation_steps": config.gradient_accumulation_steps,
+        "seed": config.seed,
+        "report_to": [r for r in config.report_to if r != "none"] or "none",
+        "save_strategy": "steps",
+        "save_steps": config.save_steps,
+        "logging_steps": config.logging_steps,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        "bf16": use_bf16,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": False,
+    }
+
+
+def build_trl_args(config: StageConfig, output_dir: Path):
+    stage = get_stage(config.stage)
+    kwargs = {**common_trl_kwargs(config, output_dir), **config.trl_kwargs(), **config.trainer}
+    try:
+        return stage.trl_config_class()(**kwargs)
+    except (ValueError, TypeError) as err:
+        raise RufusError(f"stage {config.stage}: TRL refused the config ({err}); change the key it names") from None
+
+
+def metrics_callback(path: Path):
+    from transformers import TrainerCallback
+
+    class MetricsToJsonl(TrainerCallback):
+        """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads)."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.is_world_process_zero and logs:
+                with open(path, "a") as fh:
+                    fh.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+
+    return MetricsToJsonl()
+
+
+@contextlib.contextmanager
+def run_logging(output_dir: Path):
+    """Copy rufus_train and transformers/trl log lines into OUT/train.log for the run's duration."""
+    handler = logging.FileHandler(output_dir / "train.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    loggers = [logging.getLogger(n) for n in ("rufus_train", "transformers", "trl")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+        handler.close()
+
+
+def prepare_output(config: StageConfig) -> Path:
+    out = Path(config.output_dir)
+    if out.exists() and config.overwrite and not config.resume_from_checkpoint:
+        import shutil
+
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.yaml").write_text(resolved_yaml(config))
+    if not config.resume_from_checkpoint:  # a resumed run appends to its metrics
+        (out / METRICS).unlink(missing_ok=True)
+    (out / RUN_JSON).unlink(missing_ok=True)  # run.json marks a finished run: written again at the end
+    return out
+
+
+def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
+    """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
+    in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    stage = get_stage(config.stage)
+    check_config(config)
+    out = prepare_output(config)
+    started = time.time()
+    with run_logging(out):
+        log.info("stage %s: model %s, data %s, output %s", config.stage, config.model, config.data, out)
+        folders = data.materialise(config.data, out)  # catalogs are mixed before any weights load
+        rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
+        tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
+        model = model if model is not None else modeling.load_model(config.model, config.dtype)
+        if config.lora.enabled:
+            model = modeling.apply_lora(model, config.lora)
+        trainable, total = modeling.trainable_parameters(model)
+        log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
+        dataset = stage.build_dataset(config, rows, tokenizer)
+        args = build_trl_args(config, out)
+        ctx = StageContext(
+            config=config, model=model, tokenizer=tokenizer, args=args, train_dataset=dataset,
+            output_dir=out, callbacks=[metrics_callback(out / METRICS)], extras=dict(extras or {}),
+        )
+        stage.prepare(ctx)
+        trainer = stage.make_trainer(ctx)
+        if config.lora.enabled:
+            modeling.check_only_adapter_trainable(trainer.model)
+        initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
+        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+        save_final(trainer, tokenizer, config, out)
+        metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
+        summary = {
+            "stage": config.stage,
+            "model": config.model,
+            "base_model": resolve_model(config.model),
+            "data": config.data,
+            "lora": config.lora.model_dump() if config.lora.enabled else None,
+            "global_step": trainer.state.global_step,
+            "trainable_params": trainable,
+            "total_params": total,
+            "final_metrics": metrics[-1] if metrics else {},
+            "seconds": round(time.time() - started, 1),
+            "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
+        }
+        (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
+    return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
+
+
+def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
+    """Save the adapter (or full model) and tokenizer; the adapter records its base model."""
+    model = trainer.model
+    if config.lora.enabled:
+        for peft_config in model.peft_config.values():
+            peft_config.base_model_name_or_path = resolve_model(config.model)
+    trainer.save_model(str(out))
+    tokenizer.save_pretrained(str(out))

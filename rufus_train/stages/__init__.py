@@ -1,0 +1,42 @@
+"""The stage registry: name -> Stage (one-line description, config class, trainer hooks).
+
+Every module in this package that defines `STAGE` (one Stage instance) or `STAGES` (a list) is
+registered; adding a stage means adding a module, nothing else."""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from functools import cache
+
+from rufus_data.errors import RufusError
+from rufus_train.stages.base import Stage, StageContext
+
+__all__ = ["Stage", "StageContext", "all_stages", "get_stage"]
+
+_NOT_STAGES = {"base"}
+
+
+@cache
+def all_stages() -> dict[str, Stage]:
+    found: dict[str, Stage] = {}
+    for info in pkgutil.iter_modules(__path__):
+        if info.name.startswith("_") or info.name in _NOT_STAGES:
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        stages = list(getattr(module, "STAGES", [])) + ([module.STAGE] if hasattr(module, "STAGE") else [])
+        for stage in stages:
+            if stage.name in found:
+                raise RuntimeError(f"stage {stage.name} is registered twice ({info.name})")
+            found[stage.name] = stage
+    return found
+
+
+def get_stage(name: str) -> Stage:
+    stages = all_stages()
+    if name not in stages:
+        close = difflib.get_close_matches(name, stages, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise RufusError(f"unknown stage '{name}'{hint} (the stages are: {', '.join(sorted(stages))})")
+    return stages[name]

@@ -1,0 +1,57 @@
+"""The agent stages: GRPO with tools, through TRL's tool / environment support. The model sees
+the tools' schemas in its system turn; a `<tool_call>` in a completion is executed, its result
+appended as a `tool` turn, and generation continues (up to `max_tool_calling_iterations`); tool
+output tokens carry no loss.
+
+- `general_agent`: a calculator and a sandboxed python tool.
+- `coding_agent`: a per-rollout coding environment: sandboxed `run_python` and `run_tests`
+  against the row's own tests; rewarded by the code-execution reward.
+- `search_agent`: a per-rollout search environment over a local duckdb BM25 index (offline)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+
+ANSWER_REWARD = {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}
+
+
+class GeneralAgentConfig(GRPOStageConfig):
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)])
+    tools: list[Literal["calculator", "run_python"]] = Field(default_factory=lambda: ["calculator", "run_python"])
+
+
+class CodingAgentConfig(GRPOStageConfig):
+    rewards: list[str | dict[str, Any]] = Field(
+        default_factory=lambda: [{"name": "code_execution", "pass_fraction": True}]
+    )
+    environment: Literal["coding", "search"] | None = "coding"
+
+
+class SearchAgentConfig(GRPOStageConfig):
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)])
+    environment: Literal["coding", "search"] | None = "search"
+
+
+class GeneralAgentStage(GRPOStage):
+    name = "general_agent"
+    description = "GRPO with tools: a calculator and a sandboxed python tool"
+    config_class = GeneralAgentConfig
+
+
+class CodingAgentStage(GRPOStage):
+    name = "coding_agent"
+    description = "GRPO with a sandboxed code-execution environment (run_python, run_tests)"
+    config_class = CodingAgentConfig
+
+
+class SearchAgentStage(GRPOStage):
+    name = "search_agent"
+    description = "GRPO with a search tool over a local corpus (duckdb BM25 index, offline)"
+    config_class = SearchAgentConfig
+
+
+STAGES = [GeneralAgentStage(), CodingAgentStage(), SearchAgentStage()]

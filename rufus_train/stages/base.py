@@ -1,0 +1,73 @@
+"""What a stage is: a config class, a one-line description, and three hooks the runner calls
+(`check` before anything loads, `build_dataset` from canonical shard rows, `make_trainer`).
+
+Stage modules import TRL inside their hooks, not at module level, so that listing the stages
+and `--dry-run` stay fast."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+from rufus_train.config import StageConfig
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+
+@dataclass
+class StageContext:
+    """Everything a stage needs to build its trainer; filled by the runner."""
+
+    config: StageConfig
+    model: Any  # the policy (a PeftModel when LoRA is on)
+    tokenizer: Any
+    args: Any  # the TRL config dataclass instance
+    train_dataset: Dataset
+    output_dir: Path
+    callbacks: list = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. the distillation teacher
+
+
+class Stage:
+    """Base class of the stages in the registry (one instance per stage module)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    config_class: ClassVar[type[StageConfig]]
+    # Columns the shard rows must have (checked from the parquet schema before anything loads);
+    # a tuple inside the tuple means "one of these".
+    required_columns: ClassVar[tuple] = ()
+
+    def trl_config_class(self) -> type:
+        module, _, name = self.config_class.trl_config.rpartition(".")
+        return getattr(importlib.import_module(module), name)
+
+    def check(self, config: StageConfig) -> None:
+        """Stage-specific guards that need no model or data (raise RufusError)."""
+
+    def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer) -> Dataset:
+        """Canonical rows -> the dataset format the TRL trainer reads."""
+        raise NotImplementedError
+
+    def prepare(self, ctx: StageContext) -> None:
+        """Load what the stage needs besides the policy (a teacher, reward models) into ctx.extras."""
+
+    def make_trainer(self, ctx: StageContext):
+        raise NotImplementedError
+
+
+def conversational(rows: pa.Table, column: str) -> list:
+    """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped);
+    a plain-string prompt becomes one user turn, as the canonical rows define it."""
+    out = []
+    for value in rows.column(column).to_pylist():
+        if isinstance(value, str):
+            out.append([{"role": "user", "content": value}])
+        else:
+            out.append([{k: v for k, v in m.items() if v is not None} for m in (value or [])])
+    return out

@@ -1,0 +1,51 @@
+"""`reasoning_rl`: GRPO on math/reasoning prompts with string-match (or math-equivalence) rewards,
+combined by default with DAPO's soft overlong penalty: the playbook's fix for a `/no_think` run
+that learned to ramble (completions near `max_completion_length` lose reward linearly)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+
+DEFAULT_REWARDS = [{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}]
+
+
+class ReasoningRLConfig(GRPOStageConfig):
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(r) for r in DEFAULT_REWARDS])
+    overlong_cache: int | None = Field(
+        -1, description="DAPO overlong penalty over the last N tokens of max_completion_length; -1: a quarter; null: off"
+    )
+
+    @model_validator(mode="after")
+    def _add_overlong_penalty(self) -> ReasoningRLConfig:
+        explicit = [r for r in self.rewards if _name(r) == "overlong_penalty"]
+        for spec in explicit:
+            if isinstance(spec, dict) and spec.get("max_length") not in (None, self.max_completion_length):
+                raise ValueError(
+                    f"overlong_penalty max_length {spec['max_length']} differs from max_completion_length "
+                    f"{self.max_completion_length}: the penalty must end where generation is cut"
+                )
+        if explicit or self.overlong_cache is None:
+            return self
+        cache = self.max_completion_length // 4 if self.overlong_cache == -1 else self.overlong_cache
+        penalty = {"name": "overlong_penalty", "max_length": self.max_completion_length,
+                   "cache": min(cache, self.max_completion_length)}
+        object.__setattr__(self, "rewards", [*self.rewards, penalty])
+        object.__setattr__(self, "overlong_cache", penalty["cache"])
+        return self
+
+
+def _name(spec) -> str:
+    return spec.get("name", "") if isinstance(spec, dict) else str(spec).partition(":")[0]
+
+
+class ReasoningRLStage(GRPOStage):
+    name = "reasoning_rl"
+    description = "GRPO with string-match / math rewards plus the DAPO overlong penalty (GSM8K-style prompts)"
+    config_class = ReasoningRLConfig
+
+
+STAGE = ReasoningRLStage()

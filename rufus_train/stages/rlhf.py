@@ -1,0 +1,24 @@
+"""`rlhf`: GRPO against learned preferences: the async LLM-judge reward (an OpenAI-compatible
+judge server, `judge_url`), or a reward model given as a sequence-classification checkpoint
+(`reward_model`), or both (weights: the judge's in its spec, `reward_model_weight`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+
+
+class RLHFConfig(GRPOStageConfig):
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [{"name": "llm_judge"}])
+
+
+class RLHFStage(GRPOStage):
+    name = "rlhf"
+    description = "GRPO with the async LLM judge, or a sequence-classification reward model"
+    config_class = RLHFConfig
+
+
+STAGE = RLHFStage()

@@ -1,0 +1,213 @@
+"""`rufus-data filter` on real prompts with the built-in model: hf backend, a real vLLM CPU
+server, re-bucketing from rollouts, and resumption after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shards
+from typer.testing import CliRunner
+
+from rufus_data.cli import app
+from rufus_data.errors import RufusError
+from rufus_data.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
+from rufus_data.shards import read_manifest, read_shards
+
+RUFUS_DATA = str(Path(sys.executable).parent / "rufus-data")
+HF_SETTINGS = {"k": 4, "max_tokens": 16, "temperature": 0.7, "seed": 0}
+
+
+def cli_args(shards: Path, out: Path, backend: str = "hf", extra: tuple = ()) -> list[str]:
+    return [
+        "filter", str(shards), "--out", str(out), "--policy", "smollm2-135m", "--reward", json.dumps(NUMBER_REWARD),
+        "--k", "4", "--max-tokens", "16", "--temperature", "0.7", "--seed", "0", "--backend", backend, *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def hf_shards(tmp_path_factory, data_root) -> Path:
+    folder = tmp_path_factory.mktemp("filter-in") / "rl"
+    return write_rl_shards(folder, arithmetic_rows(8) + gsm8k_rows(data_root, 2))
+
+
+@pytest.fixture(scope="module")
+def hf_run(hf_shards, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("filter-hf") / "out"
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
+    filter_prompts([hf_shards], out, config)
+    return out
+
+
+def bucket_ids(out: Path) -> dict[str, list[str]]:
+    return {b: read_shards(out / b).column("id").to_pylist() for b in BUCKETS}
+
+
+def assert_buckets_match_rewards(out: Path, k: int) -> dict:
+    """Every prompt's bucket and pass_rate follow from the rewards stored in rollouts.parquet."""
+    rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
+    per_prompt: dict[str, list] = {}
+    for row in rollouts:
+        per_prompt.setdefault(row["prompt_id"], []).append(row["reward"])
+    assert all(len(r) == k for r in per_prompt.values())
+    seen = {}
+    for bucket in BUCKETS:
+        table = read_shards(out / bucket)
+        assert {"id", "prompt", "expected_output", "pass_rate", "source", "label"} <= set(table.column_names)
+        for row in table.to_pylist():
+            rewards = [r for r in per_prompt[row["id"]] if r is not None]
+            assert row["id"] not in seen
+            seen[row["id"]] = bucket
+            if not rewards:
+                assert bucket == "unscored" and row["pass_rate"] is None
+                continue
+            p = sum(rewards) / len(rewards)
+            assert row["pass_rate"] == pytest.approx(p)
+            expected = "all_pass" if p == 1 else "all_fail" if p == 0 else "learnable"
+            assert bucket == expected, (row["id"], rewards, bucket)
+    assert set(seen) == set(per_prompt)
+    return seen
+
+
+def test_hf_filter_fills_learnable_and_all_fail(hf_run):
+    seen = assert_buckets_match_rewards(hf_run, k=4)
+    ids = bucket_ids(hf_run)
+    assert ids["learnable"], "the 135M model solves single-digit additions some of the time"
+    assert ids["all_fail"] and {"gsm8k-test-0", "gsm8k-test-1"} <= set(ids["all_fail"]) | set(ids["learnable"])
+    assert len(seen) == 10
+    rollouts = pq.read_table(hf_run / "rollouts.parquet")
+    first = rollouts.slice(0, 1).to_pylist()[0]
+    assert first["model"] == "smollm2-135m" and first["backend"] == "hf"
+    assert json.loads(first["sampling"]) == {**json.loads(first["sampling"]), "n": 4, "max_tokens": 16, "seed": 0}
+    assert first["num_tokens"] == len(first["token_ids"]) <= 16
+    report = (hf_run / "report.md").read_text()
+    assert "| arithmetic |" in report and "| math |" in report and "learnable" in report
+    assert (hf_run / "pass_rate_hist.png").stat().st_size > 1000
+    manifest = read_manifest(hf_run)
+    assert manifest["counts"]["learnable"] == len(ids["learnable"]) and manifest["generation"]["prompts_generated"] == 10
+    assert not partial_dir(hf_run).exists()
+
+
+def test_rebucket_from_rollouts_applies_a_band_without_generating(hf_run, tmp_path):
+    out = tmp_path / "band"
+    result = CliRunner().invoke(app, ["filter", "--from-rollouts", str(hf_run), "--keep", "0.3<p<0.7", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    before, after = bucket_ids(hf_run), bucket_ids(out)
+    assert after["all_fail"] == before["all_fail"] and after["all_pass"] == before["all_pass"]
+    band = parse_band("0.3<p<0.7")
+    for row in read_shards(out / "learnable").to_pylist():
+        assert band(row["pass_rate"])
+    outside = read_shards(out / "outside_band").column("id").to_pylist() if (out / "outside_band").exists() else []
+    assert sorted(after["learnable"] + outside) == sorted(before["learnable"])
+    assert read_manifest(out)["command"] == "rufus-data filter --from-rollouts"
+
+
+def test_bad_band_and_bad_input_are_clear_errors(tmp_path, hf_shards):
+    with pytest.raises(RufusError, match="not a pass-rate band"):
+        parse_band("between 0.1 and 0.9")
+    bad = write_rl_shards(tmp_path / "dup", arithmetic_rows(2) + arithmetic_rows(1))
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], **HF_SETTINGS)
+    with pytest.raises(RufusError, match=r"row 2 \(id 'add-1-1'\): duplicate id"):
+        filter_prompts([bad], tmp_path / "out", config)
+    assert not (tmp_path / "out").exists()
+
+
+def _journal_lines(out: Path) -> list[dict]:
+    lines = []
+    for path in partial_dir(out).glob("*.jsonl"):
+        for line in path.read_text().splitlines(keepends=True):
+            if line.endswith("\n"):
+                lines.append(json.loads(line))
+    return lines
+
+
+def _kill_midway(args: list[str], out: Path, at_least: int, timeout_s: float = 300) -> list[dict]:
+    """Start the CLI, SIGKILL it once `at_least` prompts are journaled; return the journal then."""
+    proc = subprocess.Popen([RUFUS_DATA, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(_journal_lines(out)) < at_least:
+            assert proc.poll() is None, f"the run ended before it could be killed: {proc.stderr.read()[-2000:]}"
+            assert time.monotonic() < deadline, "no journal progress"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not out.exists(), "a killed run must not leave an output folder"
+    return _journal_lines(out)
+
+
+def _assert_resumed(out: Path, before_kill: list[dict], k: int) -> None:
+    rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
+    per_prompt: dict[str, list] = {}
+    for row in rollouts:
+        per_prompt.setdefault(row["prompt_id"], []).append(row)
+    assert all(len(rows) == k for rows in per_prompt.values()), "no prompt lost or generated twice"
+    for record in before_kill:  # finished before the kill: kept, not generated again
+        rows = per_prompt[record["prompt_id"]]
+        assert [r["completion"] for r in rows] == [c["text"] for c in record["completions"]]
+        assert {r["generated_by_pid"] for r in rows} == {record["pid"]}
+    assert len({rows[0]["generated_by_pid"] for rows in per_prompt.values()}) == 2  # two runs shared the work
+    assert not partial_dir(out).exists()
+
+
+def test_hf_resume_after_sigkill_ends_with_the_uninterrupted_buckets(hf_shards, hf_run, tmp_path):
+    out = tmp_path / "resumed"
+    args = cli_args(hf_shards, out)
+    before_kill = _kill_midway(args, out, at_least=3)
+    assert 3 <= len(before_kill) < 10
+    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _assert_resumed(out, before_kill, k=4)
+    assert bucket_ids(out) == bucket_ids(hf_run)
+    ours = pq.read_table(out / "rollouts.parquet").select(["prompt_id", "completion", "reward"])
+    assert ours.equals(pq.read_table(hf_run / "rollouts.parquet").select(["prompt_id", "completion", "reward"]))
+
+
+# --- through a real vLLM CPU server ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def vllm_shards(tmp_path_factory, data_root) -> Path:
+    folder = tmp_path_factory.mktemp("filter-vllm") / "rl"
+    return write_rl_shards(folder, arithmetic_rows(12) + gsm8k_rows(data_root, 4))
+
+
+@pytest.mark.vllm
+def test_vllm_filter_buckets_and_refuses_prompts_that_do_not_fit(vllm_server, vllm_shards, tmp_path):
+    out = tmp_path / "out"
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="server",
+                          base_urls=[vllm_server.base_url], concurrency=8, **{**HF_SETTINGS, "max_tokens": 24})
+    summary = filter_prompts([vllm_shards], out, config)
+    assert_buckets_match_rewards(out, k=4)
+    assert summary["counts"]["learnable"] > 0 and summary["counts"]["all_fail"] > 0, summary
+    assert read_manifest(out)["max_model_len_check"] == "ok"
+    assert pq.read_table(out / "rollouts.parquet").column("backend")[0].as_py() == "server"
+
+    refused = CliRunner().invoke(
+        app, cli_args(vllm_shards, tmp_path / "refused", "server", ("--base-url", vllm_server.base_url, "--max-tokens", "2040"))
+    )
+    assert refused.exit_code == 2
+    text = " ".join(refused.output.split())
+    assert "plus max_tokens (2040)" in text and "max_model_len=2048" in text and "--max-model-len" in text, text
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.vllm
+def test_vllm_resume_after_sigkill_loses_and_repeats_no_prompt(vllm_server, data_root, tmp_path):
+    shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4) + gsm8k_rows(data_root, 12))
+    out = tmp_path / "out"
+    args = cli_args(shards, out, "server", ("--base-url", vllm_server.base_url, "--concurrency", "1"))
+    before_kill = _kill_midway(args, out, at_least=3)
+    assert len(before_kill) < 16
+    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _assert_resumed(out, before_kill, k=4)
+    assert len(pq.read_table(out / "rollouts.parquet")) == 16 * 4
+    shutil.rmtree(out)

@@ -1,0 +1,210 @@
+"""Stage configs, CLI overrides, --dry-run, the guards' messages, `stages` and `plan`: all of it
+runs before (and without) loading a model or dataset."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from rufus_data.errors import RufusError
+from rufus_train import guards
+from rufus_train.cli import app
+from rufus_train.config import load_stage_config, parse_cli_overrides
+from rufus_train.plan import plan
+from rufus_train.runner import check_config
+from rufus_train.stages import all_stages, get_stage
+
+MY_STAGES = ("sft", "midtrain", "dpo", "kto", "orpo", "distill")
+
+
+@pytest.fixture(scope="module")
+def sft_shards(tmp_path_factory, data_root):
+    from rufus_train import examples
+
+    root = tmp_path_factory.mktemp("cfg_shards")
+    return {
+        "sft": examples.gsm8k_sft(data_root, root / "sft", limit=4),
+        "pref": examples.gsm8k_preference(data_root, root / "pref", limit=4),
+        "rl": examples.gsm8k_rl(data_root, root / "rl", limit=4),
+    }
+
+
+def load(stage: str, **overrides):
+    return load_stage_config(stage, get_stage(stage).config_class, overrides=overrides)
+
+
+def test_every_stage_yaml_loads_with_documented_defaults():
+    for name in MY_STAGES:
+        config = load(name)
+        assert config.stage == name and config.lora.r == 4
+        assert config.lora.target_modules == ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def test_learning_rate_defaults_full_vs_lora():
+    assert load("sft").learning_rate == pytest.approx(1e-4)
+    assert load("sft", **{"lora.enabled": False}).learning_rate == pytest.approx(1e-5)
+    assert load("dpo").learning_rate == pytest.approx(1e-5)  # 10x below SFT
+    assert load("dpo", **{"lora.enabled": False}).learning_rate == pytest.approx(1e-6)
+    assert load("sft", learning_rate=3e-6).learning_rate == pytest.approx(3e-6)  # given wins
+
+
+def test_cli_overrides_are_typed_by_the_model_and_win():
+    pairs = parse_cli_overrides(["--max_steps", "7", "--lora.r=8", "--packing", "--model", "123", "--trainer.warmup_steps", "3"])
+    config = load_stage_config("sft", get_stage("sft").config_class, overrides=pairs)
+    assert config.max_steps == 7 and config.lora.r == 8 and config.packing is True
+    assert config.model == "123"  # a str field stays a string
+    assert config.trainer == {"warmup_steps": 3}
+
+
+def test_unknown_keys_name_file_key_and_nearest_valid():
+    with pytest.raises(RufusError, match=r"sft\.yaml.*unknown key 'lora\.rr'; did you mean 'r'"):
+        load("sft", **{"lora.rr": 8})
+    with pytest.raises(RufusError, match=r"sft\.yaml.*unknown key 'max_step'; did you mean 'max_steps'"):
+        load("sft", max_step=3)
+    with pytest.raises(RufusError, match=r"unknown key 'trainer\.warmup_step' for SFTConfig; did you mean 'warmup_steps'"):
+        load("sft", **{"trainer.warmup_step": 3})
+    with pytest.raises(RufusError, match=r"'trainer\.beta' is set by Rufus: use the top-level key 'beta'"):
+        load("dpo", **{"trainer.beta": 0.5})
+
+
+def test_bad_yaml_file_names_the_file(tmp_path):
+    bad = tmp_path / "mine.yaml"
+    bad.write_text("max_steps: [1\n")
+    with pytest.raises(RufusError, match=r"mine\.yaml: malformed YAML at line"):
+        load_stage_config("sft", get_stage("sft").config_class, bad)
+    other = tmp_path / "dpo.yaml"
+    other.write_text("stage: dpo\n")
+    with pytest.raises(RufusError, match=r"config for stage 'dpo', not 'sft'"):
+        load_stage_config("sft", get_stage("sft").config_class, other)
+
+
+def test_guard_lm_head_and_embeddings_refused():
+    with pytest.raises(RufusError, match=r"contains 'lm_head': the loss reads lm_head\.weight directly.*Remove it"):
+        guards.check_lora_targets(["q_proj", "lm_head"])
+    with pytest.raises(RufusError, match=r"contains 'model\.embed_tokens'.*indexed, not multiplied"):
+        guards.check_lora_targets(["model.embed_tokens"])
+    with pytest.raises(RufusError, match=r"'\.\*head'"):
+        guards.check_lora_targets(".*head")
+    guards.check_lora_targets(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj"])
+
+
+@pytest.mark.parametrize("method", ["PromptTuning", "prefix_tuning", "P-Tuning", "PrefixTuningConfig", "PROMPT_TUNING"])
+def test_guard_prompt_learning_refused_use_lora(method):
+    with pytest.raises(RufusError, match=r"prompt-learning method.*Use LoRA: set `lora\.method: lora`"):
+        guards.check_peft_method(method)
+
+
+def test_guard_prompt_learning_config_object_refused():
+    from peft import PromptTuningConfig
+
+    with pytest.raises(RufusError, match="Use LoRA"):
+        guards.check_peft_config(PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8))
+
+
+def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path):
+    with pytest.raises(RufusError, match="lm_head"):
+        check_config(load("sft", data=[str(sft_shards["sft"])], **{"lora.target_modules": ["lm_head"]}))
+    with pytest.raises(RufusError, match="has no `data`"):
+        check_config(load("sft"))
+    with pytest.raises(RufusError, match=r"shard folder .*nowhere does not exist"):
+        check_config(load("sft", data=[str(tmp_path / "nowhere")]))
+    with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*has \['id', 'label', 'messages', 'source'\]"):
+        check_config(load("dpo", data=[str(sft_shards["sft"])], output_dir=str(tmp_path / "o")))
+    with pytest.raises(RufusError, match=r"report_to 'wandb' needs the `wandb` package"):
+        check_config(load("sft", data=[str(sft_shards["sft"])], report_to="wandb", output_dir=str(tmp_path / "o")))
+
+
+def test_guard_existing_run_folder_not_overwritten(sft_shards, tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.json").write_text("{}")
+    with pytest.raises(RufusError, match="already holds a run: pass --overwrite true"):
+        check_config(load("sft", data=[str(sft_shards["sft"])], output_dir=str(tmp_path / "run")))
+
+
+def test_kto_refuses_the_source_label_column(sft_shards, tmp_path):
+    with pytest.raises(RufusError, match=r"`label` is the source's own label"):
+        check_config(load("kto", data=[str(sft_shards["pref"])], desirable_column="label", output_dir=str(tmp_path / "k")))
+
+
+def test_distill_guards_teacher(sft_shards, builtin_model, tmp_path):
+    base = {"data": [str(sft_shards["rl"])], "output_dir": str(tmp_path / "d")}
+    with pytest.raises(RufusError, match="distill needs a teacher"):
+        check_config(load("distill", **base))
+    with pytest.raises(RufusError, match="the student's own starting point"):
+        check_config(load("distill", teacher=builtin_model, **base))
+    with pytest.raises(RufusError, match=r"'beta'.*less than or equal to 1"):
+        load("distill", beta=1.5, **base)
+
+
+def test_registry_lists_my_stages_with_one_line_each():
+    stages = all_stages()
+    for name in MY_STAGES:
+        assert name in stages and "\n" not in stages[name].description
+    with pytest.raises(RufusError, match="unknown stage 'stf'; did you mean 'sft'"):
+        get_stage("stf")
+    result = CliRunner().invoke(app, ["stages"])
+    assert result.exit_code == 0
+    for name in MY_STAGES:
+        assert name in result.output
+
+
+def test_dry_run_prints_resolved_config_and_loads_nothing(sft_shards, tmp_path):
+    out = tmp_path / "never"
+    result = CliRunner().invoke(
+        app, ["stage", "sft", "--dry-run", "--data", str(sft_shards["sft"]), "--max_steps", "5", "--lora.r", "16",
+              "--output_dir", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "max_steps: 5" in result.stdout and "  r: 16" in result.stdout and "learning_rate: 0.0001" in result.stdout
+    assert not out.exists()  # nothing was written or loaded
+
+
+def test_cli_guard_error_exits_2_with_message(sft_shards):
+    result = CliRunner().invoke(
+        app, ["stage", "sft", "--dry-run", "--data", str(sft_shards["sft"]), "--lora.method", "PrefixTuning"]
+    )
+    assert result.exit_code == 2 and "Use LoRA" in result.output
+
+
+def test_plan_prints_322_with_formula():
+    assert plan(3e9, 1.1e13, 24, 0.3, "h100").gpus == 322
+    result = CliRunner().invoke(app, ["plan", "--params", "3e9", "--tokens", "1.1e13", "--days", "24", "--mfu", "0.3", "--gpu", "h100"])
+    assert result.exit_code == 0, result.output
+    assert "6 x N x D = 6 x 3e+09 x 1.1e+13 = 1.980e+23" in result.stdout
+    assert "0.3 x 989 TFLOP/s" in result.stdout and "321.8 -> 322" in result.stdout
+    assert result.stdout.strip().endswith("322 GPUs (h100)")
+    assert plan(3e9, 1.1e13, 24, 0.3, "a100").gpus > 322  # a slower GPU needs more
+    with pytest.raises(RufusError, match="unknown --gpu 'h900'"):
+        plan(3e9, 1.1e13, 24, 0.3, "h900")
+
+
+def test_data_may_name_a_mixture_catalog(tmp_path):
+    """A rufus-data catalog is validated (and its kind's columns checked) before anything loads."""
+    from conftest import REPO
+
+    sft_catalog = str(REPO / "catalogs" / "sft.yaml")
+    check_config(load("sft", data=[sft_catalog], output_dir=str(tmp_path / "a")))
+    with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*catalogs/sft\.yaml has"):
+        check_config(load("dpo", data=[sft_catalog], output_dir=str(tmp_path / "b")))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: sft\nname: x\nsourcez: []\n")
+    with pytest.raises(RufusError, match=r"bad\.yaml.*unknown key 'sourcez'"):
+        check_config(load("sft", data=[str(bad)], output_dir=str(tmp_path / "c")))
+
+
+def test_accelerate_configs_parse_with_accelerate():
+    from accelerate.commands.config.config_args import ClusterConfig
+    from conftest import REPO
+
+    folder = REPO / "catalogs" / "accelerate"
+    kinds = {}
+    for name in ("ddp", "zero2", "zero3", "fsdp2"):
+        config = ClusterConfig.from_yaml_file(str(folder / f"{name}.yaml"))
+        kinds[name] = (config.distributed_type.name, (config.deepspeed_config or {}).get("zero_stage"),
+                       (config.fsdp_config or {}).get("fsdp_version"))
+    assert kinds == {
+        "ddp": ("MULTI_GPU", None, None),
+        "zero2": ("DEEPSPEED", 2, None),
+        "zero3": ("DEEPSPEED", 3, None),
+        "fsdp2": ("FSDP", None, 2),
+    }

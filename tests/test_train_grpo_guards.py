@@ -1,0 +1,309 @@
+"""Every GRPO guard message, the async path up to the CUDA boundary, the serve command, the
+tools and the dynamic-sampling building blocks. Nothing here loads the model."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import pickle
+import threading
+import warnings
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from rufus_data.errors import RufusError
+from rufus_train import async_grpo
+from rufus_train.cli import app
+from rufus_train.config import load_stage_config
+from rufus_train.dynamic_sampling import ResampleStream, dead_groups, dynamic_sampling_problems, mask_warnings
+from rufus_train.stages import get_stage
+
+
+def grpo_config(stage="reasoning_rl", **overrides):
+    return load_stage_config(stage, get_stage(stage).config_class, overrides=overrides)
+
+
+# ------------------------------------------------------------------ async GRPO
+
+
+def test_async_refuses_everything_it_cannot_run_one_message_each(tmp_path):
+    accelerate = tmp_path / "ds.yaml"
+    accelerate.write_text("distributed_type: DEEPSPEED\nnum_processes: 2\n")
+    config = grpo_config(
+        grpo_execution="async", dynamic_sampling="resample", accelerate_config=str(accelerate),
+        reward_model="smollm2-135m", trainer={"eval_strategy": "steps", "use_liger_kernel": True},
+    )
+    problems = async_grpo.async_problems(config, environ={})
+    text = "\n".join(problems)
+    assert not torch.cuda.is_available()
+    for needle in ("no CUDA GPU", "vllm is not importable", "`kernels` package", "DeepSpeed", "evaluation during training",
+                   "dynamic_sampling: resample", "use_liger_kernel", "reward_model smollm2-135m"):
+        assert sum(needle in p for p in problems) == 1, (needle, text)
+    assert all(p.startswith(("(trl)", "(rufus)")) for p in problems)  # each says where its rule comes from
+    with pytest.raises(RufusError, match=r"grpo_execution: async cannot run this reasoning_rl config \(\d+ problems\)"):
+        async_grpo.validate_async_args(config, environ={})
+
+
+def test_async_allows_fsdp2_lora_and_several_processes_but_not_fsdp1(tmp_path):
+    fsdp2 = tmp_path / "fsdp2.yaml"
+    fsdp2.write_text("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n")
+    config = grpo_config(grpo_execution="async", accelerate_config=str(fsdp2))
+    problems = async_grpo.async_problems(config, environ={})
+    assert not any("FSDP" in p or "DeepSpeed" in p or "lora" in p.lower() for p in problems), problems
+    assert async_grpo.accelerate_settings(str(fsdp2), {})["num_processes"] == 4
+    launched_fsdp1 = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"}
+    assert any("FSDP version 1" in p for p in async_grpo.async_problems(config.model_copy(update={"accelerate_config": None}), launched_fsdp1))
+
+
+def test_async_refuses_quantized_models_and_head_adapters(tmp_path):
+    model = tmp_path / "quantized"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "bitsandbytes"}}))
+    config = grpo_config(grpo_execution="async", model=str(model))
+    assert any("bitsandbytes" in p for p in async_grpo.async_problems(config, environ={}))
+    head = grpo_config(grpo_execution="async").model_copy()
+    head.lora.target_modules = ["q_proj", "lm_head"]  # the common LoRA guard refuses this before; async says why too
+    assert any("lora.target_modules ['lm_head']" in p for p in async_grpo.async_problems(head, environ={}))
+
+
+def test_cli_override_grpo_execution_wins_and_check_refuses(tmp_path, builtin_model):
+    config = load_stage_config("reasoning_rl", get_stage("reasoning_rl").config_class,
+                               overrides=[("grpo_execution", "async"), ("data", str(tmp_path))])
+    assert config.grpo_execution == "async" and config.server_url == "http://localhost:8000"
+    with pytest.raises(RufusError, match="no CUDA GPU"):
+        get_stage("reasoning_rl").check(config)
+
+
+def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_tokenizer, tmp_path):
+    from rufus_data.rewards import build_rewards
+    from rufus_train.runner import build_trl_args
+    from rufus_train.search_index import build_index
+    from rufus_train.stages.grpo import async_config
+    from rufus_train.tools import TOOLS, enable_tool_parsing, search_environment_factory
+
+    config = grpo_config(grpo_execution="async", output_dir=str(tmp_path / "run"), max_steps=3, token_budget=None)
+    args = async_config(build_trl_args(config, tmp_path / "run"), config)
+    assert args.vllm_server_base_url == "http://localhost:8000" and args.token_budget is None  # null: server's max_model_len
+    assert args.max_completion_length == config.max_completion_length and args.max_steps == 3
+    # what TRL pickles into the spawned rollout worker: rewards, tools, environments, the tokenizer (with its parser)
+    rewards, _ = build_rewards(config.rewards)
+    index = build_index([{"id": "d", "text": "Paris is in France."}], tmp_path / "idx.duckdb")
+    async_grpo.check_picklable(rewards, list(TOOLS.values()), search_environment_factory(index))
+    tokenizer = pickle.loads(pickle.dumps(enable_tool_parsing(builtin_tokenizer)))
+    assert tokenizer.response_template is not None
+    with pytest.raises(RufusError, match="must\\s+pickle.*<lambda>"):
+        async_grpo.check_picklable([lambda prompts, completions, **kw: [0.0]])
+
+
+def test_rollout_state_low_water_mark(tmp_path):
+    with pytest.warns(UserWarning, match="restarts from prompt 0"):
+        assert async_grpo.read_rollout_state(tmp_path, 10) is None
+    (tmp_path / "rollout_state.json").write_text(json.dumps({"prompt_index": 23, "model_version": 5}))
+    state = async_grpo.read_rollout_state(tmp_path, 10)
+    assert (state.prompt_index, state.model_version, state.start_row) == (23, 5, 3)  # TRL restarts at index % len
+    (tmp_path / "rollout_state.json").write_text("{}")
+    with pytest.raises(RufusError, match="not a TRL rollout state"):
+        async_grpo.read_rollout_state(tmp_path, 10)
+
+
+def test_serve_command_matches_what_trl_needs():
+    env, argv = async_grpo.serve_command(async_grpo.ServeSpec(model="smollm2-135m", devices="1,2", max_model_len=2048))
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": "1,2"}
+    flags = " ".join(argv)
+    for flag in ('--weight-transfer-config {"backend": "nccl"}', "--logprobs-mode processed_logprobs",
+                 "--max-logprobs -1", "--dtype bfloat16", "--max-model-len 2048", "--tensor-parallel-size 2"):
+        assert flag in flags
+    result = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "1", "--print", "--lora-rank", "4"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 ")
+    assert "--enable-lora --max-lora-rank 8 --max-loras 6" in result.output  # rank rounded up; max_staleness + 2
+    bad = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "", "--print"])
+    assert bad.exit_code == 2 and "--devices must name at least one GPU" in bad.output
+
+
+# ------------------------------------------------------------------ completion length vs server
+
+
+@pytest.fixture
+def models_server():
+    """A real HTTP server on 127.0.0.1 answering GET /v1/models like vLLM (max_model_len 64)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps({"data": [{"id": "tiny", "max_model_len": 64}]}).encode()
+            self.send_response(200 if self.path == "/v1/models" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_completion_length_vs_server(models_server):
+    with pytest.raises(RufusError, match=r"max_completion_length \(64\) >= the server's max_model_len \(64\)"):
+        async_grpo.check_completion_budget(models_server, 64)
+    with pytest.warns(UserWarning, match=r"token_budget \(32\) is below the server's max_model_len \(64\)"):
+        assert async_grpo.check_completion_budget(models_server, 16, token_budget=32) == 64
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert async_grpo.check_completion_budget(models_server, 16, token_budget=None) == 64
+    assert async_grpo.check_completion_budget("http://127.0.0.1:9", 16, retries=2, delay_s=0.01) is None  # skipped
+    with pytest.raises(RufusError, match=r"longest prompt \(50 tokens\) plus max_completion_length \(16\) is 66"):
+        async_grpo.check_prompt_fits(50, 16, 64, "the server")
+
+
+def test_stage_check_reads_server_before_loading(models_server, tmp_path):
+    config = grpo_config(vllm_server=models_server, max_completion_length=100, data=[str(tmp_path)])
+    with pytest.raises(RufusError, match="max_model_len"):
+        get_stage("reasoning_rl").check(config)
+    # no server: the model's own context (max_position_embeddings of the built-in: 8192)
+    with pytest.raises(RufusError, match="max_position_embeddings"):
+        get_stage("reasoning_rl").check(grpo_config(max_completion_length=9000))
+
+
+def test_gpu_roles():
+    with pytest.raises(RufusError, match="GPU 1 is both a trainer device"):
+        async_grpo.check_gpu_roles("0,1", "1")
+    with pytest.warns(UserWarning, match="evaluation devices \\(2\\) overlap the vLLM server's"):
+        async_grpo.check_gpu_roles("0", "1,2", "2")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        async_grpo.check_gpu_roles("0", "1", "2")
+
+
+# ------------------------------------------------------------------ stage configs
+
+
+def test_stage_config_guards():
+    config = grpo_config(max_completion_length=64)
+    assert config.rewards[-1] == {"name": "overlong_penalty", "max_length": 64, "cache": 16}  # DAPO, on by default
+    assert config.trl_kwargs()["reward_weights"] == [1.0, 1.0]
+    with pytest.raises(RufusError, match="penalty must end where generation is cut"):
+        grpo_config(rewards=[{"name": "overlong_penalty", "max_length": 32, "cache": 8}], max_completion_length=64)
+    with pytest.raises(RufusError, match=r"\(6\) must be a multiple of num_generations \(4\)"):
+        get_stage("reasoning_rl").check(grpo_config(per_device_train_batch_size=6, num_generations=4))
+    with pytest.raises(RufusError, match="environment: search needs search_index"):
+        grpo_config("search_agent")
+    with pytest.raises(RufusError, match="no rewards"):
+        get_stage("rlhf").check(grpo_config("rlhf", rewards=[]))
+    with pytest.raises(RufusError, match="use the top-level key 'rewards'"):
+        grpo_config(trainer={"reward_weights": [1.0]})
+
+
+def test_reward_model_must_be_sequence_classification(builtin_model):
+    from rufus_train.stages.grpo import check_reward_model
+
+    with pytest.raises(RufusError, match="LlamaForCausalLM, not a sequence-classification checkpoint"):
+        check_reward_model(builtin_model)
+    with pytest.raises(RufusError, match="does not exist"):
+        check_reward_model("/no/such/reward-model")
+
+
+# ------------------------------------------------------------------ dynamic sampling building blocks
+
+
+def test_dead_groups_are_decided_per_group():
+    rewards = torch.tensor([[1.0], [0.0], [0.5], [0.5], [1.0], [1.0]])  # groups of 2
+    assert dead_groups(rewards, torch.ones(1), 2).tolist() == [False, True, True]
+    rows_at_mean = torch.tensor([[0.0], [0.5], [1.0]])  # a row at its group's mean, in an informative group
+    assert dead_groups(rows_at_mean, torch.ones(1), 3).tolist() == [False]
+    two = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # sums equal, each function varies
+    assert dead_groups(two, torch.ones(2), 2).tolist() == [True]
+    assert dead_groups(two, torch.ones(2), 2, "normalize_then_sum").tolist() == [False]
+    unscored = torch.tensor([[float("nan")], [float("nan")]])
+    assert dead_groups(unscored, torch.ones(1), 2).tolist() == [True]
+
+
+def test_resample_stream_restores_from_its_cursor():
+    stream = ResampleStream(list(range(5)), num_generations=2, seed=8)
+    first = stream.draw(3)
+    assert first[0] == first[1] and len(first) == 6
+    rest = stream.draw(6)  # crosses into the next epoch
+    restored = ResampleStream(list(range(5)), num_generations=2, seed=8, groups_drawn=3)
+    assert restored.draw(6) == rest and restored.state() == {"seed": 8, "groups_drawn": 9}
+
+
+def test_dynamic_sampling_refusals_and_warnings():
+    from datasets import Dataset
+
+    data = Dataset.from_dict({"prompt": ["a", "b"]})
+    common = {"max_rounds": 2, "processing_class": None, "num_generations": 2}
+    assert dynamic_sampling_problems(mode="resample", train_dataset=data, local_generation_batch=4, **common) == []
+    problems = dynamic_sampling_problems(mode="resample", train_dataset=data.to_iterable_dataset(),
+                                         local_generation_batch=3, **common)
+    assert any("streaming dataset" in p for p in problems) and any("multiple of num_generations" in p for p in problems)
+    assert dynamic_sampling_problems(mode="mask", train_dataset=data.to_iterable_dataset(), local_generation_batch=3,
+                                     **common) == []  # mask works on streams
+    assert "image columns" in dynamic_sampling_problems(
+        mode="mask", train_dataset=data.add_column("images", [[], []]), local_generation_batch=4, **common)[0]
+    assert "must be null, 'mask' or 'resample'" in dynamic_sampling_problems(
+        mode="drop", train_dataset=data, local_generation_batch=4, **common)[0]
+    messages = mask_warnings(beta=0.1, entropy_bonus=True, router_aux_loss=True)
+    assert len(messages) == 3 and mask_warnings(0.0, False, False) == []
+
+
+# ------------------------------------------------------------------ tools
+
+
+def test_tools_calculator_sandbox_and_coding_environment():
+    from rufus_train.tools import CodingEnvironment, calculator, run_python
+
+    assert calculator("(12 + 3) * 4") == "60" and calculator("7 / 2") == "3.5"
+    assert calculator("1/0") == "error: division by zero"
+    assert calculator("__import__('os').system('true')").startswith("error: unsupported syntax")
+    assert run_python("print(6 * 7)").strip() == "42"
+    assert "ZeroDivisionError" in run_python("1/0")
+    env = CodingEnvironment()
+    env.reset(prompt="p", test_list=["assert add(1, 2) == 3"], test=None)
+    assert env.run_tests("def add(a, b):\n    return a + b") == "all tests passed"
+    assert env.run_tests("def add(a, b):\n    return a - b") == "some tests failed"
+
+
+def test_search_index_bm25_offline(tmp_path):
+    import duckdb
+
+    from rufus_train.search_index import SearchIndex, build_index
+    from rufus_train.tools import SearchEnvironment
+
+    with pytest.raises(duckdb.Error):  # the fts extension is not loadable offline with this duckdb
+        duckdb.connect().execute("LOAD fts")
+    docs = [{"id": "paris", "text": "Paris is the capital of France."},
+            {"id": "box", "text": "Box 17 holds the secret code 4821."},
+            {"id": "hilton", "text": "Paris Hilton visited Rome, then Paris again."}]
+    index = SearchIndex(build_index(docs, tmp_path / "index.duckdb"))
+    assert [hit["id"] for hit in index.search("capital of France")] == ["paris"]
+    assert index.search("secret code")[0]["id"] == "box"
+    assert next(hit["id"] for hit in index.search("Paris")) == "hilton"  # two occurrences beat one (BM25 tf)
+    assert index.search("the of") == []  # stopwords only
+    env = SearchEnvironment(str(tmp_path / "index.duckdb"))
+    assert env.search("secret code").startswith("[box] Box 17")
+    with pytest.raises(RufusError, match="corpus is empty"):
+        build_index([], tmp_path / "empty.duckdb")
+
+
+def test_rufus_chatml_tool_calls_parse_back(builtin_tokenizer):
+    from trl.chat_template_utils import parse_response
+
+    from rufus_train.tools import calculator, enable_tool_parsing
+
+    tokenizer = enable_tool_parsing(builtin_tokenizer)
+    prefix = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], tools=[calculator],
+                                           add_generation_prompt=True, tokenize=True, return_dict=False)
+    text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call><|im_end|>'
+    parsed = parse_response(tokenizer, tokenizer(text, add_special_tokens=False)["input_ids"], prefix=prefix,
+                            tools=[calculator])
+    assert parsed["tool_calls"][0]["function"] == {"name": "calculator", "arguments": {"expression": "2+2"}}
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "", "tool_calls": parsed["tool_calls"]}],
+        tools=[calculator], tokenize=False,
+    )
+    assert text.removesuffix("<|im_end|>") in rendered  # the template writes what the parser reads
