@@ -40,4 +40,4 @@ bench: venv
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 lint: venv
-	$(BIN)/ruff check rufus_data rufus_train rufus_eval tests bench
+	$(BIN)/ruff check rufus_data rufus_train rufus_eval tests bench scripts

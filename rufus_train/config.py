@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import format_validation_error, read_yaml
+from rufus_eval.callback import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -83,6 +84,9 @@ class StageConfig(Strict):
     dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bf16 on CUDA, fp32 on CPU")
     resume_from_checkpoint: str | None = None
     trainer: dict[str, Any] = Field(default_factory=dict, description="extra TRL config fields, checked")
+    eval: CheckpointEvalConfig = Field(
+        default_factory=CheckpointEvalConfig, description="checkpoint evaluation during training (rufus_eval)"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -53,6 +53,7 @@ def check_config(config: StageConfig) -> None:
     guards.check_stage(config)
     data.check_columns(config.data, stage.required_columns, config.stage)
     stage.check(config)
+    checkpoint_eval_callback(config)  # eval_devices errors and overlap warnings, before anything loads
 
 
 def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
@@ -137,6 +138,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
     stage = get_stage(config.stage)
     check_config(config)
+    callbacks = [checkpoint_eval_callback(config)]
     out = prepare_output(config)
     started = time.time()
     with run_logging(out):
@@ -153,7 +155,8 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         args = build_trl_args(config, out)
         ctx = StageContext(
             config=config, model=model, tokenizer=tokenizer, args=args, train_dataset=dataset,
-            output_dir=out, callbacks=[metrics_callback(out / METRICS)], extras=dict(extras or {}),
+            output_dir=out, callbacks=[metrics_callback(out / METRICS), *filter(None, callbacks)],
+            extras=dict(extras or {}),
         )
         stage.prepare(ctx)
         trainer = stage.make_trainer(ctx)
@@ -179,6 +182,15 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
+
+
+def checkpoint_eval_callback(config: StageConfig):
+    """The rufus-eval callback when `eval.eval_on_checkpoint` is on (every stage gets it)."""
+    if not config.eval.eval_on_checkpoint:
+        return None
+    from rufus_eval.callback import CheckpointEvalCallback
+
+    return CheckpointEvalCallback(config.eval)
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:

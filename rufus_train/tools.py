@@ -23,28 +23,12 @@ import functools
 import operator
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.response_schema import RUFUS_RESPONSE_TEMPLATE
 
 TOOL_OUTPUT_CHARS = 2000
 
-# How a Rufus ChatML reply is parsed back into a message (transformers >= 5.13 `response_template`):
-# the template renders `<think>...</think>` reasoning, `<tool_call>\n{json}\n</tool_call>` calls and
-# ends the turn with <|im_end|>. TRL ships this shape for Qwen-style ChatML templates but matches
-# templates byte for byte, so it does not recognise the Rufus one.
-RUFUS_RESPONSE_TEMPLATE = {
-    "defaults": {"role": "assistant"},
-    "start_anchor": "<|im_start|>assistant\n",
-    "fields": {
-        "reasoning_content": {"open": "<think>", "close_pattern": r"</think>\s*", "content": "text"},
-        "tool_calls": {
-            "open": "<tool_call>",
-            "close_pattern": r"</tool_call>\s*",
-            "repeats": True,
-            "content": "json",
-            "transform": {"type": "function", "function": "{content}"},
-        },
-        "content": {"close_pattern": r"<\|im_end\|>\s*", "content": "text"},
-    },
-}
+# How a Rufus ChatML reply is parsed back into a message lives with the rewards' response
+# parsing (one definition): TRL matches templates byte for byte and does not know the Rufus one.
 
 
 def enable_tool_parsing(tokenizer):

@@ -153,8 +153,7 @@ def preference(rng: random.Random, n: int) -> list[dict]:
 def write(name: str, rows: list[dict]) -> None:
     path = OUT / name
     with open(path, "w") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
+        fh.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
     print(f"{path.relative_to(OUT.parents[1])}: {len(rows)} rows")
 
 
