@@ -1,7 +1,7 @@
 """Generated tokens/s on the same prompts, in one run:
 
   1. `rufus-data filter` through a vLLM server (the `server` backend: async client, retries, journal),
-  2. the same server driven directly with the OpenAI client at the same concurrency (the ceiling),
+  2. the same server driven directly with the OpenAI client, same concurrency and request fields (the ceiling),
   3. transformers `generate`, batched over all prompts in-process (the CPU baseline).
 
 Targets: filter >= 0.9x the direct client and >= 2x transformers. Starts vLLM's CPU build from
@@ -70,8 +70,10 @@ def bench_direct(rows, base_url: str, model: str, sampling: SamplingParams, conc
             async with gate:
                 response = await client.chat.completions.create(
                     model=model, messages=normalise_prompt(row["prompt"], row["id"]), n=sampling.n,
-                    max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                    max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                     seed=sampling.prompt_seed(row["id"]),
+                    # the same response fields filter asks for (it keeps them in rollouts.parquet)
+                    logprobs=True, extra_body={"return_token_ids": True},
                 )
                 return response.usage.completion_tokens
 
