@@ -168,18 +168,6 @@ class LLMJudgeReward(RewardFunction):
         return None
 
 
-def make_llm_judge_reward(
-    reference_column: str = "reference",
-    only_label: str | None = None,
-    threshold: float = 7,
-    concurrency: int = 16,
-    timeout_s: float = 120.0,
-    retries: int = 2,
-    backoff_s: tuple[float, ...] = (1.0, 2.0),
-    max_tokens: int = 2048,
-    prompt_template: str = JUDGE_PROMPT,
-    sleep: Callable[[float], Awaitable] = asyncio.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> LLMJudgeReward:
-    return LLMJudgeReward(reference_column, only_label, threshold, concurrency, timeout_s, retries, backoff_s,
-                          max_tokens, prompt_template, sleep, clock)
+def make_llm_judge_reward(**options) -> LLMJudgeReward:
+    """The judge reward; `options` are LLMJudgeReward's keyword arguments (one list of defaults)."""
+    return LLMJudgeReward(**options)
