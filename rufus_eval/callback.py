@@ -132,6 +132,7 @@ class CheckpointEvalCallback(TrainerCallback):
         self.logged: list[dict] = []
         self.jobs: list[dict] = []
         self._trackers: list[str] = []
+        self._wandb_axis_run: str | None = None  # the W&B run whose eval/step axis is declared
         self._metrics_file: Path | None = None
         atexit.register(self.shutdown)
 
@@ -187,11 +188,15 @@ class CheckpointEvalCallback(TrainerCallback):
             message = f"checkpoint-{step}: an evaluation is still running; this checkpoint is skipped (not queued)"
             console.print(f"[yellow]eval:[/] {message}")
             warnings.warn(message, stacklevel=2)
-            return
-        source = Path(args.output_dir) / f"checkpoint-{step}"
-        staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
-        stage_checkpoint(source, staged)
-        self._start(args, step, staged)
+        else:
+            source = Path(args.output_dir) / f"checkpoint-{step}"
+            staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
+            stage_checkpoint(source, staged)
+            self._start(args, step, staged)
+        if control is not None and control.should_training_stop:
+            # the last checkpoint: finish here, because transformers runs the trackers' on_train_end
+            # before ours, and TrackioCallback closes its run there
+            self._finish(state)
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -204,6 +209,10 @@ class CheckpointEvalCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
             return
+        self._finish(state)
+
+    def _finish(self, state) -> None:
+        """Wait for the running evaluation (`wait_at_end`), stop what is left, log the results."""
         if self.config.wait_at_end:
             self.wait(self.config.end_timeout_s)
         self.shutdown()
@@ -308,12 +317,6 @@ class CheckpointEvalCallback(TrainerCallback):
             )
             console.print(f"[yellow]WARNING:[/] {message}")
             warnings.warn(message, stacklevel=3)
-        if "wandb" in self._trackers:
-            import wandb
-
-            if wandb.run is not None:
-                wandb.define_metric("eval/step")
-                wandb.define_metric("eval/*", step_metric="eval/step")
 
     def drain(self, state) -> None:
         """Log finished evaluations (main thread only: trackers and log_history are not thread-safe)."""
@@ -322,21 +325,43 @@ class CheckpointEvalCallback(TrainerCallback):
                 step, record = self._results.get_nowait()
             except queue.Empty:
                 return
-            entry = {f"eval/{task}": t["value"] for task, t in record["tasks"].items()}
+            entry = {f"eval/{task}": t["value"] for task, t in record["tasks"].items() if t["value"] is not None}
             entry.update({"eval/step": step, "train/global_step": step})
             self.logged.append(entry)
             state.log_history.append({**entry, "step": state.global_step})
-            if "wandb" in self._trackers:
-                import wandb
-
-                if wandb.run is not None:
-                    wandb.log(entry)
-            if "trackio" in self._trackers:
-                import trackio
-
-                trackio.log(entry)
+            self._log_to_trackers(entry)
             scores = ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if k.startswith("eval/") and k != "eval/step")
             console.print(f"eval: step {step}: {scores}")
             if self._metrics_file is not None:
                 with open(self._metrics_file, "a") as fh:
                     fh.write(json.dumps(entry) + "\n")
+
+    def _log_to_trackers(self, entry: dict) -> None:
+        """Log into the runs that transformers' WandbCallback / TrackioCallback started. The W&B
+        axis is declared at the first result, when the run surely exists (whatever the callback
+        order); a run that has already ended is told about in a warning, never a crash."""
+        if "wandb" in self._trackers:
+            import wandb
+
+            if wandb.run is None:
+                self._warn_unlogged("wandb", entry)
+            else:
+                if self._wandb_axis_run != wandb.run.id:
+                    wandb.define_metric("eval/step")
+                    wandb.define_metric("eval/*", step_metric="eval/step")
+                    self._wandb_axis_run = wandb.run.id
+                wandb.log(entry)
+        if "trackio" in self._trackers:
+            import trackio
+
+            if trackio.context_vars.current_run.get() is None:
+                self._warn_unlogged("trackio", entry)
+            else:
+                trackio.log(entry)  # trackio has no define_metric: eval/step is in every record
+
+    @staticmethod
+    def _warn_unlogged(tracker: str, entry: dict) -> None:
+        message = (f"checkpoint evaluation: {tracker} has no active run, so the results of step {entry['eval/step']} "
+                   "went to the training log and eval_logs/metrics.jsonl only")
+        console.print(f"[yellow]WARNING:[/] {message}")
+        warnings.warn(message, stacklevel=3)

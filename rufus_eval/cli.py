@@ -43,6 +43,7 @@ def suite(
     data_parallel_size: int = typer.Option(1, help="vllm backend: --data-parallel-size"),
     samples: int = typer.Option(None, help="override every task's k"),
     max_tokens: int = typer.Option(None, help="override every task's max_tokens"),
+    task: list[str] = typer.Option(None, "--task", help="run only this task of the suite (repeatable)"),
     db: Path = typer.Option(None, help="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)"),
 ) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml."""
@@ -56,7 +57,7 @@ def suite(
     )
     run_suite(RunRequest(
         suite=name, checkpoint=ckpt, backend=cfg, limit=limit, out=out, final=final, step=step,
-        run_name=run_name, db_path=db, samples=samples, max_tokens=max_tokens,
+        run_name=run_name, db_path=db, samples=samples, max_tokens=max_tokens, tasks=task or None,
     ))
 
 

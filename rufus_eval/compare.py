@@ -41,7 +41,8 @@ def plot_metric_vs_step(records: list[dict], png: Path) -> Path:
     tasks, rows = comparison_rows(records)
     fig, ax = plt.subplots(figsize=(7, 4))
     for task in tasks:
-        points = [(r["step"], r[task][1], r[task][2] or 0.0) for r in rows if r[task] is not None and r["step"] is not None]
+        points = [(r["step"], r[task][1], r[task][2] or 0.0) for r in rows
+                  if r[task] is not None and r[task][1] is not None and r["step"] is not None]
         if not points:
             continue
         steps, values, errs = zip(*points)
@@ -69,7 +70,10 @@ def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[
         cells = []
         for task in tasks:
             cell = row[task]
-            cells.append("-" if cell is None else f"{cell[1]:.4f}" + ("" if cell[2] is None else f" ± {cell[2]:.4f}"))
+            if cell is None or cell[1] is None:  # not run, or no sample scored (value null)
+                cells.append("-" if cell is None else "none scored")
+                continue
+            cells.append(f"{cell[1]:.4f}" + ("" if cell[2] is None else f" ± {cell[2]:.4f}"))
         table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *cells)
     console.print(table)
     first = Path(runs[0])

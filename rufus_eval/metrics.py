@@ -6,7 +6,13 @@ ALL k responses and strips the reasoning of each with the rewards package's rule
 (`rufus_data.rewards.extract.strip_reasoning`: the text after `</think>`; a reasoning block that
 never closes leaves an empty answer, scored 0 and counted as `unclosed_think`). The metrics
 `rufus_avg`, `rufus_pass` and `rufus_maj` then receive the k answers of a document and score each
-with a Rufus reward (SCORERS), so `avg@k` is the mean over all k samples."""
+with a Rufus reward (SCORERS), so `avg@k` is the mean over all k samples.
+
+A sample the reward cannot score (None: a judge that failed or wrote no parsable score, a row with
+no usable gold) is excluded, never counted as 0.0, and counted in `unscored` (the fraction of
+samples). A document with no scored sample (or fewer than `at` for pass@at) reports no value for
+the metric, so lm-eval averages over the documents that have one; a task where no document has
+one reports no number at all (results.json: value null), never 0.0."""
 
 from __future__ import annotations
 
@@ -120,17 +126,17 @@ def score_answers(scorer: dict, answers: list[str], gold: dict, prompt: str = ""
 
 
 def _judge_scores(scorer: dict, answers: list[str], gold: dict, prompt: str) -> list[float | None]:
-    """The rewards package's LLM judge, pinned to the suite's judge model and endpoint."""
+    """The rewards package's LLM judge, on the endpoint and model the runner pinned (rufus_eval/judge.py)."""
     import asyncio
-    import os
 
     from rufus_data.rewards.llm_judge import LLMJudgeReward
 
-    os.environ["JUDGE_MODEL"] = scorer["judge_model"] or ""
-    os.environ["JUDGE_BASE_URL"] = scorer["judge_base_url"] or ""
-    reward = LLMJudgeReward(reference_column="reference")
+    options = {"max_tokens": scorer["judge_max_tokens"]} if scorer.get("judge_max_tokens") else {}
+    reward = LLMJudgeReward(reference_column="reference", base_url=scorer.get("judge_base_url"),
+                            model=scorer.get("judge_model"), **options)
     k = len(answers)
-    return asyncio.run(reward(prompts=[prompt] * k, completions=list(answers), reference=[gold.get("reference")] * k))
+    reference = gold.get(scorer.get("judge_reference") or "reference")
+    return asyncio.run(reward(prompts=[prompt] * k, completions=list(answers), reference=[reference] * k))
 
 
 VOTE_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
@@ -143,15 +149,15 @@ VOTE_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
 # ---------------------------------------------------------------- the registered metrics
 
 
-def scored_samples(predictions, references, scorer: dict) -> tuple[list[Answer], list[float], dict]:
-    """(answers, per-sample scores with unclosed reasoning = 0, extra per-document counts)."""
+def scored_samples(predictions, references, scorer: dict) -> tuple[list[Answer], list[float | None], dict]:
+    """(answers, per-sample scores: unclosed reasoning = 0.0, unscorable = None, extra per-document counts)."""
     answers = [a if isinstance(a, Answer) else Answer(a) for a in predictions[0]]
     gold = json.loads(references[0])
     raw = score_answers(scorer, answers, gold, gold.get("rufus_prompt", ""))
-    scores = [0.0 if not a.closed or s is None else float(s) for a, s in zip(answers, raw)]
+    scores = [0.0 if not a.closed else None if s is None else float(s) for a, s in zip(answers, raw)]
     extra = {
         "unclosed_think": sum(not a.closed for a in answers) / len(answers),
-        "unscored": sum(s is None for a, s in zip(answers, raw) if a.closed) / len(answers),
+        "unscored": sum(s is None for s in scores) / len(answers),
     }
     return answers, scores, extra
 
@@ -168,7 +174,10 @@ def rufus_avg(references, predictions, scorer: dict, k: int, **_) -> dict:
     """avg@k: the mean score of the k samples of one document (lm-eval then averages documents)."""
     _, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
-    return {f"avg@{k}": sum(scores) / len(scores), **extra}
+    scored = [s for s in scores if s is not None]
+    if not scored:
+        return extra  # no avg@k for this document: excluded from the mean, counted in `unscored`
+    return {f"avg@{k}": sum(scored) / len(scored), **extra}
 
 
 @register_metric(metric="rufus_pass", higher_is_better=True, aggregation="mean")
@@ -176,7 +185,10 @@ def rufus_pass(references, predictions, scorer: dict, k: int, at: int, **_) -> d
     """pass@at from k samples (a sample passes with score 1)."""
     _, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
-    return {f"pass@{at}": pass_at(len(scores), sum(s >= 1.0 for s in scores), at), **extra}
+    scored = [s for s in scores if s is not None]
+    if len(scored) < at:
+        return extra  # too few scored samples for pass@at: excluded, counted in `unscored`
+    return {f"pass@{at}": pass_at(len(scored), sum(s >= 1.0 for s in scored), at), **extra}
 
 
 @register_metric(metric="rufus_maj", higher_is_better=True, aggregation="mean")
@@ -194,7 +206,8 @@ def rufus_maj(references, predictions, scorer: dict, k: int, at: int, **_) -> di
         return {f"maj@{at}": 0.0, **extra}
     counts = Counter({key: len(idx) for key, idx in votes.items()})
     winner = counts.most_common(1)[0][0]
-    return {f"maj@{at}": scores[votes[winner][0]], **extra}
+    score = scores[votes[winner][0]]
+    return extra if score is None else {f"maj@{at}": score, **extra}
 
 
 def _check_k(scores: list[float], k: int) -> None:

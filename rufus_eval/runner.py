@@ -38,6 +38,7 @@ class RunRequest:
     db_path: Path | None = None
     samples: int | None = None  # override every task's k (quick experiments, tests)
     max_tokens: int | None = None  # override every task's max_tokens
+    tasks: list[str] | None = None  # run only these tasks of the suite (default: all selected)
 
 
 def checkpoint_step(checkpoint: str) -> int | None:
@@ -64,7 +65,7 @@ def prepare_model(checkpoint: str) -> str:
     base_ref = adapter.get("base_model_name_or_path")
     if not base_ref:
         raise RufusError(f"{path}/adapter_config.json names no base_model_name_or_path: cannot merge the LoRA adapter")
-    base_path = resolve_model(base_ref)
+    base_path = prepare_model(base_ref)  # a pipeline's adapter may sit on an earlier stage's adapter
     console.print(f"merging LoRA adapter {path} into base {base_path}")
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.bfloat16)
     model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
@@ -97,8 +98,21 @@ def run_suite(req: RunRequest) -> dict:
             if req.max_tokens:
                 task.sampling = (task.sampling or suite.sampling).model_copy(update={"max_tokens": req.max_tokens})
     tasks = suite.selected(req.final)
+    if req.tasks:
+        unknown = sorted(set(req.tasks) - {t.name for t in suite.tasks})
+        if unknown:
+            raise RufusError(f"suite {suite.name} has no task(s) {unknown}: use some of {', '.join(t.name for t in suite.tasks)}")
+        tasks = [t for t in tasks if t.name in req.tasks]
+        if not tasks:
+            raise RufusError(f"tasks {req.tasks} of suite {suite.name} are test tasks: pass --final to run them")
     if not tasks:
         raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
+    judges = {}  # judged tasks: the judge is asked what it serves before any answer is generated
+    for task in tasks:
+        if task.scorer and task.scorer.name == "judge":
+            from rufus_eval.judge import pin_judge
+
+            task.scorer, judges[task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")
     step = req.step if req.step is not None else checkpoint_step(req.checkpoint)
     run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = Path(req.out or Path("outputs/eval") / run_name)
@@ -131,7 +145,7 @@ def run_suite(req: RunRequest) -> dict:
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "system_prompt": suite.system_prompt,
         "tasks": {},
-        "judges": {},
+        "judges": judges,
     }
     with open_backend(backend) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
@@ -155,14 +169,6 @@ def run_suite(req: RunRequest) -> dict:
                     confirm_run_unsafe_code=True,
                 )
                 record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, out)
-                if task.scorer and task.scorer.name == "judge":
-                    from rufus_eval.backends import server_version
-
-                    record["judges"][task.name] = {
-                        "model": task.scorer.judge_model,
-                        "base_url": task.scorer.judge_base_url,
-                        "server_version": server_version(task.scorer.judge_base_url or ""),
-                    }
                 bar.advance(job)
     results_path = write_results(record, out)
     store_run(record, results_path, req.db_path)
@@ -190,16 +196,21 @@ def _task_record(suite, task, lm_name: str, output: dict, out: Path) -> dict:
     else:
         key = next((k for k in results if k.startswith(f"{metric},") and "_stderr" not in k), f"{metric},none")
     value = results.get(key)
-    if not isinstance(value, (int, float)):
-        raise RufusError(f"task {task.name}: lm-eval reported no {key} (keys: {sorted(results)})")
     name, filter_key = key.split(",", 1)
+    unscored = results.get(f"unscored,{filter_key}")
+    # a Rufus task whose every sample went unscored (say, a judge that never wrote a parsable score)
+    # has no number: value null with `unscored` saying why, never 0.0 (rufus_eval/metrics.py)
+    if not isinstance(value, (int, float)) and not (task.kind == "rufus" and unscored is not None):
+        raise RufusError(f"task {task.name}: lm-eval reported no {key} (keys: {sorted(results)})")
     stderr = results.get(f"{name}_stderr,{filter_key}")
     return {
         "metric": name,
-        "value": float(value),
+        "value": float(value) if isinstance(value, (int, float)) else None,
         "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
         "k": suite.k(task) if task.kind == "rufus" else 1,
         "docs": len(samples),
+        "scored_docs": sum(name in s for s in samples),
+        "unscored": unscored,
         "unclosed_think": results.get(f"unclosed_think,{filter_key}"),
         "role": task.role,
         "kind": task.kind,
@@ -211,10 +222,12 @@ def _print_summary(record: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
-    for col in ("task", "metric", "value", "stderr", "k", "docs", "unclosed"):
+    for col in ("task", "metric", "value", "stderr", "k", "docs", "unclosed", "unscored"):
         table.add_column(col)
     for name, t in record["tasks"].items():
+        value = "none scored" if t["value"] is None else f"{t['value']:.4f}"
         stderr = "-" if t["stderr"] is None else f"{t['stderr']:.4f}"
         unclosed = "-" if t["unclosed_think"] is None else f"{t['unclosed_think']:.2f}"
-        table.add_row(name, t["metric"], f"{t['value']:.4f}", stderr, str(t["k"]), str(t["docs"]), unclosed)
+        unscored = "-" if t.get("unscored") is None else f"{t['unscored']:.2f}"
+        table.add_row(name, t["metric"], value, stderr, str(t["k"]), str(t["docs"]), unclosed, unscored)
     console.print(table)

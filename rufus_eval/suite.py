@@ -68,6 +68,8 @@ class Scorer(Strict):
     timeout_s: float = 10.0  # code: per-program limit in the sandbox
     judge_model: str | None = None  # judge: the pinned judge model id
     judge_base_url: str | None = None  # judge: OpenAI-compatible endpoint of the judge
+    judge_max_tokens: int | None = Field(None, ge=1)  # judge: tokens the judge may write (default: the reward's)
+    judge_reference: str | None = None  # judge: the gold field it compares against (default: the first gold field)
 
 
 class Task(Strict):
@@ -105,6 +107,11 @@ class Task(Strict):
             raise ValueError(f"metric {self.metric!r} must be avg@k, pass@N, maj@N or maj@k")
         if match.group(1) == "maj" and self.scorer.name not in ("gsm8k", "boxed", "math"):
             raise ValueError(f"maj@ needs an answer to vote on; scorer {self.scorer.name} has none")
+        if self.scorer.name == "judge":
+            self.scorer.judge_reference = self.scorer.judge_reference or self.gold_fields[0]
+            if self.scorer.judge_reference not in self.gold_fields:
+                raise ValueError(f"scorer.judge_reference {self.scorer.judge_reference!r} must be one of gold_fields "
+                                 f"{self.gold_fields} (the judge compares answers against that field of the row)")
         return self
 
 

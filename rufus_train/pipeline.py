@@ -1,17 +1,16 @@
 """`rufus-train pipeline FILE`: stages in order, each starting from the previous stage's output,
 with a quick evaluation of the base and of every stage (the Tulu 3 table: base / sft / dpo / rlvr).
 
-The quick evaluation is greedy generation on a held-out split of RL rows (`prompt` +
-`expected_output`) scored with a reward from `rufus_data.rewards` (default: string_match with the
-GSM8K `#### N` extractor). It is a smoke signal for a pipeline, not a benchmark: rufus-eval's
-suites are the benchmark."""
+The evaluation is a rufus-eval suite (default: the offline `quick` suite's GSM8K task on a few
+test problems), run on the base model and on each stage's output, so the table's numbers are the
+same numbers `rufus-eval suite` reports; each run also lands in `<output_dir>/eval/`."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -22,14 +21,16 @@ from rufus_train.config import Strict, _expand_env, load_stage_config, stages_di
 from rufus_train.stages import get_stage
 
 
-class QuickEval(Strict):
-    data: str = Field(description="shard folder of held-out RL rows (prompt + expected_output)")
-    rows: int = Field(32, ge=1)
-    max_new_tokens: int = Field(256, ge=1)
-    batch_size: int = Field(16, ge=1)
-    reward: str | dict[str, Any] = Field(
-        default_factory=lambda: {"name": "string_match", "extractor": "gsm8k", "answer_column": "expected_output"}
-    )
+class StageEval(Strict):
+    """Which rufus-eval suite scores each stage, and how much of it (small: it runs 1 + N times)."""
+
+    suite: str = Field("quick", description="suite name in catalogs/suites/ or a suite YAML path")
+    tasks: list[str] | None = Field(default_factory=lambda: ["gsm8k"], description="tasks of the suite (null: all)")
+    limit: int | None = Field(32, ge=1, description="documents per task")
+    samples: int | None = Field(1, ge=1, description="k per document (overrides the suite)")
+    max_tokens: int | None = Field(200, ge=1, description="generation budget (overrides the suite)")
+    backend: Literal["hf", "vllm"] = "hf"
+    batch_size: int = Field(16, ge=1, description="hf backend batch size")
 
 
 class PipelineConfig(Strict):
@@ -37,7 +38,7 @@ class PipelineConfig(Strict):
     model: str = "smollm2-135m"
     output_dir: str = "runs/{name}"
     overwrite: bool = False
-    eval: QuickEval | None = None
+    eval: StageEval | None = None
     stages: list[dict[str, Any]] = Field(min_length=1, description="each: stage NAME, optional config FILE, overrides")
 
 
@@ -61,6 +62,14 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
             if key in entry:
                 raise RufusError(f"{path}: stages[{i}] sets `{key}`, which the pipeline chains itself; remove it")
         stage_configs(config, upto=i + 1)  # validate every stage config now, before anything trains
+    if config.eval:
+        from rufus_eval.suite import load_suite
+
+        suite = load_suite(config.eval.suite)
+        unknown = sorted(set(config.eval.tasks or []) - {t.name for t in suite.tasks})
+        if unknown:
+            raise RufusError(f"{path}: eval.tasks {unknown} are not in suite {suite.name}: use some of "
+                             f"{', '.join(t.name for t in suite.tasks)}")
     return config
 
 
@@ -85,71 +94,53 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
     configs = stage_configs(pipeline)
     for config in configs[:1]:
         check_config(config)  # later stages' models exist only once the earlier ones ran
+    out = Path(pipeline.output_dir)
     rows: list[dict] = []
     if pipeline.eval:
-        rows.append({"stage": "base", "model": pipeline.model, **quick_eval(pipeline.model, pipeline.eval)})
+        rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
         print_table(rows, pipeline.name)
     for config in configs:
         started = time.time()
         run_stage(config)
         row = {"stage": config.stage, "model": config.output_dir, "train_s": round(time.time() - started, 1)}
         if pipeline.eval:
-            row.update(quick_eval(config.output_dir, pipeline.eval))
+            row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
         rows.append(row)
         print_table(rows, pipeline.name)
-    out = Path(pipeline.output_dir)
     (out / "pipeline.json").write_text(json.dumps(rows, indent=2) + "\n")
     return rows
 
 
-def quick_eval(model_ref: str, settings: QuickEval) -> dict:
-    """Greedy answers to held-out prompts, scored with the reward: accuracy and mean length."""
-    import torch
-
-    from rufus_data.rewards import build_reward
-    from rufus_data.shards import read_shards
-    from rufus_train.modeling import load_model, load_tokenizer
-    from rufus_train.stages.base import conversational
+def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:
+    """Run the suite on one model; returns {task: metric value, ..., eval_s} for the table."""
+    from rufus_eval.backends import BackendConfig
+    from rufus_eval.runner import RunRequest, run_suite
 
     started = time.time()
-    table = read_shards(settings.data).slice(0, settings.rows)
-    prompts = conversational(table, "prompt")
-    tokenizer = load_tokenizer(model_ref)
-    tokenizer.padding_side = "left"
-    model = load_model(model_ref, "auto").eval()
-    texts, lengths = [], []
-    for start in range(0, len(prompts), settings.batch_size):
-        batch = prompts[start : start + settings.batch_size]
-        encoded = tokenizer.apply_chat_template(
-            batch, add_generation_prompt=True, tokenize=True, return_dict=True, padding=True, return_tensors="pt"
-        )
-        with torch.no_grad():
-            output = model.generate(
-                **encoded, max_new_tokens=settings.max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id
-            )
-        new = output[:, encoded["input_ids"].shape[1] :]
-        for ids in new:
-            ids = [t for t in ids.tolist() if t != tokenizer.pad_token_id]
-            lengths.append(len(ids))
-            texts.append(tokenizer.decode(ids, skip_special_tokens=True))
-    reward = build_reward(settings.reward)
-    columns = {name: table.column(name).to_pylist() for name in table.column_names if name != "prompt"}
-    scores = reward(prompts=prompts, completions=[[{"role": "assistant", "content": t}] for t in texts], **columns)
-    scored = [s for s in scores if s is not None]
-    return {
-        "accuracy": round(sum(scored) / len(scored), 4) if scored else None,
-        "rows": len(texts),
-        "mean_tokens": round(sum(lengths) / len(lengths), 1),
-        "eval_s": round(time.time() - started, 1),
-    }
+    record = run_suite(RunRequest(
+        suite=settings.suite,
+        checkpoint=model_ref,
+        backend=BackendConfig(kind=settings.backend, model=model_ref, batch_size=settings.batch_size),
+        limit=settings.limit,
+        out=out / "eval" / tag,
+        run_name=f"{out.name}-{tag}",
+        db_path=out / "eval" / "results.duckdb",
+        samples=settings.samples,
+        max_tokens=settings.max_tokens,
+        tasks=settings.tasks,
+    ))
+    scores = {f"{name} {t['metric']}": t["value"] for name, t in record["tasks"].items()}
+    return {**scores, "eval_s": round(time.time() - started, 1)}
 
 
 def print_table(rows: list[dict], name: str) -> None:
     from rich.table import Table
 
-    table = Table(title=f"pipeline {name}: quick evaluation after each stage")
-    for col in ("stage", "accuracy", "rows", "mean_tokens", "train_s", "eval_s"):
+    metrics = [k for k in rows[0] if k not in ("stage", "model", "train_s", "eval_s")]
+    table = Table(title=f"pipeline {name}: evaluation after each stage")
+    for col in ["stage", *metrics, "train_s", "eval_s"]:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in rows:
-        table.add_row(*(str(row.get(col, "")) for col in ("stage", "accuracy", "rows", "mean_tokens", "train_s", "eval_s")))
+        scores = [f"{row[m]:.4f}" if isinstance(row.get(m), float) else "" for m in metrics]
+        table.add_row(row["stage"], *scores, str(row.get("train_s", "")), str(row.get("eval_s", "")))
     console.print(table)

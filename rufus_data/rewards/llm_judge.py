@@ -1,8 +1,10 @@
 """An async LLM-as-judge reward against an OpenAI-compatible server (vLLM, SGLang, TGI, OpenAI, ...).
 
-Only the connection comes from the environment, read when the reward runs (so a pickled reward follows the
-worker's environment): JUDGE_BASE_URL (default http://localhost:8001/v1), JUDGE_MODEL (default: the first
-model the server lists), JUDGE_API_KEY (default EMPTY). Everything else is a fixed default that tests may
+The connection is `base_url` and `model` when given (an evaluation suite pins its judge this way); otherwise
+it comes from the environment, read when the reward runs (so a pickled reward follows the worker's
+environment): JUDGE_BASE_URL (default http://localhost:8001/v1), JUDGE_MODEL (default: the first model the
+server lists). The key is always JUDGE_API_KEY (default EMPTY), never a constructor argument, so it never
+lands in a config or a results file. Everything else is a fixed default that tests may
 override: 16 requests in flight, 120 s timeout, 2 retries after 1 s then 2 s, 2048 generated tokens, and a
 parsed 1-10 score >= 7 gives 1.0. A request that still fails, or an answer with no parsable score, gives
 None (excluded) and is counted through `log_metric`; the batch goes on.
@@ -63,11 +65,23 @@ def _text(value) -> str:
     return "\n\n".join(f"{m.get('role', 'user')}: {m.get('content') or ''}" for m in value if isinstance(m, dict))
 
 
+DEFAULT_JUDGE_BASE_URL = "http://localhost:8001/v1"
+
+
+def judge_connection(base_url: str | None = None, model: str | None = None) -> tuple[str, str | None, str]:
+    """(base URL, model or None = the server's first, API key): the arguments first, then JUDGE_* variables."""
+    base = base_url or os.environ.get("JUDGE_BASE_URL") or DEFAULT_JUDGE_BASE_URL
+    model = model or os.environ.get("JUDGE_MODEL") or None
+    return base.rstrip("/"), model, os.environ.get("JUDGE_API_KEY") or "EMPTY"
+
+
 class LLMJudgeReward(RewardFunction):
     def __init__(
         self,
         reference_column: str = "reference",
         only_label: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
         threshold: float = 7,
         concurrency: int = 16,
         timeout_s: float = 120.0,
@@ -79,6 +93,8 @@ class LLMJudgeReward(RewardFunction):
         clock: Callable[[], float] = time.monotonic,
     ):
         self.reference_column = reference_column
+        self.base_url = base_url
+        self.model = model
         self.threshold = threshold
         self.concurrency = concurrency
         self.timeout_s = timeout_s
@@ -91,11 +107,9 @@ class LLMJudgeReward(RewardFunction):
         self.name = "llm_judge"
         super().__init__(only_label=only_label)
 
-    # -- connection (environment, read at call time)
-    @staticmethod
-    def connection() -> tuple[str, str | None, str]:
-        base = os.environ.get("JUDGE_BASE_URL") or "http://localhost:8001/v1"
-        return base.rstrip("/"), os.environ.get("JUDGE_MODEL") or None, os.environ.get("JUDGE_API_KEY") or "EMPTY"
+    # -- connection (explicit arguments, else the environment read at call time)
+    def connection(self) -> tuple[str, str | None, str]:
+        return judge_connection(self.base_url, self.model)
 
     async def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
         completions = list(completions or [])
