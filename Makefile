@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build of torch, from a pinned version (an unpinned torch pulls a multi-GB CUDA build).
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e ".[train,eval,ray,dev]"
+	$(BIN)/python -m pip install -q -e ".[train,eval,ray,dev,track]"
 	touch $@
 
 venv: $(VENV)/.installed

@@ -26,12 +26,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig, SamplingParams, check_prompts_fit, open_generator
+from rufus_data.generate import SamplingParams, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
+from rufus_data.generate.options import GenerationOptions
 from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.report import markdown_table, pyplot
 from rufus_data.shards import (
@@ -49,52 +50,13 @@ ROLLOUTS = "rollouts.parquet"
 PASS_RATE = "pass_rate"
 
 
-class FilterConfig(BaseModel):
+class FilterConfig(GenerationOptions):
     """Everything that decides the rollouts (hashed for resumption) plus where they run."""
-
-    model_config = ConfigDict(extra="forbid")
 
     policy: str
     reward: list[str | dict] = Field(min_length=1)
     k: int = Field(8, ge=1)
-    backend: str = "hf"
-    max_tokens: int = Field(512, ge=1)
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = 0
     keep: str = "0<p<1"
-    base_urls: list[str] = []
-    served_model_name: str | None = None
-    concurrency: int = Field(32, ge=1)
-    vllm_command: list[str] | None = None
-    devices: str | None = None
-    max_model_len: int | None = None
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(
-            n=self.k,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-        )
-
-    def backend_config(self) -> BackendConfig:
-        return BackendConfig(
-            backend=self.backend,
-            base_urls=self.base_urls,
-            served_model_name=self.served_model_name,
-            concurrency=self.concurrency,
-            vllm_command=self.vllm_command,
-            devices=self.devices,
-            max_model_len=self.max_model_len,
-        )
 
     def rollout_hash(self, inputs: list[dict]) -> str:
         """What makes two runs' rollouts interchangeable: model, rewards, sampling, backend, inputs.
@@ -103,7 +65,7 @@ class FilterConfig(BaseModel):
             "policy": self.policy,
             "reward": self.reward,
             "backend": "hf" if self.backend == "hf" else "server",
-            "sampling": self.sampling().to_dict(),
+            "sampling": self.sampling(self.k).to_dict(),
             "inputs": inputs,
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -156,7 +118,7 @@ def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConf
     rows, prompts, inputs, schema = read_prompt_rows(shards)
     if not prompts:
         raise RufusError(f"no prompts in {', '.join(map(str, shards))}: nothing to filter")
-    sampling = config.sampling()
+    sampling = config.sampling(config.k)
     config_hash = config.rollout_hash(inputs)
     journal = Journal(partial_dir(out) / f"filter-{config_hash}.jsonl", config_hash)
     by_id = {str(r["id"]): r for r in rows}
@@ -387,7 +349,7 @@ def parse_reward_option(values: list[str]) -> list[str | dict]:
     `{name: string_match, extractor: gsm8k, answer_column: expected_output}`."""
     import yaml
 
-    specs: list[str | dict] = []
+    specs: list[str | dict] = Field(default_factory=list)
     for value in values:
         text = value.strip()
         if text.startswith("{"):

@@ -28,43 +28,30 @@ from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig, SamplingParams, check_prompts_fit, open_generator, prompt_seed
+from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
 from rufus_data.generate.journal import Journal, run_journaled
+from rufus_data.generate.options import GenerationOptions
 from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.report import markdown_table
 from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
 
 
-class PairsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class PairsConfig(GenerationOptions):
     strong: str | None = None
     weak: str | None = None
     policy: str | None = None
     k: int = Field(4, ge=1)
-    reward: list[str | dict] = []
+    reward: list[str | dict] = Field(default_factory=list)
     perturb_answer: bool = False
     require_verified: bool = False
     pass_threshold: float = 1.0  # a reward >= this passes
-    backend: str = "hf"
-    max_tokens: int = Field(512, ge=1)
     temperature: float = 0.7
-    top_p: float = 1.0
-    top_k: int = 0
-    min_p: float = 0.0
-    repetition_penalty: float = 1.0
-    seed: int | None = 0
-    base_urls: list[str] = []
-    strong_base_urls: list[str] = []  # default: base_urls
-    weak_base_urls: list[str] = []  # default: base_urls
-    concurrency: int = Field(32, ge=1)
-    vllm_command: list[str] | None = None
-    devices: str | None = None
-    max_model_len: int | None = None
+    strong_base_urls: list[str] = Field(default_factory=list)  # default: base_urls
+    weak_base_urls: list[str] = Field(default_factory=list)  # default: base_urls
 
     def method(self) -> str:
         if self.policy:
@@ -85,28 +72,6 @@ class PairsConfig(BaseModel):
             return "solution_perturbed"
         raise RufusError(
             "say how to build pairs: --strong A --weak B, --policy M --k 4 --reward SPEC, or --perturb-answer"
-        )
-
-    def sampling(self, n: int) -> SamplingParams:
-        return SamplingParams(
-            n=n,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
-            min_p=self.min_p,
-            repetition_penalty=self.repetition_penalty,
-            max_tokens=self.max_tokens,
-            seed=self.seed,
-        )
-
-    def backend_config(self, base_urls: list[str]) -> BackendConfig:
-        return BackendConfig(
-            backend=self.backend,
-            base_urls=base_urls or self.base_urls,
-            concurrency=self.concurrency,
-            vllm_command=self.vllm_command,
-            devices=self.devices,
-            max_model_len=self.max_model_len,
         )
 
     def config_hash(self, role: str, model: str, n: int, inputs: list[dict]) -> str:

@@ -17,7 +17,9 @@
   the normal path, on exceptions, in `on_train_end` and from an `atexit` hook;
 - results become `eval/<task>` metrics on the `eval/step` axis (W&B `define_metric`; trackio
   gets `eval/step` in every record), with `train/global_step` = the step; they also go to the
-  training log (`state.log_history`) and `<output_dir>/eval_logs/metrics.jsonl`.
+  training log (`state.log_history`) and `<output_dir>/eval_logs/metrics.jsonl`. The last
+  checkpoint's evaluation is awaited in its `on_save` (with `wait_at_end`): transformers calls the
+  trackers' `on_train_end` before ours, and TrackioCallback closes its run there.
 `eval_devices` are physical GPU ids given verbatim to the evaluation's CUDA_VISIBLE_DEVICES."""
 
 from __future__ import annotations

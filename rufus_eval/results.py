@@ -1,8 +1,10 @@
 """Results: one `results.json` per run, and a DuckDB file that holds every run's rows.
 
 results.json: {run, suite, checkpoint, step, backend, created, model_info, tasks: {task: {metric,
-value, stderr, k, docs, unclosed_think, role, kind}}, judges}. The DuckDB table `results` has one
-row per (run, task), so runs can be compared across checkpoints with plain SQL."""
+value, stderr, k, docs, scored_docs, unscored, unclosed_think, role, kind}}, judges: {task: {model,
+base_url, server_version, threshold, max_tokens}}}. `value` is null when no sample of the task could
+be scored (`unscored` 1.0), never 0.0. The DuckDB table `results` has one row per (run, task), so
+runs can be compared across checkpoints with plain SQL."""
 
 from __future__ import annotations
 

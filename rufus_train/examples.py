@@ -155,3 +155,56 @@ def code_alpaca_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0)
             }
         )
     return _write(out, rows, "sft", "code_alpaca_2k/code_alpaca_2k.jsonl")
+
+
+# ------------------------------------------------------------------ calculator tool use (agents)
+
+
+def _products(count: int, seed: int) -> list[tuple[int, int]]:
+    """Three-digit by two-digit products: beyond a 135M model's mental arithmetic, easy for a tool."""
+    import random
+
+    rng = random.Random(seed)
+    return [(rng.randint(101, 999), rng.randint(11, 99)) for _ in range(count)]
+
+
+def calculator_tool_sft(out: Path, limit: int = 32, seed: int = 0) -> Path:
+    """Tool-use traces: the user asks a product, the assistant calls `calculator`, reads the tool
+    turn and answers. The `tools` column (JSON schemas) makes SFTTrainer render the tools into the
+    system turn exactly as GRPO's tool loop will, so the format learnt here is the one parsed there."""
+    from transformers.utils import get_json_schema
+
+    from rufus_train.tools import calculator
+
+    tools = json.dumps([get_json_schema(calculator)])
+    rows = []
+    for a, b in _products(limit, seed):
+        call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{a} * {b}"})}}
+        rows.append({
+            "id": f"calc-{seed}-{a}x{b}",
+            "source": "generated/calculator",
+            "label": "tool_use",
+            "messages": [
+                {"role": "user", "content": f"What is {a} * {b}?", "tool_calls": None},
+                {"role": "assistant", "content": "", "tool_calls": [call]},
+                {"role": "tool", "content": str(a * b), "tool_calls": None},
+                {"role": "assistant", "content": f"{a} * {b} = {a * b}. The answer is {a * b}.", "tool_calls": None},
+            ],
+            "tools": tools,
+        })
+    return _write(out, rows, "sft", "generated: calculator tool-use traces")
+
+
+def calculator_rl(out: Path, limit: int = 16, seed: int = 1) -> Path:
+    """Product prompts for the general_agent stage; `expected_output` is the exact product."""
+    rows = [
+        {
+            "id": f"calc-{seed}-{a}x{b}",
+            "source": "generated/calculator",
+            "label": "tool_use",
+            "prompt": [{"role": "user", "content": f"What is {a} * {b}?"}],
+            "expected_output": str(a * b),
+        }
+        for a, b in _products(limit, seed)
+    ]
+    return _write(out, rows, "rl", "generated: calculator prompts")

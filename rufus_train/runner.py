@@ -180,6 +180,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
             "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
         }
         (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        finish_tracker_runs(config.report_to)
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
 
@@ -201,3 +202,13 @@ def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
             peft_config.base_model_name_or_path = resolve_model(config.model)
     trainer.save_model(str(out))
     tokenizer.save_pretrained(str(out))
+
+
+def finish_tracker_runs(report_to: list[str]) -> None:
+    """One tracker run per stage: transformers leaves the W&B run open after training, so the next
+    stage of a pipeline (same process) would log into it."""
+    if "wandb" in report_to:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()

@@ -14,33 +14,36 @@ from pathlib import Path
 import duckdb
 import httpx
 import pytest
+import yaml
+from conftest import read_jsonl
 
 from rufus_data.errors import RufusError
 from rufus_eval.backends import BackendConfig
+from rufus_eval.metrics import rufus_avg
 from rufus_eval.runner import RunRequest, run_suite
 
 DOCS, K = 2, 2
 
 
-def judged_suite(folder: Path, base_url: str, judge_model: str = "smollm2-135m") -> Path:
-    """Two judged tasks over GSM8K test (from $RUFUS_DATA_ROOT), the reference being the row's worked
-    answer: `judged` lets the judge write 96 tokens; `judged_mute` only 1, which can never hold a
-    parsable "Score: N", so every one of its samples is unscorable."""
+def judged_suite(folder: Path, base_url: str, judge_model: str = "smollm2-135m", judge_tokens: int = 1) -> Path:
+    """One judged task over GSM8K test (from $RUFUS_DATA_ROOT); the judge compares each answer with
+    the row's worked `answer`. The end-to-end run lets the judge write 1 token, which can never hold
+    a parsable "Score: N": every sample is unscorable, deterministically (the 135M judge rarely
+    writes a score even with room for one; `test_real_judge_scores_...` gives it that room)."""
     suite = folder / "judged.yaml"
-    task = """  - name: {name}
+    suite.write_text(f"""name: judged
+samples: {K}
+sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 32}}
+tasks:
+  - name: judged
     kind: rufus
     role: validation
     data: {{path: gsm8k/test.jsonl}}
     prompt: "{{question}}"
     gold_fields: [answer]
-    scorer: {{name: judge, judge_model: {model}, judge_base_url: "{url}", judge_max_tokens: {tokens}}}
+    scorer: {{name: judge, judge_model: {judge_model}, judge_base_url: "{base_url}", judge_max_tokens: {judge_tokens}}}
     metric: avg@k
-"""
-    suite.write_text(
-        f"name: judged\nsamples: {K}\nsampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 32}}\ntasks:\n"
-        + task.format(name="judged", model=judge_model, url=base_url, tokens=96)
-        + task.format(name="judged_mute", model=judge_model, url=base_url, tokens=1)
-    )
+""")
     return suite
 
 
@@ -59,57 +62,59 @@ def judged_run(vllm_server, data_root, builtin_model, tmp_path_factory):
 
 @pytest.mark.vllm
 def test_judge_is_pinned_in_results_and_store(judged_run, vllm_server):
-    record, work, env_before, env_after = judged_run
+    _, work, env_before, env_after = judged_run
     reported = httpx.get(f"{vllm_server.base_url}/version", timeout=10).json()["version"]
     on_disk = json.loads((work / "run" / "results.json").read_text())
-    for name in ("judged", "judged_mute"):
-        judge = on_disk["judges"][name]
-        assert judge["model"] == vllm_server.model == "smollm2-135m"
-        assert judge["base_url"] == f"{vllm_server.base_url}/v1"
-        assert judge["server_version"] == reported and reported
-        config = (work / "run" / "tasks" / f"{name}.yaml").read_text()
-        assert f"judge_base_url: {vllm_server.base_url}/v1" in config and "judge_model: smollm2-135m" in config
-    assert on_disk["judges"]["judged"]["max_tokens"] == 96 and on_disk["judges"]["judged_mute"]["max_tokens"] == 1
-    # the judge's connection went through arguments, not the process environment
-    assert env_after == env_before
+    assert on_disk["judges"] == {"judged": {
+        "model": "smollm2-135m", "base_url": f"{vllm_server.base_url}/v1", "server_version": reported,
+        "threshold": 7, "max_tokens": 1,
+    }} and reported and vllm_server.model == "smollm2-135m"
+    # the lm-eval config the metric reads names the same judge, explicitly
+    config = yaml.safe_load((work / "run" / "tasks" / "judged.yaml").read_text())
+    scorer = config["metric_list"][0]["scorer"]
+    assert (scorer["judge_base_url"], scorer["judge_model"], scorer["judge_reference"]) == (
+        f"{vllm_server.base_url}/v1", "smollm2-135m", "answer")
+    assert env_after == env_before  # the connection went through arguments, not the process environment
     with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
-        rows = con.execute("select task, metric, value, k, docs from results where run = 'judged-hf' order by task").fetchall()
-    assert [r[0] for r in rows] == ["judged", "judged_mute"]
-    assert rows[0][1:] == ("avg@2", record["tasks"]["judged"]["value"], K, DOCS)
+        rows = con.execute("select task, metric, value, k, docs from results where run = 'judged-hf'").fetchall()
+    assert rows == [("judged", "avg@2", None, K, DOCS)]
 
 
 @pytest.mark.vllm
-def test_unscorable_samples_are_excluded_and_counted_never_zero(judged_run):
+def test_unscorable_samples_are_excluded_and_counted_never_zero(judged_run, data_root):
+    """No sample scored: the task has no number (null), not 0.0, and every sample is counted."""
     record, work, _, _ = judged_run
-    # a 1-token judge never writes a score: no number at all (null), every sample counted unscored
-    mute = record["tasks"]["judged_mute"]
-    assert mute["value"] is None and mute["stderr"] is None
-    assert mute["unscored"] == 1.0 and mute["scored_docs"] == 0 and mute["docs"] == DOCS
-    for line in Path(mute["samples_file"]).read_text().splitlines():
-        sample = json.loads(line)
-        assert "avg@2" not in sample and sample["unscored"] == 1.0
-        assert len(sample["resps"][0]) == K
-    with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
-        assert con.execute("select value from results where task = 'judged_mute'").fetchone() == (None,)
+    rows = read_jsonl(data_root / "gsm8k" / "test.jsonl", limit=DOCS)
+    task = record["tasks"]["judged"]
+    assert task["value"] is None and task["stderr"] is None
+    assert task["unscored"] == 1.0 and task["scored_docs"] == 0 and task["docs"] == DOCS
+    samples = [json.loads(line) for line in Path(task["samples_file"]).read_text().splitlines()]
+    assert len(samples) == DOCS
+    for sample in samples:
+        assert len(sample["resps"][0]) == K and "avg@2" not in sample and sample["unscored"] == 1.0
+        # the judge's reference is the data row's own worked answer
+        assert json.loads(sample["doc"]["gold"])["answer"] == rows[sample["doc_id"]]["answer"]
+    assert json.loads((work / "run" / "results.json").read_text())["tasks"]["judged"]["value"] is None
 
-    # the 96-token judge: whatever it scored is in range, and the task's number is the mean over the
-    # documents that have one; unscored samples only lower the count, never the score
-    judged = record["tasks"]["judged"]
-    samples = [json.loads(line) for line in Path(judged["samples_file"]).read_text().splitlines()]
-    assert len(samples) == DOCS and all(len(s["resps"][0]) == K for s in samples)
-    per_doc = [s["avg@2"] for s in samples if "avg@2" in s]
-    assert judged["scored_docs"] == len(per_doc)
-    assert judged["unscored"] == pytest.approx(sum(s["unscored"] for s in samples) / DOCS)
-    for s in samples:
-        assert ("avg@2" in s) == (s["unscored"] < 1.0)
-        if s["unscored"] == 0.5:  # one sample scored: its own 0.0 or 1.0, not halved by the unscored one
-            assert s["avg@2"] in (0.0, 1.0)
-    if per_doc:
-        assert all(0.0 <= v <= 1.0 for v in per_doc)
-        assert judged["value"] == pytest.approx(sum(per_doc) / len(per_doc))
+
+@pytest.mark.vllm
+def test_real_judge_scores_are_in_range_or_excluded(judged_run):
+    """The same metric with the judge given 64 tokens, on the run's first document (its k answers and
+    its reference): avg@2 is the mean of the scored samples only, in [0, 1], or absent when none scored
+    (what the 135M judge does in practice: it rarely ends with "Score: N")."""
+    record, work, _, _ = judged_run
+    config = yaml.safe_load((work / "run" / "tasks" / "judged.yaml").read_text())
+    scorer = {**config["metric_list"][0]["scorer"], "judge_max_tokens": 64}
+    sample = json.loads(Path(record["tasks"]["judged"]["samples_file"]).read_text().splitlines()[0])
+    result = rufus_avg([sample["doc"]["gold"]], [sample["resps"][0]], scorer=scorer, k=K)
+    assert result["unscored"] in (0.0, 0.5, 1.0)
+    if result["unscored"] == 1.0:
+        assert "avg@2" not in result
+    elif result["unscored"] == 0.5:  # one sample scored: its own 0.0 or 1.0, not halved by the other
+        assert result["avg@2"] in (0.0, 1.0)
     else:
-        assert judged["value"] is None
-    print(f"\njudge 135M: unscored {judged['unscored']:.2f}, avg@2 {judged['value']}, docs scored {len(per_doc)}/{DOCS}")
+        assert result["avg@2"] in (0.0, 0.5, 1.0)
+    print(f"\n135M judge with 64 tokens: {result}")
 
 
 def _closed_port() -> int:

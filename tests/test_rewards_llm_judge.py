@@ -207,3 +207,15 @@ def test_only_label_and_parse_score():
     assert parse_score("I give it 9/10") == 9.0
     assert parse_score("no number") is None
     assert parse_score("Score: 42") is None
+
+
+def test_explicit_connection_wins_over_the_environment(judge_server, monkeypatch):
+    """An evaluation suite pins its judge through arguments; JUDGE_* variables are only the fallback."""
+    url = judge_server.url
+    monkeypatch.setenv("JUDGE_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    monkeypatch.setenv("JUDGE_MODEL", "env-model")
+    reward = make_llm_judge_reward(base_url=url, model="pinned-model", sleep=RecordingSleep(), timeout_s=5)
+    scores = asyncio.run(reward(prompts=["q"], completions=["[[case:score8]]"], reference=["r"]))
+    assert scores == [1.0] and judge_server.bodies[0]["model"] == "pinned-model"
+    assert reward.connection() == (url, "pinned-model", "EMPTY")
+    assert make_llm_judge_reward().connection() == ("http://127.0.0.1:9/v1", "env-model", "EMPTY")

@@ -15,9 +15,14 @@ import json
 import os
 import subprocess
 import sys
+import time
+import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 from eval_callback_run import tiny_suite
+
+from rufus_eval.callback import CheckpointEvalCallback
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "rufus-trackers"
@@ -32,7 +37,7 @@ def tracker_env(root: Path) -> dict[str, str]:
         WANDB_MODE="offline", WANDB_SILENT="true", WANDB_PROJECT=PROJECT, WANDB_DIR=str(root / "wandb"),
         WANDB_CACHE_DIR=str(root / "wandb-cache"), WANDB_CONFIG_DIR=str(root / "wandb-config"),
         WANDB_DATA_DIR=str(root / "wandb-data"), WANDB_ARTIFACT_DIR=str(root / "wandb-artifacts"),
-        TRACKIO_DIR=str(root / "trackio"), HF_HUB_OFFLINE="1",
+        TRACKIO_DIR=str(root / "trackio"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1",
         PYTHONPATH=str(REPO / "tests"),
     )
     (root / "wandb").mkdir(parents=True, exist_ok=True)
@@ -106,8 +111,26 @@ def test_wandb_and_trackio_record_training_loss_and_checkpoint_evals_on_the_eval
     losses = [row for row in logs if "train/loss" in row]
     assert [row["train/global_step"] for row in losses] == [1, 2] and all(row["train/loss"] > 0 for row in losses)
 
-    # W&B's service process ended with the run
+    # W&B's service process ended with the run (it exits after its client process: allow it a moment)
+    deadline = time.monotonic() + 10
+    while wandb_service_processes(str(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert wandb_service_processes(str(tmp_path)) == []
+
+
+def test_a_result_after_the_tracker_runs_ended_is_warned_about_not_fatal():
+    """An evaluation that finishes once the trackers' runs are closed (or never started) must not
+    crash the end of training: the result stays in the training log, with a warning per tracker."""
+    evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
+    evaluator._setup_trackers(SimpleNamespace(report_to=["wandb", "trackio"]))
+    evaluator._results.put((4, {"tasks": {"nocomma": {"value": 0.5}}}))
+    state = SimpleNamespace(global_step=4, log_history=[])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        evaluator.drain(state)
+    assert [str(w.message).split(" has no active run")[0] for w in caught] == [
+        "checkpoint evaluation: wandb", "checkpoint evaluation: trackio"]
+    assert state.log_history == [{"eval/nocomma": 0.5, "eval/step": 4, "train/global_step": 4, "step": 4}]
 
 
 # ---------------------------------------------------------------- the child process

@@ -3,6 +3,8 @@ runs before (and without) loading a model or dataset."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from typer.testing import CliRunner
 
@@ -101,7 +103,7 @@ def test_guard_prompt_learning_config_object_refused():
         guards.check_peft_config(PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=8))
 
 
-def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path):
+def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path, monkeypatch):
     with pytest.raises(RufusError, match="lm_head"):
         check_config(load("sft", data=[str(sft_shards["sft"])], **{"lora.target_modules": ["lm_head"]}))
     with pytest.raises(RufusError, match="has no `data`"):
@@ -110,6 +112,7 @@ def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path):
         check_config(load("sft", data=[str(tmp_path / "nowhere")]))
     with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*has \['id', 'label', 'messages', 'source'\]"):
         check_config(load("dpo", data=[str(sft_shards["sft"])], output_dir=str(tmp_path / "o")))
+    monkeypatch.setitem(sys.modules, "wandb", None)  # as if not installed (find_spec then answers None)
     with pytest.raises(RufusError, match=r"report_to 'wandb' needs the `wandb` package"):
         check_config(load("sft", data=[str(sft_shards["sft"])], report_to="wandb", output_dir=str(tmp_path / "o")))
 

@@ -63,7 +63,7 @@ class GRPOStageConfig(StageConfig):
     max_tool_calling_iterations: int | None = Field(2, ge=0)
     reward_model: str | None = Field(None, description="sequence-classification checkpoint used as a reward")
     reward_model_weight: float = 1.0
-    judge_url: str | None = Field(None, description="llm_judge reward: OpenAI-compatible base URL (JUDGE_BASE_URL)")
+    judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL of the judge (default: JUDGE_BASE_URL)")
     server_check_retries: int = Field(3, ge=1)
 
     @model_validator(mode="after")
@@ -168,16 +168,17 @@ class GRPOStage(Stage):
         return tools
 
     # ------------------------------------------------------------------ trainer
-    def prepare(self, ctx: StageContext) -> None:
-        config: GRPOStageConfig = ctx.config
-        if config.judge_url:
-            os.environ["JUDGE_BASE_URL"] = config.judge_url
-
     def reward_funcs(self, config: GRPOStageConfig) -> list:
         from rufus_data.models import resolve_model
-        from rufus_data.rewards import build_rewards
+        from rufus_data.rewards import build_rewards, parse_spec
 
-        funcs, _ = build_rewards(config.rewards) if config.rewards else ([], [])
+        specs = list(config.rewards)
+        if config.judge_url:  # the stage's judge_url reaches each llm_judge reward that names no base_url
+            for i, spec in enumerate(specs):
+                name, params, weight = parse_spec(spec)
+                if name == "llm_judge" and "base_url" not in params:
+                    specs[i] = {"name": name, **params, "weight": weight, "base_url": config.judge_url}
+        funcs, _ = build_rewards(specs) if specs else ([], [])
         if config.reward_model:
             funcs.append(resolve_model(config.reward_model))  # TRL loads it as AutoModelForSequenceClassification
         return funcs

@@ -54,7 +54,10 @@ class SFTStage(Stage):
         from datasets import Dataset
 
         if "messages" in rows.column_names:
-            return Dataset.from_dict({"messages": conversational(rows, "messages")})
+            columns = {"messages": conversational(rows, "messages")}
+            if "tools" in rows.column_names:  # tool-use traces: SFTTrainer renders the schemas into the system turn
+                columns["tools"] = rows.column("tools").to_pylist()
+            return Dataset.from_dict(columns)
         return Dataset.from_dict({"text": rows.column("text").to_pylist()})
 
     def make_trainer(self, ctx: StageContext):

@@ -1,0 +1,50 @@
+"""The sampling and backend settings every generating command shares (`filter`, `pairs`): one
+pydantic model, so a new knob (or a new default) is added in one place and reaches both."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rufus_data.generate import BackendConfig, SamplingParams
+
+
+class GenerationOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str = "hf"  # hf | vllm | server
+    max_tokens: int = Field(512, ge=1)
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    seed: int | None = 0
+    base_urls: list[str] = Field(default_factory=list)
+    served_model_name: str | None = None
+    concurrency: int = Field(32, ge=1)
+    vllm_command: list[str] | None = None
+    devices: str | None = None
+    max_model_len: int | None = None
+
+    def sampling(self, n: int) -> SamplingParams:
+        return SamplingParams(
+            n=n,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=self.top_k,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            max_tokens=self.max_tokens,
+            seed=self.seed,
+        )
+
+    def backend_config(self, base_urls: list[str] | None = None) -> BackendConfig:
+        return BackendConfig(
+            backend=self.backend,
+            base_urls=base_urls or self.base_urls,
+            served_model_name=self.served_model_name,
+            concurrency=self.concurrency,
+            vllm_command=self.vllm_command,
+            devices=self.devices,
+            max_model_len=self.max_model_len,
+        )

@@ -1,0 +1,38 @@
+"""Model-written tool calls, executed: the Rufus-Air order of SFT on tool-use traces, then the
+general_agent GRPO stage from that checkpoint. The built-in 135M model never writes a valid
+`<tool_call>` on its own (it answers products from memory, wrongly); a few SFT steps on
+calculator traces teach the format, and GRPO's tool loop then parses and runs the calls, feeds the
+results back as `tool` turns, and the exact products it could not compute earn reward."""
+
+from __future__ import annotations
+
+import pytest
+from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny
+
+from rufus_train import examples
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+_ = one_torch_thread
+
+
+def test_sft_on_tool_traces_then_general_agent_executes_model_written_calls(tmp_path):
+    sft_data = examples.calculator_tool_sft(tmp_path / "tool_sft", limit=32, seed=0)
+    rl_data = examples.calculator_rl(tmp_path / "tool_rl", limit=8, seed=1)  # other products than the SFT ones
+    sft = run_tiny("sft", sft_data, tmp_path / "sft", max_steps=20, per_device_train_batch_size=4, max_length=512,
+                   learning_rate=1e-3, save_steps=20, max_rows=None)
+    losses = [m["loss"] for m in sft.metrics if "loss" in m]
+    assert losses[-1] < losses[0] / 3, losses  # the trace format is learnt
+
+    agent = run_tiny(
+        "general_agent", rl_data, tmp_path / "agent", model=str(tmp_path / "sft"), tools=["calculator"],
+        per_device_train_batch_size=4, num_generations=4, max_completion_length=96, max_rows=None,
+        learning_rate=1e-4, temperature=1.0,
+    )
+    assert_adapter_trained(agent)
+    calls = [m["tools/call_frequency"] for m in agent.metrics if "tools/call_frequency" in m]
+    failures = [m["tools/failure_frequency"] for m in agent.metrics if "tools/failure_frequency" in m]
+    rewards = [m["reward"] for m in agent.metrics if "reward" in m]
+    assert calls and max(calls) > 0, f"no completion called a tool: {agent.metrics}"
+    assert failures and min(failures) < 1.0, f"every tool call failed: {failures}"
+    # three-digit by two-digit products: right only through the calculator's result
+    assert max(rewards) > 0, f"no exact product in any group: {agent.metrics}"
