@@ -65,12 +65,13 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=384)
     parser.add_argument("--backend", choices=["hf", "vllm"], default="hf",
                         help="vllm: Rufus starts the CPU (or GPU) vLLM build for the model; fast enough for the full sets")
+    parser.add_argument("--concurrency", type=int, default=32, help="vllm: requests in flight")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="rufus-published-"))
     suite = work / "published.yaml"
     suite.write_text(SUITE.format(max_tokens=args.max_tokens))
     start = time.time()
-    record = run_suite(RunRequest(suite=str(suite), checkpoint="smollm2-135m", backend=BackendConfig(kind=args.backend),
+    record = run_suite(RunRequest(suite=str(suite), checkpoint="smollm2-135m", backend=BackendConfig(kind=args.backend, concurrency=args.concurrency),
                                   limit=args.limit, out=work / "run", run_name="published", db_path=work / "db.duckdb"))
     levels = ifeval_levels(record["tasks"]["ifeval"]["samples_file"])
     avg_strict = (levels["prompt_strict"] + levels["inst_strict"]) / 2

@@ -114,7 +114,8 @@ def score_answers(scorer: dict, answers: list[str], gold: dict, prompt: str = ""
             line for line in str(gold.get("prompt", "")).splitlines() if line.startswith(("import ", "from "))
         )
         programs = [f"```python\n{imports}\n{extract_code(a)}\n```" if a else "" for a in answers]
-        columns = {c: gold[c] for c in ("test", "entry_point", "test_list", "test_imports", "input_output") if c in gold}
+        columns = {c: gold[c] for c in ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases")
+                   if c in gold}
         return _call_reward(reward, programs, prompt, columns)
     if name == "bfcl":
         from rufus_eval.bfcl import score_bfcl

@@ -43,7 +43,8 @@ def test_hub_and_missing_local_tasks_say_what_to_do(data_root):
     tasks = {t.name: t for t in load_suite("smollm3").tasks}
     with pytest.raises(RufusError, match="livecodebench/test_v4_v5.jsonl does not exist.*needs the hub"):
         task_rows(tasks["livecodebench"])
-    with pytest.raises(RufusError, match="needs the hub dataset MixEval/MixEval.*set data.local_path"):
+    with pytest.raises(RufusError, match="needs the hub dataset MixEval/MixEval.*set data.local_path"), \
+            pytest.warns(UserWarning, match="revision 'main' of MixEval/MixEval is a branch or tag, not a commit"):
         task_rows(tasks["mixeval_hard"])
 
 
@@ -80,3 +81,22 @@ def test_vibe_answers_side_by_side(tmp_path, builtin_model):
     bad.write_text("- {usr: hi}\n")
     with pytest.raises(RufusError, match="prompt 0"):
         run_vibe(bad, [builtin_model])
+
+
+def test_livecodebench_from_a_local_jsonl_runs_stdin_stdout_cases(tmp_path, monkeypatch):
+    """LiveCodeBench is Rufus-defined: a pinned local JSONL whose `test_cases` ([{input, output}])
+    reach the code scorer, one sandboxed stdin/stdout run per case."""
+    cases = [{"input": "3\n", "output": "6\n", "testtype": "stdin"}, {"input": "10\n", "output": "55\n", "testtype": "stdin"}]
+    folder = tmp_path / "livecodebench"
+    folder.mkdir()
+    row = {"question_id": "lcb-sum", "question_content": "Read n and print 1 + 2 + ... + n.", "test_cases": json.dumps(cases)}
+    (folder / "test_v4_v5.jsonl").write_text(json.dumps(row) + "\n")
+    monkeypatch.setenv("RUFUS_DATA_ROOT", str(tmp_path))
+    task = {t.name: t for t in load_suite("smollm3").tasks}["livecodebench"]
+    rows = task_rows(task)
+    assert len(rows) == 1 and rows[0]["prompt"].startswith("Read n and print")
+    gold = json.loads(rows[0]["gold"])
+    right = "```python\nn = int(input())\nprint(n * (n + 1) // 2)\n```"
+    off_by_one = "```python\nn = int(input())\nprint(n * (n - 1) // 2)\n```"
+    crashes = "```python\nprint(undefined_name)\n```"
+    assert score_answers(task.scorer.model_dump(), [right, off_by_one, crashes], gold) == [1.0, 0.0, 0.0]
