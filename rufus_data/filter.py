@@ -349,7 +349,7 @@ def parse_reward_option(values: list[str]) -> list[str | dict]:
     `{name: string_match, extractor: gsm8k, answer_column: expected_output}`."""
     import yaml
 
-    specs: list[str | dict] = Field(default_factory=list)
+    specs: list[str | dict] = []
     for value in values:
         text = value.strip()
         if text.startswith("{"):
