@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from eval_callback_run import build_trainer, tiny_suite
+from train_helpers import WaitForBaseline
 from transformers import TrainerCallback
 
 from rufus_data.errors import RufusError
@@ -27,17 +28,6 @@ REPO = Path(__file__).resolve().parents[1]
 def eval_config(suite: Path, **overrides) -> dict:
     return {"eval_on_checkpoint": True, "suite": str(suite), "tag": "tiny", "backend": "hf", "limit": 1,
             "samples": 1, "max_tokens": 4, **overrides}
-
-
-class WaitForBaseline(TrainerCallback):
-    """Hold step 1 until the baseline evaluation is done, so checkpoint-1 is evaluated."""
-
-    def __init__(self, evaluator: CheckpointEvalCallback):
-        self.evaluator = evaluator
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step == 1:
-            assert self.evaluator.wait(300), "baseline evaluation did not finish in 300 s"
 
 
 class RecordInodes(TrainerCallback):

@@ -139,22 +139,11 @@ def test_a_result_after_the_tracker_runs_ended_is_warned_about_not_fatal():
 def main(spec_path: str) -> None:
     """Run the SFT stage through rufus_train.runner.run_stage with both trackers, then read
     trackio's store back (after the run is finished) into OUT/trackio_logs.json."""
-    from train_helpers import tiny_config
-    from transformers import TrainerCallback
+    from train_helpers import WaitForBaseline, tiny_config
 
     from rufus_eval.callback import CheckpointEvalCallback
     from rufus_train.runner import run_stage
     from rufus_train.stages import get_stage
-
-    class WaitForBaseline(TrainerCallback):
-        """Hold step 1 until the baseline evaluation is done, so checkpoint-2 is not skipped as busy."""
-
-        def __init__(self, evaluator: CheckpointEvalCallback):
-            self.evaluator = evaluator
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 1:
-                assert self.evaluator.wait(300), "baseline evaluation did not finish in 300 s"
 
     stage = get_stage("sft")
     prepare = stage.prepare

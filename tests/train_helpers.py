@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from rufus_train.config import load_stage_config
 from rufus_train.runner import RunResult, run_stage
@@ -56,3 +57,15 @@ def assert_adapter_trained(result: RunResult, step: int = 2) -> None:
     assert not unchanged, f"{len(unchanged)} of {len(saved)} adapter tensors did not change, e.g. {unchanged[:2]}"
     losses = [m["loss"] for m in result.metrics if "loss" in m]
     assert len(losses) == step and not any(math.isnan(loss) for loss in losses)  # logged every step, no NaN
+
+
+class WaitForBaseline(TrainerCallback):
+    """Hold step 1 until the step-0 baseline evaluation is done, so the next checkpoint is
+    evaluated rather than skipped as busy (checkpoint-evaluation tests)."""
+
+    def __init__(self, evaluator):
+        self.evaluator = evaluator
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 1:
+            assert self.evaluator.wait(300), "baseline evaluation did not finish in 300 s"
