@@ -32,6 +32,11 @@ class StageContext:
     callbacks: list = field(default_factory=list)
     extras: dict[str, Any] = field(default_factory=dict)  # e.g. the distillation teacher
 
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The arguments every TRL trainer takes the same way; a stage adds its own beside them."""
+        return {"model": self.model, "args": self.args, "train_dataset": self.train_dataset,
+                "processing_class": self.tokenizer, "callbacks": self.callbacks}
+
 
 class Stage:
     """Base class of the stages in the registry (one instance per stage module)."""

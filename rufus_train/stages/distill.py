@@ -96,12 +96,8 @@ class DistillStage(Stage):
         from trl import DistillationTrainer
 
         return DistillationTrainer(
-            model=ctx.model,
             teacher_model=ctx.extras["teacher"],
-            args=ctx.args,
-            train_dataset=ctx.train_dataset,
-            processing_class=ctx.tokenizer,
-            callbacks=ctx.callbacks,
+            **ctx.trainer_kwargs(),
         )
 
 

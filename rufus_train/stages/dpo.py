@@ -48,13 +48,7 @@ class DPOStage(Stage):
     def make_trainer(self, ctx: StageContext):
         from trl import DPOTrainer
 
-        return DPOTrainer(
-            model=ctx.model,
-            args=ctx.args,
-            train_dataset=ctx.train_dataset,
-            processing_class=ctx.tokenizer,
-            callbacks=ctx.callbacks,
-        )
+        return DPOTrainer(**ctx.trainer_kwargs())
 
 
 STAGE = DPOStage()

@@ -202,12 +202,8 @@ class GRPOStage(Stage):
         from rufus_train.dynamic_sampling import DynamicSamplingGRPOTrainer
 
         return DynamicSamplingGRPOTrainer(
-            model=ctx.model,
             reward_funcs=self.reward_funcs(ctx.config),
-            args=ctx.args,
-            train_dataset=ctx.train_dataset,
-            processing_class=ctx.tokenizer,
-            callbacks=ctx.callbacks,
+            **ctx.trainer_kwargs(),
             **self.tool_kwargs(ctx),
         )
 

@@ -82,13 +82,7 @@ class KTOStage(Stage):
     def make_trainer(self, ctx: StageContext):
         from trl import KTOTrainer
 
-        return KTOTrainer(
-            model=ctx.model,
-            args=ctx.args,
-            train_dataset=ctx.train_dataset,
-            processing_class=ctx.tokenizer,
-            callbacks=ctx.callbacks,
-        )
+        return KTOTrainer(**ctx.trainer_kwargs())
 
 
 STAGE = KTOStage()

@@ -43,13 +43,7 @@ class ORPOStage(Stage):
             warnings.simplefilter("ignore", FutureWarning)  # "experimental" notice, said in the docs
             from trl.experimental.orpo import ORPOTrainer
 
-            return ORPOTrainer(
-                model=ctx.model,
-                args=ctx.args,
-                train_dataset=ctx.train_dataset,
-                processing_class=ctx.tokenizer,
-                callbacks=ctx.callbacks,
-            )
+            return ORPOTrainer(**ctx.trainer_kwargs())
 
 
 STAGE = ORPOStage()

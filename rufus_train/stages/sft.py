@@ -63,13 +63,7 @@ class SFTStage(Stage):
     def make_trainer(self, ctx: StageContext):
         from trl import SFTTrainer
 
-        return SFTTrainer(
-            model=ctx.model,
-            args=ctx.args,
-            train_dataset=ctx.train_dataset,
-            processing_class=ctx.tokenizer,
-            callbacks=ctx.callbacks,
-        )
+        return SFTTrainer(**ctx.trainer_kwargs())
 
 
 class MidtrainStage(SFTStage):
