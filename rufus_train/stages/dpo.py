@@ -36,14 +36,19 @@ def preference_dataset(rows: pa.Table):
     return Dataset.from_dict({col: conversational(rows, col) for col in ("prompt", "chosen", "rejected")})
 
 
-class DPOStage(Stage):
-    name = "dpo"
-    description = "direct preference optimisation (DPOTrainer): sigmoid, length-normalised or apo_zero loss"
-    config_class = DPOStageConfig
+class PreferenceStage(Stage):
+    """Stages that train on prompt / chosen / rejected rows (dpo, orpo)."""
+
     required_columns: ClassVar[tuple] = ("prompt", "chosen", "rejected")
 
     def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer):
         return preference_dataset(rows)
+
+
+class DPOStage(PreferenceStage):
+    name = "dpo"
+    description = "direct preference optimisation (DPOTrainer): sigmoid, length-normalised or apo_zero loss"
+    config_class = DPOStageConfig
 
     def make_trainer(self, ctx: StageContext):
         from trl import DPOTrainer

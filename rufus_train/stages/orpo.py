@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import pyarrow as pa
 from pydantic import Field
 
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext
-from rufus_train.stages.dpo import preference_dataset
+from rufus_train.stages.base import StageContext
+from rufus_train.stages.dpo import PreferenceStage
 
 
 class ORPOStageConfig(StageConfig):
@@ -27,14 +26,10 @@ class ORPOStageConfig(StageConfig):
         return {"max_length": self.max_length, "beta": self.beta}
 
 
-class ORPOStage(Stage):
+class ORPOStage(PreferenceStage):
     name = "orpo"
     description = "ORPO (trl.experimental ORPOTrainer): preference inside SFT, no reference model"
     config_class = ORPOStageConfig
-    required_columns: ClassVar[tuple] = ("prompt", "chosen", "rejected")
-
-    def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer):
-        return preference_dataset(rows)
 
     def make_trainer(self, ctx: StageContext):
         import warnings
