@@ -47,7 +47,9 @@ def counting_bench(rows: int, naive_rows: int) -> dict:
     tokenizer = counter.tokenizer
     counter.count_conversations(convs[:256])  # warm-up (template compile, thread pool)
 
-    t_rufus, counts = timed(lambda: [counter.count_conversations(convs[i:i + 1024]) for i in range(0, rows, 1024)])
+    batches = [[{"messages": c} for c in convs[i:i + 1024]] for i in range(0, rows, 1024)]
+    t_rufus, counted = timed(lambda: list(counter.count_batches(batches, "sft")))  # mix's own call
+    counts = [c for _, c in counted]
     tokens = sum(sum(c.total) for c in counts)
     rendered, _ = counter.render(convs)
     t_raw, _ = timed(lambda: [tokenizer(rendered[i:i + 1024], add_special_tokens=False) for i in range(0, rows, 1024)])
@@ -111,6 +113,9 @@ def main() -> None:
     print(f"  rufus counter (render + tokenize + masks): {r['rufus_tok_s']:>12,.0f} tok/s")
     print(f"  raw batch tokenizer, pre-rendered:         {r['raw_tok_s']:>12,.0f} tok/s   rufus/raw   = {vs_raw:.2f}x (target >= 0.6x)")
     print(f"  naive per-row apply_chat_template:         {r['naive_tok_s']:>12,.0f} tok/s   rufus/naive = {vs_naive:.1f}x (target >= 3x)")
+    # any path that tokenizes every row is bounded by the raw tokenizer: on few cores the
+    # raw/naive ratio itself can sit under 3x (the naive loop runs on one core, Rayon on all)
+    print(f"  ceiling: raw tokenizer / naive loop = {r['raw_tok_s'] / r['naive_tok_s']:.1f}x on {os.cpu_count()} cores")
     m = peak_rss_of_mix(args.mix_rows)
     print(f"mix of {m['rows_in']:,} synthetic rows -> {m['rows_out']:,} rows in {m['seconds']:.1f} s, "
           f"peak RSS {m['peak_rss_mb']:,.0f} MB")

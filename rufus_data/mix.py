@@ -141,22 +141,27 @@ def _count_source(
     columns = resolve_columns(spec, counts.format, first)
     canonicalize = Canonicalizer(spec, catalog.kind, counts.format, columns)
     tokens_column = TokensColumn()
-    with progress("rows", tokens_column) as bar:
-        task = bar.add_task(f"{spec.name}", total=_row_count_hint(spec), visible=show_progress)
+    index = 0
+
+    def batches():
+        nonlocal index
         batch: list[dict] = []
-        index = 0
-        for record in _chain(first, records):
-            index += 1
+        for index, record in enumerate(_chain(first, records), start=1):
             try:
                 batch.append(canonicalize(record, index - 1))
             except BadRow as err:
                 counts.bad_rows.append((index, str(err)))
             if len(batch) >= BATCH_ROWS:
-                _flush(batch, counts, catalog, counter, folder, tokens_column)
-                bar.update(task, completed=index)
+                yield batch
                 batch = []
         if batch:
-            _flush(batch, counts, catalog, counter, folder, tokens_column)
+            yield batch
+
+    with progress("rows", tokens_column) as bar:
+        task = bar.add_task(f"{spec.name}", total=_row_count_hint(spec), visible=show_progress)
+        for batch, measured in counter.count_batches(batches(), catalog.kind):
+            _flush(batch, measured, counts, folder, tokens_column)
+            bar.update(task, completed=index)
         bar.update(task, completed=index, total=index)
     counts.rows_in = index
     if counts.bad_rows:
@@ -186,8 +191,7 @@ def _chain(first, rest):
     yield from rest
 
 
-def _flush(batch, counts, catalog, counter, folder, tokens_column) -> None:
-    measured = counter.count_rows(batch, catalog.kind)
+def _flush(batch, measured, counts, folder, tokens_column) -> None:
     limit = counts.spec.max_tokens_per_example
     kept = []
     for row, total, trainable in zip(batch, measured.total, measured.trainable, strict=True):

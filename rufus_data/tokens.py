@@ -8,6 +8,8 @@ trainable when it overlaps an assistant span: the same rule transformers applies
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rufus_data.catalog import Kind
@@ -58,24 +60,47 @@ class TokenCounter:
         )
 
     def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
-        rendered, spans = self.render(conversations, add_generation_prompt)
-        encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False) if not spans else \
-            self.backend.encode_batch(rendered, add_special_tokens=False)
-        total = [len(e.ids) for e in encodings]
-        if not spans:
-            return Counts(total, [0] * len(total))
-        trainable = [_overlapping_tokens(e, s) for e, s in zip(encodings, spans, strict=True)]
-        return Counts(total, trainable)
+        return self._encode(*self.render(conversations, add_generation_prompt))
 
     def count_rows(self, rows: list[dict], kind: Kind) -> Counts:
         """Counts on the kind's basis: sft whole chats; rl prompts (with the generation prompt);
         preference prompt + chosen (trainable = the chosen reply)."""
+        counts = self._encode(*self._render_rows(rows, kind))
+        return Counts(counts.total, [0] * len(rows)) if kind == "rl" else counts
+
+    def count_batches(self, batches: Iterable[list[dict]], kind: Kind) -> Iterator[tuple[list[dict], Counts]]:
+        """`count_rows` over a stream of batches, pipelined: while the Rust tokenizer encodes one
+        batch (on every core, without the GIL), this thread reads and renders the next one."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rufus-tokenize") as pool:
+            pending = None
+            for rows in batches:
+                future = pool.submit(self._encode, *self._render_rows(rows, kind))
+                if pending is not None:
+                    yield self._finish(*pending, kind)
+                pending = (rows, future)
+            if pending is not None:
+                yield self._finish(*pending, kind)
+
+    def _render_rows(self, rows: list[dict], kind: Kind):
         if kind == "sft":
-            return self.count_conversations([r["messages"] for r in rows])
-        if kind == "rl":
-            counts = self.count_conversations([r["prompt"] for r in rows], add_generation_prompt=True)
-            return Counts(counts.total, [0] * len(rows))
-        return self.count_conversations([list(r["prompt"]) + list(r["chosen"]) for r in rows])
+            return self.render([r["messages"] for r in rows])
+        if kind == "rl":  # prompts carry no trainable span
+            return self.render([r["prompt"] for r in rows], add_generation_prompt=True)[0], None
+        return self.render([list(r["prompt"]) + list(r["chosen"]) for r in rows])
+
+    @staticmethod
+    def _finish(rows: list[dict], future, kind: Kind) -> tuple[list[dict], Counts]:
+        counts = future.result()
+        return rows, (Counts(counts.total, [0] * len(rows)) if kind == "rl" else counts)
+
+    def _encode(self, rendered: list[str], spans) -> Counts:
+        if not spans:
+            encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False)
+            return Counts([len(e) for e in encodings], [0] * len(encodings))
+        encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
+        total = [len(e) for e in encodings]
+        trainable = [_overlapping_tokens(e, s) for e, s in zip(encodings, spans, strict=True)]
+        return Counts(total, trainable)
 
 
 def _overlapping_tokens(encoding, spans: list[tuple[int, int]]) -> int:
