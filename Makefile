@@ -13,7 +13,8 @@ $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build of torch, from a pinned version (an unpinned torch pulls a multi-GB CUDA build).
-	$(BIN)/python -m pip install -q torch==2.13.0
+	# Where plain PyPI serves the CUDA wheel, set TORCH_INDEX=https://download.pytorch.org/whl/cpu.
+	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q -e ".[train,eval,ray,dev,track]"
 	touch $@
 

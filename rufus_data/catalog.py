@@ -37,7 +37,7 @@ class SourceSpec(Strict):
     revision: str | None = None
     format: Format = "auto"
     fields: dict[str, str] = Field(default_factory=dict, description="canonical field -> column in the source")
-    share: float = Field(gt=0, le=1)
+    share: float = Field(strict=True, gt=0, le=1, description="fraction of the budget's tokens, a number (0.25, not \"0.25\")")
     label: str | None = None
     system: str | None = None
     max_tokens_per_example: int | None = Field(default=None, gt=0)

@@ -86,6 +86,7 @@ def mix(
         if spec.path is not None and not Path(spec.path).is_file():
             raise RufusError(f"source '{spec.name}': file {spec.path} does not exist; fix `path:` in {catalog_path}")
     counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
+    _check_trainable_spans(catalog, counter)
     with atomic_output_dir(out, overwrite=overwrite) as tmp:
         parts_dir = tmp / "_parts"
         counted = [
@@ -106,6 +107,20 @@ def mix(
         _write_report(tmp, catalog, manifest)
     _print_summary(manifest)
     return MixResult(out=out, manifest=manifest)
+
+
+def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> None:
+    """Trainable tokens come from the template's {% generation %} blocks; without them every
+    count would read 0, so a mix that needs them is refused and one that does not says so."""
+    if counter.has_generation_markers or catalog.kind == "rl":
+        return
+    fix = ("use a template with {% generation %} ... {% endgeneration %} around assistant replies (the built-in "
+           "'smollm2-135m' ships one: rufus_data/templates/rufus_chatml.jinja) via `chat_template:`")
+    if catalog.kind == "sft" and catalog.basis == "trainable":
+        raise RufusError(f"the chat template of {catalog.tokenizer!r} has no {{% generation %}} markers, but the catalog "
+                         f"sets `basis: trainable`: {fix}, or set `basis: total`")
+    console.print(f"[yellow]warning:[/] the chat template of {catalog.tokenizer!r} has no {{% generation %}} markers: "
+                  f"num_trainable_tokens will be 0 (shares count total tokens, so the mix is right); to count them, {fix}")
 
 
 def _read_template(catalog: MixtureCatalog, catalog_path: Path) -> str | None:
@@ -236,7 +251,19 @@ def _row_count_hint(spec: SourceSpec) -> int | None:
 def _fingerprint(spec: SourceSpec) -> dict:
     if spec.path is not None:
         return {"path": spec.path, "sha256": file_sha256(spec.path)}
-    return {"hub": spec.hub, "config": spec.config, "split": spec.split, "revision": spec.revision or "unpinned"}
+    return {"hub": spec.hub, "config": spec.config, "split": spec.split, "revision": spec.revision or "unpinned",
+            "commit": _hub_commit(spec.hub, spec.revision)}
+
+
+def _hub_commit(repo: str, revision: str | None) -> str | None:
+    """The commit a hub revision (or the default branch) points at now, so the manifest pins
+    what was read even when the catalog names a branch; None when the hub cannot be asked."""
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().dataset_info(repo, revision=revision, timeout=10).sha
+    except Exception:  # noqa: BLE001 - offline or gated: the load itself reports the problem
+        return None
 
 
 # --- pass 2: choose rows by token share ---------------------------------------------------
@@ -248,9 +275,9 @@ def _select(catalog: MixtureCatalog, counted: list[SourceCounts], holdout_overri
     pools: list[list[int]] = []
     held: list[list[int]] = []
     for c in counted:
-        n_holdout = holdout_override if holdout_override is not None else c.spec.holdout
+        n_holdout = c.spec.holdout  # a source's own setting is the most specific one
         if n_holdout is None:
-            n_holdout = catalog.holdout
+            n_holdout = holdout_override if holdout_override is not None else catalog.holdout
         order = list(range(len(c.total)))
         rngs[c.spec.name].shuffle(order)
         if n_holdout >= len(order):
@@ -268,7 +295,7 @@ def _select(catalog: MixtureCatalog, counted: list[SourceCounts], holdout_overri
         if have <= 0:
             raise RufusError(f"source '{c.spec.name}' has no {catalog.basis} tokens to contribute")
         repeats = 0
-        if have < target:
+        if have < target * (1 - 1e-9):  # a derived budget makes target == have up to rounding
             if not c.spec.upsample:
                 short = target - have
                 raise RufusError(

@@ -89,17 +89,19 @@ def _warnings(con, folder: Path, conversation: str, columns: set[str]) -> list[s
     warnings = []
     manifest = read_manifest(folder)
     systems = {s["name"]: s.get("system") for s in manifest.get("sources", []) if s.get("system")}
-    rows = con.execute(f"SELECT id, source, {conversation} FROM train").fetchall()
+    replies = [c for c in ("chosen", "rejected") if c in columns]  # preference rows: their replies too
+    cursor = con.execute(f"SELECT id, source, {', '.join([conversation, *replies])} FROM train")
     missing_system: dict[str, list[str]] = {}
     tag_first_only, empty_assistant = [], []
-    for row_id, source, turns in rows:
+    for row_id, source, turns, *reply_turns in _stream(cursor):
         turns = turns or []
         wanted = systems.get(source)
         if wanted and not (turns and turns[0]["role"] == "system" and wanted in (turns[0]["content"] or "")):
             missing_system.setdefault(source, []).append(row_id)
         if _tag_only_in_first_turn(turns):
             tag_first_only.append(row_id)
-        if any(t["role"] == "assistant" and not (t["content"] or "").strip() for t in turns):
+        every_turn = [t for group in (turns, *reply_turns) for t in (group or [])]
+        if any(t["role"] == "assistant" and not (t["content"] or "").strip() for t in every_turn):
             empty_assistant.append(row_id)
     for source, ids in missing_system.items():
         warnings.append(
@@ -126,6 +128,12 @@ def _warnings(con, folder: Path, conversation: str, columns: set[str]) -> list[s
         ).fetchone()[0]
         warnings.append(f"{dupes} exact duplicate rows (upsampled repeats not counted), e.g. {', '.join(example)}")
     return warnings
+
+
+def _stream(cursor, batch: int = 4096):
+    """Rows of a DuckDB result in batches, so a large mix is never held in memory at once."""
+    while rows := cursor.fetchmany(batch):
+        yield from rows
 
 
 def _tag_only_in_first_turn(turns: list[dict]) -> bool:

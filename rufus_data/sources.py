@@ -30,11 +30,16 @@ FORMAT_FIELDS: dict[str, dict[str, tuple[str, ...]]] = {
     "question_answer": {
         "question": ("question", "problem", "query"),
         "answer": ("answer", "solution", "response"),
+        "reasoning": (),  # only through `fields:` (e.g. s1K's deepseek_thinking_trajectory)
     },
     "preference": {"prompt": ("prompt",), "chosen": ("chosen",), "rejected": ("rejected",)},
     "prompt_only": {"prompt": ("prompt", "messages")},
+    # detected, not declared: rows that already hold `prompt` (say, an rl shard mixed again) are
+    # normalised in place, and their `expected_output` column, if any, is kept as the answer
+    "prompt": {"prompt": ("prompt",), "expected_output": ("expected_output",)},
 }
-OPTIONAL_FIELDS = {"input", "prompt"}  # alpaca input and preference prompt may be absent
+# alpaca input, preference prompt and a prompt row's answer may be absent
+OPTIONAL_FIELDS = {"input", "prompt", "expected_output", "reasoning"}
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                   "system": "system", "tool": "tool", "function_response": "tool", "observation": "tool"}
 
@@ -153,7 +158,7 @@ def detect_format(spec: SourceSpec, first: dict, kind: Kind) -> str:
     if (keys | mapped) & {"question", "problem", "query"} and (keys | mapped) & {"answer", "solution", "response"}:
         return "question_answer"
     if "prompt" in keys | mapped:
-        return "prompt_only"
+        return "prompt"
     raise RufusError(
         f"source '{spec.name}': cannot detect its format from the fields {sorted(first)}; set `format:` "
         "(messages, alpaca, sharegpt, prompt_completion, question_answer, preference, prompt_only) "
@@ -183,6 +188,9 @@ class Canonicalizer:
     def __init__(self, spec: SourceSpec, kind: Kind, fmt: str, columns: dict[str, str | None]):
         self.spec, self.kind, self.fmt, self.columns = spec, kind, fmt, columns
         self.consumed = {c for c in columns.values() if c}
+        if kind == "rl" and fmt == "question_answer":
+            # rewards read the gold from `solution` (or whichever column held the answer): it stays
+            self.consumed.discard(columns.get("answer"))
         self.label = spec.default_label
 
     def __call__(self, record: dict, index: int) -> dict:
@@ -248,12 +256,19 @@ class Canonicalizer:
             if answer is not None and not isinstance(answer, str):
                 answer = str(answer)
             conversation = [{"role": "user", "content": question}]
-            if answer:
-                conversation.append({"role": "assistant", "content": answer})
+            reasoning = record.get(col["reasoning"]) if col.get("reasoning") else None
+            if answer:  # a reasoning trace goes before the answer in a <think> block, as hybrid models train
+                reply = f"<think>\n{reasoning.strip()}\n</think>\n\n{answer}" if reasoning else answer
+                conversation.append({"role": "assistant", "content": reply})
             return conversation, answer, None
         if fmt == "prompt_only":
             value = _field(record, col["prompt"])
             return _as_messages(value, "user"), None, None
+        if fmt == "prompt":
+            expected = record.get(col["expected_output"]) if col.get("expected_output") else None
+            if expected is not None and not isinstance(expected, str):
+                expected = str(expected)
+            return _as_messages(_field(record, col["prompt"]), "user"), expected or None, None
         if fmt == "preference":
             return None, None, _preference(record, col)
         raise BadRow(f"unknown format {fmt}")

@@ -7,6 +7,7 @@ trainable when it overlaps an assistant span: the same rule transformers applies
 
 from __future__ import annotations
 
+import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 
 from rufus_data.catalog import Kind
 from rufus_data.errors import RufusError
+
+GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
 @dataclass
@@ -44,7 +47,8 @@ class TokenCounter:
         self.template = self.tokenizer.chat_template
         if not self.template:
             raise RufusError(f"tokenizer {tokenizer_ref!r} has no chat template: set `chat_template:` in the catalog")
-        self.has_generation_markers = "generation" in self.template
+        # `{% generation %}` blocks, not the word "generation" (every template reads add_generation_prompt)
+        self.has_generation_markers = GENERATION_MARKER.search(self.template) is not None
         self.backend = self.tokenizer.backend_tokenizer
         self.template_kwargs = dict(self.tokenizer.special_tokens_map)
 

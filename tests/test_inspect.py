@@ -50,6 +50,17 @@ def test_inspect_finds_each_data_bug(tmp_path):
     assert sum(n for _, _, n in found.histogram) == 6
 
 
+def test_inspect_checks_preference_replies(tmp_path):
+    """An empty chosen or rejected reply is an empty assistant turn too."""
+    rows = [{"id": f"p-{i}", "source": "p", "label": "p", "prompt": msgs(("user", f"q{i}")),
+             "chosen": msgs(("assistant", chosen)), "rejected": msgs(("assistant", rejected)), "num_tokens": 9}
+            for i, (chosen, rejected) in enumerate([("good", "bad"), ("", "bad"), ("good", " ")])]
+    folder = tmp_path / "pref"
+    write_shards(pa.Table.from_pylist(rows), folder)
+    write_manifest(folder, {"sources": [{"name": "p", "system": None}]})
+    assert "2 rows have an empty assistant turn (e.g. p-1, p-2)" in "\n".join(inspect_shards(folder).warnings)
+
+
 def test_clean_sample_mix_has_no_warnings(tmp_path):
     from pathlib import Path
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from conftest import read_jsonl
 
 from rufus_data.mix import mix
 from rufus_data.shards import read_shards, shard_files
@@ -115,7 +116,7 @@ def test_mbpp_passthrough_columns_and_union(real_mix):
     rows = table.to_pylist()
     mbpp = next(r for r in rows if r["source"] == "mbpp")
     gsm = next(r for r in rows if r["source"] == "gsm8k")
-    assert mbpp["test_list"] and mbpp["orig_id"] is None if "orig_id" in mbpp else True
+    assert len(mbpp["test_list"]) >= 1 and all(t.startswith("assert") for t in mbpp["test_list"])
     assert gsm["test_list"] is None  # union of columns, missing ones null
     assert mbpp["messages"][-1]["role"] == "assistant" and "def " in mbpp["messages"][-1]["content"]
 
@@ -195,15 +196,21 @@ def test_rl_catalog_rules(tmp_path, data_root):
     )
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "2"}]}) + "\n")
+    # an rl shard mixed again: rows that already hold prompt + expected_output keep their answer
+    reshard = tmp_path / "reshard.jsonl"
+    reshard.write_text(json.dumps({"prompt": [{"role": "user", "content": "5+5?"}], "expected_output": "10"}) + "\n"
+                       + json.dumps({"prompt": "7+1?", "expected_output": None}) + "\n")
     catalog = write_catalog(tmp_path, {
         "kind": "rl", "name": "rl", "sources": [
             {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "format": "question_answer",
-             "fields": {"answer": "answer"}, "share": 0.9},
-            {"name": "convs", "path": str(convs), "format": "messages", "share": 0.05, "upsample": True},
+             "fields": {"answer": "answer"}, "share": 0.5},
+            {"name": "math", "path": str(data_root / "math500/test.jsonl"), "share": 0.4},
+            {"name": "convs", "path": str(convs), "format": "messages", "share": 0.04, "upsample": True},
             {"name": "prompts", "path": str(prompts), "format": "prompt_only", "fields": {"prompt": "messages"},
-             "share": 0.05, "upsample": True},
+             "share": 0.03, "upsample": True},
+            {"name": "reshard", "path": str(reshard), "share": 0.03, "upsample": True},
         ],
-        "budget": 2000,
+        "budget": 4000,
     })
     result = mix(catalog, out=tmp_path / "out", show_progress=False)
     rows = {r["id"]: r for r in read_shards(result.out).to_pylist()}
@@ -216,6 +223,15 @@ def test_rl_catalog_rules(tmp_path, data_root):
     gsm = next(r for r in rows.values() if r["source"] == "gsm8k")
     assert gsm["expected_output"].split("####")[-1].strip().replace(",", "").lstrip("-").isdigit()
     assert gsm["label"] == str(data_root / "gsm8k/train.jsonl")
+    assert gsm["answer"] == gsm["expected_output"]  # the gold column stays for the rewards
+    math = next(r for r in rows.values() if r["source"] == "math")
+    assert next(s for s in result.manifest["sources"] if s["name"] == "math")["format"] == "question_answer"
+    assert math["expected_output"] == math["answer"] and "\\boxed" in math["solution"]  # solution untouched
+    assert rows["reshard-0"]["prompt"] == [{"role": "user", "content": "5+5?"}]
+    assert rows["reshard-0"]["expected_output"] == "10"
+    assert rows["reshard-1"]["prompt"] == [{"role": "user", "content": "7+1?"}]
+    assert rows["reshard-1"]["expected_output"] is None
+    assert "orig_expected_output" not in rows["reshard-0"]
 
 
 def test_preference_catalog_from_hh_transcripts(tmp_path, data_root):
@@ -243,6 +259,26 @@ def test_system_prompt_and_past_reasoning(tmp_path, builtin_tokenizer):
     assert row["messages"][0] == {"role": "system", "content": "/think"}
     assert row["messages"][2]["content"] == "a1"
     assert row["messages"][4]["content"].startswith("<think>new</think>")
+    kept = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
+        {"name": "t", "path": str(src), "share": 1.0, "strip_past_reasoning": False}]})
+    row = read_shards(mix(kept, out=tmp_path / "kept", show_progress=False).out).to_pylist()[0]
+    assert row["messages"][1]["content"] == "<think>old</think>\n\na1"  # opted out: earlier reasoning stays
+
+
+def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, builtin_tokenizer):
+    """Rows longer than the limit (in total tokens, as rendered) are dropped and counted."""
+    catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
+        {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0,
+         "max_tokens_per_example": 200}]})
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    source = result.manifest["sources"][0]
+    rows = read_shards(result.out).to_pylist()
+    assert max(r["num_tokens"] for r in rows) <= 200
+    recount = [len(builtin_tokenizer.apply_chat_template(
+        [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=True,
+        return_dict=True)["input_ids"]) for r in read_jsonl(data_root / "gsm8k/train.jsonl")]
+    assert source["rows_dropped"]["too_long"] == sum(n > 200 for n in recount) > 0
+    assert source["rows_out"] == sum(n <= 200 for n in recount)
 
 
 def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, builtin_model, real_mix):
@@ -279,3 +315,122 @@ def test_smollm3_recipe_catalog_validates():
     catalog = load_catalog(repo / "catalogs/recipes/smollm3_sft.yaml")
     assert {s.system for s in catalog.sources} == {"/think", "/no_think"}
     assert all(s.hub for s in catalog.sources)
+
+
+def _counted(catalog, sizes: dict[str, list[int]]):
+    from rufus_data.mix import SourceCounts
+
+    return [SourceCounts(spec=s, total=list(sizes[s.name]), trainable=list(sizes[s.name])) for s in catalog.sources]
+
+
+def test_derived_budget_never_leaves_the_limiting_source_short():
+    """Without `budget:`, the source that sets the budget gets exactly its tokens: share x
+    (have / share) can land one float step above `have`, which once raised 'short by 0 tokens'."""
+    from rufus_data.catalog import MixtureCatalog
+    from rufus_data.mix import _select
+
+    hits = 0
+    for have in range(100, 400, 3):
+        catalog = MixtureCatalog(kind="sft", name="t", sources=[
+            {"name": "a", "path": "a.jsonl", "share": 0.6}, {"name": "b", "path": "b.jsonl", "share": 0.4}])
+        hits += have / 0.6 * 0.6 > have
+        selections = _select(catalog, _counted(catalog, {"a": [have], "b": [10] * 1000}), None)
+        assert selections[0].tokens == have and selections[0].repeat_factor == 1.0
+    assert hits > 10  # the rounding case is really exercised
+
+
+def test_holdout_precedence():
+    """A source's own `holdout:` wins; `--holdout` replaces the catalog-level default."""
+    from rufus_data.catalog import MixtureCatalog
+    from rufus_data.mix import _select
+
+    catalog = MixtureCatalog(kind="sft", name="t", holdout=2, sources=[
+        {"name": "a", "path": "a.jsonl", "share": 0.5, "holdout": 0},
+        {"name": "b", "path": "b.jsonl", "share": 0.5}])
+    sizes = {"a": [10] * 20, "b": [10] * 20}
+    assert [len(s.holdout) for s in _select(catalog, _counted(catalog, sizes), None)] == [0, 2]
+    assert [len(s.holdout) for s in _select(catalog, _counted(catalog, sizes), 5)] == [0, 5]
+
+
+def test_template_without_generation_markers(tmp_path, data_root, builtin_model, capsys):
+    """A `chat_template:` file without {% generation %} blocks (SmolLM2's own ChatML, which still
+    says add_generation_prompt): trainable counts would all be 0, so `basis: trainable` is refused
+    before counting and `basis: total` warns and counts total tokens with that template."""
+    import shutil
+
+    from rufus_data.errors import RufusError
+
+    shutil.copy(Path(builtin_model) / "original_chat_template.jinja", tmp_path / "plain.jinja")
+    body = {"kind": "sft", "name": "plain", "chat_template": "plain.jinja", "basis": "trainable", "sources": [
+        {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0}], "budget": 3000}
+    with pytest.raises(RufusError, match="no \\{% generation %\\} markers.*basis: total"):
+        mix(write_catalog(tmp_path, body), out=tmp_path / "out", show_progress=False)
+    assert not (tmp_path / "out").exists()
+    result = mix(write_catalog(tmp_path, {**body, "basis": "total"}), out=tmp_path / "out", show_progress=False)
+    assert "num_trainable_tokens will be 0" in capsys.readouterr().err
+    rows = read_shards(result.out).to_pylist()
+    text = (tmp_path / "plain.jinja").read_text()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(builtin_model)
+    for row in rows[:5]:  # total tokens are counted with the override, not the built-in Rufus template
+        ids = tok.apply_chat_template(row["messages"], chat_template=text, tokenize=True, return_dict=True)["input_ids"]
+        assert row["num_tokens"] == len(ids) and row["num_trainable_tokens"] == 0
+
+
+def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, builtin_tokenizer):
+    """rl shares count prompt tokens (with the generation prompt); preference shares count prompt
+    plus chosen. Both recounted here with the chat template directly."""
+    rl = write_catalog(tmp_path, {"kind": "rl", "name": "rl", "budget": 60000, "sources": [
+        {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 0.7},
+        {"name": "math", "path": str(data_root / "math500/test.jsonl"), "share": 0.3}]})
+    result = mix(rl, out=tmp_path / "rl", show_progress=False)
+    tokens: dict[str, int] = {}
+    for row in read_shards(result.out).to_pylist():
+        n = len(builtin_tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+                                                      return_dict=True)["input_ids"])
+        assert n == row["num_tokens"]
+        tokens[row["source"]] = tokens.get(row["source"], 0) + n
+    total = sum(tokens.values())
+    assert abs(total - 60000) / 60000 < 0.01
+    assert abs(tokens["gsm8k"] / total - 0.7) < 0.01 and abs(tokens["math"] / total - 0.3) < 0.01
+
+    pref = write_catalog(tmp_path, {"kind": "preference", "name": "pref", "budget": 40000, "sources": [
+        {"name": "hh", "path": str(data_root / "hh_rlhf_harmless_base/test.jsonl"), "share": 1.0}]})
+    result = mix(pref, out=tmp_path / "pref", show_progress=False)
+    total = 0
+    for row in read_shards(result.out).to_pylist():
+        n = len(builtin_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True,
+                                                      return_dict=True)["input_ids"])
+        assert n == row["num_tokens"]
+        total += n
+    assert abs(total - 40000) / 40000 < 0.01
+
+
+def test_question_answer_with_reasoning_trace(tmp_path):
+    """`fields: {reasoning: ...}` puts the trace in a <think> block before the answer (the s1K map)."""
+    src = tmp_path / "s1k.jsonl"
+    src.write_text(json.dumps({"question": "What is 2+3?", "deepseek_thinking_trajectory": "2 and 3 make 5.",
+                               "deepseek_attempt": "**5**", "solution": "5"}) + "\n")
+    fields = {"question": "question", "reasoning": "deepseek_thinking_trajectory", "answer": "deepseek_attempt"}
+    catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
+        {"name": "s1k", "path": str(src), "format": "question_answer", "fields": fields, "share": 1.0,
+         "system": "/think"}]})
+    row = read_shards(mix(catalog, out=tmp_path / "out", show_progress=False).out).to_pylist()[0]
+    assert row["messages"][0] == {"role": "system", "content": "/think"}
+    assert row["messages"][2]["content"] == "<think>\n2 and 3 make 5.\n</think>\n\n**5**"
+    assert row["solution"] == "5"  # unmapped columns pass through
+    assert row["num_trainable_tokens"] > 10
+
+
+def test_tiny_catalog_says_why_a_share_is_off(tmp_path):
+    """Whole rows cannot hit a 1-pp share when one row outweighs the target: the manifest says so."""
+    small, big = tmp_path / "small.jsonl", tmp_path / "big.jsonl"
+    small.write_text("".join(json.dumps({"instruction": f"Say {i}.", "output": f"{i}."}) + "\n" for i in range(40)))
+    big.write_text(json.dumps({"instruction": "Write a long text.", "output": "word " * 800}) + "\n")
+    catalog = write_catalog(tmp_path, {"kind": "sft", "name": "tiny", "budget": 400, "sources": [
+        {"name": "small", "path": str(small), "share": 0.5, "upsample": True},
+        {"name": "big", "path": str(big), "share": 0.5, "upsample": True}]})
+    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    notes = " ".join(result.manifest["notes"])
+    assert "source 'big'" in notes and "tiny catalog" in notes and "raise `budget`" in notes

@@ -146,3 +146,16 @@ def test_share_out_of_range(tmp_path, bad):
     result, text, left = run_mix(tmp_path, catalog(src, share=bad))
     assert_refused(result, left)
     assert "sources.0.share" in text
+
+
+@pytest.mark.parametrize("share", ['"0.5"', "yes"])
+def test_share_must_be_a_number(tmp_path, share):
+    """Numbers are explicit: a quoted share or a boolean is refused, naming the key and line."""
+    src = tmp_path / "a.jsonl"
+    src.write_text(json.dumps({"instruction": "hi", "output": "hello"}) + "\n")
+    catalog = tmp_path / "c.yaml"
+    catalog.write_text(f"kind: sft\nname: c\nsources:\n  - name: a\n    path: {src}\n    share: {share}\n")
+    result = CliRunner().invoke(app, ["mix", str(catalog), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    assert f"{catalog}:6" in result.output and "sources.0.share" in result.output
+    assert not (tmp_path / "out").exists()

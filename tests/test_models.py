@@ -89,3 +89,21 @@ def test_concurrent_first_use_does_not_corrupt_the_cache(tmp_path, builtin_model
     leftovers = [p.name for p in (cache / "models").iterdir() if p.name.startswith(".smollm2-135m.") and p.is_dir()]
     assert leftovers == []
     assert (cache / "models" / "smollm2-135m" / READY_MARKER).exists()
+
+
+def test_models_cli_list_and_pull(builtin_model):
+    """`rufus-data models list` shows the built-in as cached; `pull` returns its folder (already
+    converted: no download); an unknown name exits 2 naming the built-ins."""
+    from typer.testing import CliRunner
+
+    from rufus_data.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["models", "list"], env={"COLUMNS": "300"})
+    assert listed.exit_code == 0
+    line = next(ln for ln in listed.output.splitlines() if "smollm2-135m" in ln)
+    assert "True" in line and str(builtin_model) in line
+    pulled = runner.invoke(app, ["models", "pull", "smollm2-135m"], env={"COLUMNS": "300"})
+    assert pulled.exit_code == 0 and str(builtin_model) in pulled.output
+    unknown = runner.invoke(app, ["models", "pull", "nope"])
+    assert unknown.exit_code == 2 and "smollm2-135m" in unknown.output
