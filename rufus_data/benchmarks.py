@@ -1,12 +1,15 @@
 """The benchmark registry (catalogs/benchmarks.yaml): which eval sets exist, where their rows
-come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision), and which
-fields hold the problem and the answer. decontam loads eval items through here."""
+come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision), which
+fields hold the problem and the answer, and how the eval suites' tasks map onto them.
+decontam loads eval items through here."""
 
 from __future__ import annotations
 
 import difflib
 import json
 import os
+import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,12 @@ class BenchmarkSpec(_Strict):
     local: str | None = None  # relative to $RUFUS_DATA_ROOT
     path: str | None = None  # a file of your own; relative to the registry file
     id_field: str | list[str] | None = None  # None: the 0-based row index
+    # items with the same value here are one family (GSM-Plus: the perturbations of one seed
+    # question); the eval-side boilerplate rule counts families, not items
+    group_field: str | None = None
+    # keep only rows whose integer id (`id_field`) lies in [first, last]: for a local file that
+    # holds more than the hub split (MBPP sanitized: all 427 rows; split test = task ids 11-510)
+    id_range: list[int] | None = None
     problem_fields: list[str]
     answer_fields: list[str] = []
 
@@ -46,11 +55,23 @@ class BenchmarkSpec(_Strict):
             raise ValueError("problem_fields must name at least one field")
         return value
 
+    @field_validator("id_range")
+    @classmethod
+    def _two_ends(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (len(value) != 2 or value[0] > value[1]):
+            raise ValueError("id_range must be [first, last] with first <= last")
+        return value
+
 
 class Registry(_Strict):
     version: int = 1
     benchmarks: dict[str, BenchmarkSpec]
     sets: dict[str, list[str]] = {}
+    # eval-suite task name -> the benchmarks that hold its items (a task named like a benchmark
+    # maps to it without an entry here); used by `--against-suite`
+    suite_tasks: dict[str, list[str]] = {}
+    # eval-suite task name -> why it cannot be checked (no problem text here); reported, not skipped silently
+    not_decontaminable: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -61,6 +82,7 @@ class EvalItem:
     item_id: str
     problems: tuple[str, ...]
     answers: tuple[str, ...] = ()
+    group: str = ""  # its family within the benchmark (`group_field`); "" = the item alone
 
 
 @dataclass
@@ -68,6 +90,7 @@ class LoadedBenchmarks:
     items: list[EvalItem]
     sources: dict[str, dict]  # name -> {"from": ..., "fingerprint": ..., "rows": ...}
     missing: dict[str, str] = field(default_factory=dict)  # name -> why (with --skip-missing)
+    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task -> why (--against-suite)
 
 
 def _nearest(word: str, choices) -> str:
@@ -101,13 +124,50 @@ def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
             if member not in registry.benchmarks:
                 raise RufusError(f"benchmark registry {path}: set `{set_name}` names unknown benchmark `{member}`"
                                  f"{_nearest(member, registry.benchmarks)}")
+    for task, members in registry.suite_tasks.items():
+        for member in members:
+            if member not in registry.benchmarks:
+                raise RufusError(f"benchmark registry {path}: suite_tasks `{task}` names unknown benchmark `{member}`"
+                                 f"{_nearest(member, registry.benchmarks)}")
+    both = sorted(set(registry.suite_tasks) & set(registry.not_decontaminable))
+    if both:
+        raise RufusError(f"benchmark registry {path}: task `{both[0]}` is under both suite_tasks and not_decontaminable; "
+                         "keep one")
     return registry, path
+
+
+def resolve_suite(registry: Registry, suite: str, registry_path: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The benchmarks of an eval suite's tasks (catalogs/suites/NAME.yaml, or a suite YAML path),
+    and the tasks that cannot be checked, each with its reason. A task the registry knows
+    nothing about is an error: it must be mapped or declared not decontaminable."""
+    from rufus_eval.suite import load_suite
+
+    loaded = load_suite(suite)
+    names: list[str] = []
+    not_checked: dict[str, str] = {}
+    where = registry_path or DEFAULT_REGISTRY
+    for task in loaded.tasks:
+        if task.name in registry.suite_tasks:
+            members = registry.suite_tasks[task.name]
+        elif task.name in registry.not_decontaminable:
+            not_checked[f"{loaded.name}/{task.name}"] = registry.not_decontaminable[task.name]
+            continue
+        elif task.name in registry.benchmarks:
+            members = [task.name]
+        else:
+            raise RufusError(
+                f"suite `{loaded.name}` task `{task.name}` has no benchmark in {where}: map it under `suite_tasks:` "
+                f"({task.name}: [BENCHMARK]) or, if it has no problem text to check, list it under "
+                f"`not_decontaminable:` with the reason")
+        names += [m for m in members if m not in names]
+    return names, not_checked
 
 
 def resolve_names(registry: Registry, against: list[str], registry_path: Path | None = None) -> list[str]:
     """Expand benchmark and set names (in the order given, without repeats)."""
     if not against:
-        raise RufusError("no benchmarks to check against: pass --against NAME (a benchmark or a set, e.g. quick)")
+        raise RufusError("no benchmarks to check against: pass --against NAME (a benchmark or a set, e.g. quick) "
+                         "or --against-suite SUITE")
     names: list[str] = []
     for name in against:
         members = registry.sets.get(name) or ([name] if name in registry.benchmarks else None)
@@ -162,6 +222,14 @@ def _locate(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[d
         tried.append(f"hub {spec.hub.id}@{spec.hub.revision} (HF_HUB_OFFLINE is set)")
     elif spec.hub:
         hub = spec.hub
+        if not re.fullmatch(r"[0-9a-f]{40}", hub.revision):
+            message = (f"benchmark `{name}`: revision {hub.revision!r} of {hub.id} is a branch or tag, not a commit: "
+                       f"its items can change when the dataset does; pin a commit sha in {registry_path.name} "
+                       f"(https://huggingface.co/datasets/{hub.id}/commits/main)")
+            from rufus_data.console import console
+
+            console.print(f"[yellow]WARNING:[/] {message}", highlight=False)
+            warnings.warn(message, stacklevel=2)
         try:
             import datasets
 
@@ -200,14 +268,21 @@ def _texts(value) -> list[str]:
 
 
 def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
-                    skip_missing: bool = False) -> LoadedBenchmarks:
-    """Eval items of every benchmark named (sets expanded). A benchmark that cannot be loaded is
-    an error, unless `skip_missing`, which records it in `missing` instead."""
+                    skip_missing: bool = False, suites: list[str] = ()) -> LoadedBenchmarks:
+    """Eval items of every benchmark named (sets expanded) and of every eval suite's tasks. A
+    benchmark that cannot be loaded is an error, unless `skip_missing`, which records it in
+    `missing` instead; suite tasks with nothing to check are listed in `not_decontaminable`."""
     registry, path = load_registry(registry_file)
+    names = resolve_names(registry, against, path) if against or not suites else []
+    not_checked: dict[str, str] = {}
+    for suite in suites:
+        members, skipped = resolve_suite(registry, suite, path)
+        names += [m for m in members if m not in names]
+        not_checked.update(skipped)
     items: list[EvalItem] = []
     sources: dict[str, dict] = {}
     missing: dict[str, str] = {}
-    for name in resolve_names(registry, against, path):
+    for name in names:
         spec = registry.benchmarks[name]
         try:
             rows, source = _locate(name, spec, path)
@@ -216,10 +291,10 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
                 raise
             missing[name] = str(err)
             continue
-        absent = [f for f in spec.problem_fields if rows and f not in rows[0]]
-        if absent:
-            raise RufusError(f"benchmark `{name}` ({source['from']}): problem field {absent[0]!r} is not in its rows "
-                             f"(fields seen: {', '.join(sorted(rows[0]))}); fix `problem_fields` in {path}")
+        _check_fields(name, spec, rows, source, path)
+        if spec.id_range:
+            first, last = spec.id_range
+            rows = [r for r in rows if first <= int(r[spec.id_field]) <= last]
         seen: set[str] = set()
         for index, row in enumerate(rows):
             item_id = _item_id(name, spec, row, index)
@@ -229,7 +304,30 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
             seen.add(item_id)
             problems = tuple(t for f in spec.problem_fields for t in _texts(row.get(f)))
             answers = tuple(t for f in spec.answer_fields for t in _texts(row.get(f)))
+            group = str(row.get(spec.group_field)) if spec.group_field else ""
             if problems:
-                items.append(EvalItem(name, item_id, problems, answers))
-        sources[name] = {**source, "rows": len(rows)}
-    return LoadedBenchmarks(items, sources, missing)
+                items.append(EvalItem(name, item_id, problems, answers, group))
+        # how the rows were read is part of the fingerprint: the same file with other fields is another index
+        sources[name] = {**source, "rows": len(rows), "spec": spec.model_dump(exclude={"description"}, exclude_none=True)}
+    return LoadedBenchmarks(items, sources, missing, not_checked)
+
+
+def _check_fields(name: str, spec: BenchmarkSpec, rows: list[dict], source: dict, path: Path) -> None:
+    """Every field the registry names must be in the rows: a typo is an error, never an empty check."""
+    if not rows:
+        return
+    ids = [] if spec.id_field is None else [spec.id_field] if isinstance(spec.id_field, str) else spec.id_field
+    for key, fields in (("problem_fields", spec.problem_fields), ("answer_fields", spec.answer_fields),
+                        ("id_field", ids), ("group_field", [spec.group_field] if spec.group_field else [])):
+        absent = [f for f in fields if f not in rows[0]]
+        if absent:
+            raise RufusError(f"benchmark `{name}` ({source['from']}): {key.removesuffix('s')} "
+                             f"{absent[0]!r} is not in its rows (fields seen: {', '.join(sorted(rows[0]))}); "
+                             f"fix `{key}` in {path}")
+    if spec.id_range:
+        if len(ids) != 1:
+            raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {path}")
+        bad = next((r[ids[0]] for r in rows if not isinstance(r.get(ids[0]), int)), None)
+        if bad is not None:
+            raise RufusError(f"benchmark `{name}` ({source['from']}): id_range needs integer ids, "
+                             f"but `{ids[0]}` is {bad!r}; fix `id_range` in {path}")

@@ -4,12 +4,14 @@ and write the clean shards.
 Stage 1 (exact): word n-grams (n=8) of every eval problem (and of distinctive answers) are
 indexed once; every text field of a training row is scanned in numpy batches. An eval text
 shorter than n words is one whole-text gram.
-Stage 2 (near duplicates): MinHash (datasketch, `MinHash.bulk`, `LeanMinHash`) over word
-shingles; eval items sit in a `MinHashLSH`, each training field (cut into windows about an eval
-item long) queries it, and every candidate is re-checked exactly: the *containment* of the eval
-item's shingle set in the field's shingle set must reach the threshold.
-Boilerplate never counts: n-grams shared by many eval items or matched in many training rows,
-and shingles common across eval items, are ignored. See docs/decontam.md."""
+Stage 2 (near duplicates): MinHash over word shingles (eval items with datasketch's
+`MinHash.bulk`; training windows with `BatchMinHasher`, bit-identical to it); the eval items'
+signatures are banded into a `BandIndex` (LSH), each training field (cut into windows about an
+eval item long) queries it, and every candidate is re-checked exactly: the *containment* of the
+eval item's shingle set in the field's shingle set must reach the threshold.
+Boilerplate never counts: n-grams shared by many eval items (families of perturbed items count
+once) or matched in many training rows, and shingles common across eval items, are ignored.
+Every split of the shard folder (train, holdout, ...) is scanned and written. See docs/decontam.md."""
 
 from __future__ import annotations
 
@@ -26,7 +28,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from datasketch import LeanMinHash
 from pydantic import BaseModel, ConfigDict, Field
 
 from rufus_data.benchmarks import EvalItem, load_benchmarks
@@ -34,10 +35,10 @@ from rufus_data.errors import RufusError
 from rufus_data.sketch import (
     BandIndex,
     BatchMinHasher,
-    lean,
     shingles_of,
     signatures,
     sorted_member,
+    split_files,
     text_fields,
     tokenize_batch,
 )
@@ -66,7 +67,7 @@ class DecontamConfig(BaseModel):
     min_answer_words: int = Field(8, ge=1, description="an answer this long counts on its own; shorter only with its problem")
     answer_min_share: float = Field(0.5, gt=0, le=1, description="an answer hit alone needs this share of its n-grams")
     min_matched_grams: int = Field(3, ge=1, description="exact hits need this many n-grams (all of a shorter item's)")
-    max_items_per_gram: int = Field(4, ge=1, description="an n-gram in more eval items than this is boilerplate")
+    max_items_per_gram: int = Field(4, ge=1, description="an n-gram in more eval items (families) than this is boilerplate")
     max_row_fraction: float = Field(0.01, gt=0, le=1, description="an n-gram matched in more than this share of rows is boilerplate")
     min_rows_boilerplate: int = Field(50, ge=1, description="...but never below this many rows")
     max_shingle_item_fraction: float = Field(0.02, gt=0, le=1, description="shingles in more eval items than this share are ignored")
@@ -111,9 +112,8 @@ class EvalIndex:
     answer_grams: np.ndarray  # per item: distinct indexed answer grams
     short_answers: dict[int, list[np.ndarray]]  # item -> token ids of short answers
     item_shingles: list[np.ndarray]  # per item: sorted distinct shingles minus common ones
-    lsh: BandIndex
+    lsh: BandIndex  # the MinHash signatures of eval items with enough shingles, banded
     hasher: BatchMinHasher
-    sketches: dict[int, LeanMinHash]  # per item (with enough shingles): its MinHash, as stored
     boilerplate_eval_grams: int = 0
     common_shingles: int = 0
     _sets: dict[int, frozenset[int]] = field(default_factory=dict, repr=False)
@@ -129,10 +129,11 @@ class EvalIndex:
         return {**self.__dict__, "_sets": {}}
 
 
-def _gram_postings(parts, max_items: int) -> tuple[Postings, dict[int, np.ndarray], int]:
+def _gram_postings(parts, max_items: int, item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
     """Vectorised: one entry per (gram, item), problem before answer; grams in more than
-    `max_items` distinct eval items are boilerplate and left out. Returns the postings, the
-    sorted keys per gram length, and how many grams were boilerplate."""
+    `max_items` distinct eval item families (`item_family[item]`: perturbations of one seed
+    question are one family, other items their own) are boilerplate and left out. Returns the
+    postings, the sorted keys per gram length, and how many grams were boilerplate."""
     if not parts:
         empty = np.empty(0, np.uint64)
         return Postings(empty, np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, bool)), {}, 0
@@ -148,7 +149,13 @@ def _gram_postings(parts, max_items: int) -> tuple[Postings, dict[int, np.ndarra
     grams, items, is_answer, lengths = grams[first], items[first], is_answer[first], lengths[first]
     starts = np.flatnonzero(np.concatenate(([True], grams[1:] != grams[:-1])))
     per_gram = np.diff(np.append(starts, len(grams)))
-    keep_gram = per_gram <= max_items
+    # distinct families per gram: sort by (gram, family); gram segments keep their places
+    families = item_family[items]
+    by_family = np.lexsort((families, grams))
+    g, f = grams[by_family], families[by_family]
+    new_family = np.ones(len(g), dtype=np.int64)
+    new_family[1:] = (g[1:] != g[:-1]) | (f[1:] != f[:-1])
+    keep_gram = np.add.reduceat(new_family, starts) <= max_items
     keep = np.repeat(keep_gram, per_gram)
     keys = grams[starts][keep_gram]
     key_lengths = lengths[starts][keep_gram]
@@ -200,7 +207,10 @@ def build_index(items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
     shingle_sets = [np.unique(np.concatenate(shingles[i])) if shingles[i] else np.empty(0, np.uint32)
                     for i in range(len(items))]
 
-    postings, key_arrays, n_boiler = _gram_postings(parts, config.max_items_per_gram)
+    family_of: dict[tuple[str, str], int] = {}
+    item_family = np.asarray([family_of.setdefault((it.benchmark, it.group or f"\0{it.item_id}"), len(family_of))
+                              for it in items], dtype=np.int64)
+    postings, key_arrays, n_boiler = _gram_postings(parts, config.max_items_per_gram, item_family)
     bitmap_mask = np.uint64((1 << 22) - 1)
     bitmap = np.zeros(1 << 22, dtype=bool)
     for arr in key_arrays.values():
@@ -209,23 +219,30 @@ def build_index(items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
     # stage 2: shingles common to many eval items ("how many", "of the") carry no identity
     common: set[int] = set()
     if shingle_sets:
-        allsh = np.concatenate(shingle_sets)
-        values, counts = np.unique(allsh, return_counts=True)
-        limit = max(2, int(config.max_shingle_item_fraction * len(items)))
+        # counted per family too: one family's shared wording is its identity, not boilerplate
+        per_family = np.concatenate([shingle_sets[m[0]] if len(m) == 1 else np.unique(np.concatenate([shingle_sets[i] for i in m]))
+                                     for m in _members(item_family)])
+        values, counts = np.unique(per_family, return_counts=True)
+        limit = max(2, int(config.max_shingle_item_fraction * len(family_of)))
         common = set(values[counts > limit].tolist())
     common_arr = np.asarray(sorted(common), dtype=np.uint32)
     item_shingles = [s[~np.isin(s, common_arr)] for s in shingle_sets]
     lsh = BandIndex(config.lsh_threshold, config.num_perm)
     eligible = [i for i, s in enumerate(item_shingles) if len(s) >= config.min_item_shingles]
-    sketches: list[LeanMinHash] = []
     if eligible:
-        sketches = lean(signatures([item_shingles[i] for i in eligible], config.num_perm, config.seed))
+        sketches = signatures([item_shingles[i] for i in eligible], config.num_perm, config.seed)
         lsh.build(np.stack([m.hashvalues for m in sketches]), eligible)
     return EvalIndex(config, items, sorted(key_arrays, reverse=True), key_arrays, bitmap, bitmap_mask,
                      postings, item_grams,
                      answer_grams, short_answers, item_shingles, lsh, BatchMinHasher(config.num_perm, config.seed),
-                     dict(zip(eligible, sketches)),
                      n_boiler, len(common))
+
+
+def _members(family: np.ndarray) -> list[np.ndarray]:
+    """Item indices of each family, family by family."""
+    order = np.argsort(family, kind="stable")
+    cuts = np.flatnonzero(np.diff(family[order])) + 1
+    return np.split(order, cuts) if len(order) else []
 
 
 # ------------------------------------------------------------------------------ scanning rows
@@ -292,11 +309,11 @@ def scan_table(table: pa.Table, index: EvalIndex, first_row: int, hasher: TokenH
     if len(index.lsh.keys):
         _near_duplicates(index, ids, offsets, row_of, names, cand)
 
-    # short answers: only where the same item's problem hit this row
+    # short answers: only where the same item's problem hit this row (exactly or by MinHash)
     if index.short_answers:
         row_tokens: dict[int, np.ndarray] = {}
         for (local_row, item), c in found.items():
-            if item in index.short_answers and c.problem_grams:
+            if item in index.short_answers and (c.problem_grams or c.containment >= index.config.containment):
                 if local_row not in row_tokens:
                     parts = [ids[offsets[t] : offsets[t + 1]] for t in np.flatnonzero(row_of == local_row)]
                     row_tokens[local_row] = np.concatenate(parts) if parts else np.empty(0, np.uint64)
@@ -499,6 +516,8 @@ class DecontamResult:
     index_stats: dict
     seconds: float
     out: Path | None = None
+    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task -> why (--against-suite)
+    splits: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> {"rows", "flagged"}
 
 
 def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa.Table, list[str]]:
@@ -542,20 +561,22 @@ def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa
 
 def decontaminate(shards: str | Path, against: list[str], out: str | Path | None = None, *,
                   benchmarks_file: str | Path | None = None, skip_missing: bool = False, dry_run: bool = False,
-                  overwrite: bool = False, config: DecontamConfig | None = None, show_progress: bool = True) -> DecontamResult:
-    """Scan a shard folder against benchmarks; write clean shards + provenance unless `dry_run`."""
+                  overwrite: bool = False, config: DecontamConfig | None = None, show_progress: bool = True,
+                  suites: list[str] = ()) -> DecontamResult:
+    """Scan every split of a shard folder against benchmarks (names, sets, and the tasks of eval
+    `suites`); write clean shards + provenance unless `dry_run`."""
     from rufus_data.console import console, progress
     from rufus_data.shards import (
         atomic_output_dir,
         file_sha256,
         package_versions,
-        shard_files,
         write_manifest,
     )
 
     config = config or DecontamConfig()
     started = time.time()
-    files = shard_files(shards)
+    by_split = split_files(shards)
+    files = [path for paths in by_split.values() for path in paths]
     if out is None and not dry_run:
         raise RufusError("decontam needs --out DIR (or --dry-run to only report)")
     if out is not None and Path(out).exists() and not overwrite and not dry_run:
@@ -565,9 +586,10 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
             pq.read_schema(path)
         except (pa.ArrowException, OSError) as err:
             raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
-    loaded = load_benchmarks(against, benchmarks_file, skip_missing)
+    loaded = load_benchmarks(against, benchmarks_file, skip_missing, list(suites))
+    asked = [*against, *(f"suite:{s}" for s in suites)]
     if not loaded.items:
-        raise RufusError(f"no eval items loaded for --against {' '.join(against)} (missing: {', '.join(loaded.missing) or 'none'})")
+        raise RufusError(f"no eval items loaded for {' '.join(asked)} (missing: {', '.join(loaded.missing) or 'none'})")
     index = _cached_index(loaded, config)
     tasks, rows_in = _plan(files, config.batch_rows)
     # auto: one process per CPU, but small inputs stay in-process (forking costs more than it saves)
@@ -584,11 +606,12 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
         else:
             cands = _scan_local(tasks, index, workers, done)
     hits, boiler = finalize(cands, index, rows_in)
+    hits, splits = _with_splits(hits, by_split, tasks)
     flagged = set(hits.column("row").to_pylist())
     result = DecontamResult(hits, rows_in, rows_in - len(flagged), flagged, loaded.missing, loaded.sources, boiler,
                             {"eval_items": len(loaded.items), "boilerplate_eval_grams": index.boilerplate_eval_grams,
                              "common_shingles": index.common_shingles, "indexed_grams": len(index.postings)},
-                            0.0)
+                            0.0, not_decontaminable=loaded.not_decontaminable, splits=splits)
     if not dry_run:
         with atomic_output_dir(out, overwrite) as tmp:
             (tmp / "data").mkdir()
@@ -602,9 +625,10 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                 first += table.num_rows
             pq.write_table(hits, tmp / "contaminated.parquet")
             result.seconds = time.time() - started
-            (tmp / "report.md").write_text(render_report(result, against, config))
+            (tmp / "report.md").write_text(render_report(result, asked, config))
             write_manifest(tmp, {
-                "command": "rufus-data decontam", "against": against, "config": config.model_dump(),
+                "command": "rufus-data decontam", "against": against, "against_suites": list(suites),
+                "not_decontaminable": loaded.not_decontaminable, "splits": splits, "config": config.model_dump(),
                 "config_hash": _hash(config.model_dump()),
                 "inputs": {str(p): file_sha256(p) for p in files}, "benchmarks": loaded.sources,
                 "skipped_benchmarks": loaded.missing, "rows_in": rows_in, "rows_out": result.rows_out,
@@ -619,6 +643,21 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
     return result
 
 
+def _with_splits(hits: pa.Table, by_split: dict[str, list[Path]], tasks: list[Task]) -> tuple[pa.Table, dict]:
+    """Name each hit's split (from its global row number) and count rows and flagged rows per split."""
+    split_of = {str(path): split for split, paths in by_split.items() for path in paths}
+    starts = np.asarray([t.first_row for t in tasks], dtype=np.int64)
+    task_split = [split_of[t.path] for t in tasks]
+    rows = hits.column("row").to_numpy()
+    names = [task_split[i] for i in (np.searchsorted(starts, rows, side="right") - 1).tolist()]
+    splits = {split: {"rows": 0, "flagged": 0} for split in by_split}
+    for task in tasks:
+        splits[split_of[task.path]]["rows"] += task.rows
+    for _, name in set(zip(rows.tolist(), names)):  # rows, not hits: a row can hit several items
+        splits[name]["flagged"] += 1
+    return hits.append_column("split", pa.array(names, pa.string())), splits
+
+
 AUTO_PROCESSES_FROM_ROWS = 20_000
 _INDEX_CACHE: dict[str, EvalIndex] = {}
 _RUN_ONLY = {"batch_rows", "workers", "engine"}  # settings that do not change the index
@@ -626,7 +665,7 @@ _RUN_ONLY = {"batch_rows", "workers", "engine"}  # settings that do not change t
 
 def _cached_index(loaded, config: DecontamConfig) -> EvalIndex:
     """The eval index is built once per process for the same benchmark files and settings."""
-    key = _hash([sorted((k, v["fingerprint"]) for k, v in loaded.sources.items()),
+    key = _hash([sorted((k, v["fingerprint"], v.get("spec")) for k, v in loaded.sources.items()),
                  config.model_dump(exclude=_RUN_ONLY)])
     if key not in _INDEX_CACHE:
         if len(_INDEX_CACHE) >= 4:
@@ -688,9 +727,15 @@ def render_report(result: DecontamResult, against: list[str], config: DecontamCo
             lines.append(f"| {src or '-'} | " + " | ".join(str(len(counts.get((src, b), ()))) for b in benches) + " |")
     else:
         lines.append("No hits.")
+    if len(result.splits) > 1:
+        lines += ["", "## Rows flagged, by split", "", "| split | rows | flagged |", "| --- | ---: | ---: |"]
+        lines += [f"| {split} | {n['rows']:,} | {n['flagged']:,} |" for split, n in result.splits.items()]
     if result.missing:
         lines += ["", "## Benchmarks skipped (--skip-missing)", ""]
         lines += [f"- `{name}`: {why}" for name, why in result.missing.items()]
+    if result.not_decontaminable:
+        lines += ["", "## Suite tasks not checked (no problem text in the registry)", ""]
+        lines += [f"- `{task}`: {why}" for task, why in result.not_decontaminable.items()]
     if result.boilerplate_train_grams:
         lines += ["", "## n-grams ignored as training-side boilerplate", ""]
         lines += [f"- `{g}`" for g in result.boilerplate_train_grams[:30]]

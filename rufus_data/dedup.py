@@ -3,6 +3,9 @@ inside one mix skew token shares as surely as a bad catalog, so each cluster of 
 duplicates keeps only its first row (input order: shard by shard, row by row) and the report
 lists the clusters.
 
+Every split of the folder is read, train first: a holdout row that duplicates a train row is
+dropped from the holdout (it would measure memorisation, not generalisation).
+
 Each row's text (all its text fields, normalised as in decontam) becomes a set of word
 shingles; signatures come from datasketch's `MinHash.bulk` and are stored as `LeanMinHash`;
 a datasketch `MinHashLSH` finds candidates among the rows kept so far, and a candidate counts
@@ -21,11 +24,13 @@ from datasketch import MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
 from rufus_data.errors import RufusError
-from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
+from rufus_data.sketch import lean, signatures, split_files, text_fields, tokenize_batch
 from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
 
 
 class DedupConfig(BaseModel):
+    """Every knob of dedup (settable with `rufus-data dedup --config FILE.yaml`)."""
+
     model_config = ConfigDict(extra="forbid")
 
     threshold: float = Field(0.8, gt=0, le=1, description="exact Jaccard of shingle sets to call two rows duplicates")
@@ -72,13 +77,13 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
         atomic_output_dir,
         file_sha256,
         package_versions,
-        shard_files,
         write_manifest,
     )
 
     config = config or DedupConfig()
     started = time.time()
-    files = shard_files(shards)
+    by_split = split_files(shards)
+    files = [path for paths in by_split.values() for path in paths]
     if out is None and not dry_run:
         raise RufusError("dedup needs --out DIR (or --dry-run to only report)")
     if out is not None and Path(out).exists() and not overwrite and not dry_run:
@@ -96,6 +101,8 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
     lsh = MinHashLSH(threshold=max(0.1, config.threshold - 0.15), num_perm=config.num_perm, weights=(0.3, 0.7))
     kept_sets: dict[int, np.ndarray] = {}
     kept_ids: dict[int, str] = {}
+    kept_split: dict[int, str] = {}
+    split_of = {path: split for split, paths in by_split.items() for path in paths}
     pairs: list[dict] = []
     dropped: set[int] = set()
     row = 0
@@ -121,17 +128,20 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
                     if best is not None:
                         dropped.add(global_row)
                         pairs.append({"kept_id": kept_ids[best], "kept_row": best, "duplicate_id": str(ids[start + j]),
-                                      "duplicate_row": global_row, "jaccard": round(best_score, 4)})
+                                      "duplicate_row": global_row, "jaccard": round(best_score, 4),
+                                      "kept_split": kept_split[best], "duplicate_split": split_of[path]})
                     elif len(shingles):
                         lsh.insert(global_row, sig, check_duplication=False)
                         kept_sets[global_row] = shingles
                         kept_ids[global_row] = str(ids[start + j])
+                        kept_split[global_row] = split_of[path]
                 if job is not None:
                     bar.advance(job, part.num_rows)
             row += table.num_rows
     clusters = pa.Table.from_pylist(pairs, schema=pa.schema([
         ("kept_id", pa.string()), ("kept_row", pa.int64()), ("duplicate_id", pa.string()),
-        ("duplicate_row", pa.int64()), ("jaccard", pa.float64())]))
+        ("duplicate_row", pa.int64()), ("jaccard", pa.float64()), ("kept_split", pa.string()),
+        ("duplicate_split", pa.string())]))
     result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0)
     if not dry_run:
         with atomic_output_dir(out, overwrite) as tmp:
@@ -146,6 +156,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
             result.seconds = time.time() - started
             (tmp / "report.md").write_text(render_report(result, config))
             write_manifest(tmp, {"command": "rufus-data dedup", "config": config.model_dump(),
+                                 "splits": {split: [p.name for p in paths] for split, paths in by_split.items()},
                                  "inputs": {str(p): file_sha256(p) for p in files}, "rows_in": rows_in,
                                  "rows_out": result.rows_out, "rows_dropped": len(dropped),
                                  "clusters": len(set(clusters.column("kept_row").to_pylist())),

@@ -114,3 +114,12 @@ def load_yaml_model(path: str | Path, model: type[M], overrides: dict | None = N
         return model.model_validate(data, context={"path": path})
     except ValidationError as err:
         raise RufusError(f"invalid {model.__name__} in " + format_validation_error(err, path, node, model)) from None
+
+
+def model_from_options(model: type[M], options: dict) -> M:
+    """Validate command-line options into `model`: a bad value is a RufusError naming the option."""
+    try:
+        return model.model_validate(options)
+    except ValidationError as err:
+        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in err.errors())
+        raise RufusError(f"invalid option for {model.__name__}: {problems}") from None
