@@ -24,7 +24,7 @@ from rufus_data.rewards import (
     make_math_equivalence_reward,
     make_string_match_reward,
 )
-from rufus_data.rewards.code_execution import _humaneval_program
+from rufus_data.rewards.code_execution import _humaneval_source
 from rufus_data.rewards.sandbox import SandboxConfig, sandbox_python
 
 STRING_MATCH_TARGET = 50_000  # completions/s on one core
@@ -92,7 +92,7 @@ def bench_sandbox(root: Path, workers: int, repeat: int) -> None:
     cpu_before = cpu_seconds()
     rate = best_rate(len(rows), lambda: reward(completions=completions, **columns), repeat)
     cpu_per_run = (cpu_seconds() - cpu_before) / (len(rows) * repeat)
-    programs = [_humaneval_program(c, r["test"], r["entry_point"], "ok") for c, r in zip(completions, rows)]
+    programs = [_humaneval_source(c, r["test"], r["entry_point"]) for c, r in zip(completions, rows)]
     python = sandbox_python(SandboxConfig())
 
     def bare(program: str) -> int:

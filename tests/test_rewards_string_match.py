@@ -47,8 +47,13 @@ def test_boxed_edge_cases():
     assert extract_boxed(r"first \boxed{3}, then corrected: \boxed{4}") == "4"
     assert extract_boxed(r"\boxed {7}") == "7"
     assert extract_boxed(r"\boxed{unclosed {") is None
-    assert extract_boxed(r"\boxed{2} and a broken \boxed{3") == "2"
+    # the last box is truncated: no answer, not the earlier closed box (the model was replacing it)
+    assert extract_boxed(r"\boxed{2} and a broken \boxed{3") is None
+    assert extract_boxed(r"\fbox{2} then \boxed{\frac{1}{2}") is None
+    assert extract_boxed(r"\boxed{2}, and the \boxed command") == "2"  # a bare mention is not a box
     assert extract_boxed(r"\fbox{9}") == "9"
+    reward = make_string_match_reward("boxed")
+    assert reward(completions=[r"\boxed{5} then truncated \boxed{6", r"\boxed{5}"], solution=["5", "5"]) == [0.0, 1.0]
 
 
 def test_gsm8k_and_last_number_edge_cases():
@@ -61,12 +66,29 @@ def test_gsm8k_and_last_number_edge_cases():
     assert extract_last_number("was 12, now 7.") == "7"
     assert extract_last_number("from 3 to 10.25 m") == "10.25"
     assert extract_last_number("no digits") is None
+    # a sign only where it cannot be a hyphen or an operator between numbers
+    assert extract_last_number("-5") == "-5"
+    assert extract_last_number("x = -3.5") == "-3.5"
+    assert extract_last_number("(-7)") == "-7"
+    assert extract_last_number("the 2023-2024 season") == "2024"
+    assert extract_last_number("pages 10-12") == "12"
+    assert extract_last_number("3.5-1.5") == "1.5"
+    # comma-joined digits are one token: never read "3,50" as 50
+    assert extract_last_number("it costs 3,50 euros") == "3,50"
+    assert extract_last_number("1,234") == "1,234"
+    reward = make_string_match_reward("last_number", answer_column="answer")
+    assert reward(completions=["the 2023-2024 season", "3,50", "total: 1,234."], answer=["2024", "50", "1234"]) == [1.0, 0.0, 1.0]
 
 
 def test_normalisation_list():
     assert normalize_answer("  1,234 ") == "1234"
     assert normalize_answer("$5$") == "5"
     assert normalize_answer(r"\$5") == "5"
+    assert normalize_answer(r"\$5\$") == "5"
+    assert normalize_answer("$5") == "5"  # a currency amount (GSM8K style)
+    assert normalize_answer("5$") == "5"  # symmetric: a math delimiter cut in half
+    assert normalize_answer(r"5\$") == "5"
+    assert normalize_answer(r"$\frac{1}{2}$.") == r"\frac{1}{2}"
     assert normalize_answer("{7}") == "7"
     assert normalize_answer("42.") == "42"
     assert normalize_answer("The   Answer\nIs  X") == "the answer is x"
@@ -82,6 +104,14 @@ def test_think_rule_is_one_function():
     assert strip_reasoning("plain \\boxed{3}") == ("plain \\boxed{3}", True)
     assert strip_reasoning("prompt opened it</think>\\boxed{4}") == ("\\boxed{4}", True)
     assert split_reasoning("<think> r </think>a")[0] == "r"
+    # a second <think> opened after the last </think> never closes: no answer
+    assert strip_reasoning("<think>a</think> ok <think>\\boxed{5}") == ("", False)
+    assert split_reasoning("<think>a</think> ok <think> more")[0] == "more"
+    assert strip_reasoning("<think>a</think><think>b</think> \\boxed{5}") == (" \\boxed{5}", True)
+    reward = make_string_match_reward("boxed")
+    metrics = Metrics()
+    assert reward(completions=["<think>a</think> ok <think>\\boxed{5}"], solution=["5"], log_metric=metrics) == [0.0]
+    assert metrics.values["string_match_boxed/unclosed_think"] == 1.0
 
 
 # ------------------------------------------------------------------ string-match reward and None rules
@@ -110,6 +140,27 @@ def test_string_match_scores_and_none_rules():
     assert scores == [1.0, None, 0.0, 1.0, 0.0, None, 1.0]
     assert metrics.values["string_match_boxed/unclosed_think"] == 1.0
     assert metrics.values["string_match_boxed/unscored"] == 2.0
+
+
+def test_unclosed_think_counts_only_scored_rows():
+    reward = make_string_match_reward("boxed", only_label="math")
+    metrics = Metrics()
+    unclosed = r"<think>\boxed{5}"
+    scores = reward(completions=[unclosed] * 4, solution=["5", "5", None, "5"], label=["math", "code", "math", "math"],
+                    log_metric=metrics)
+    assert scores == [0.0, None, None, 0.0]  # other label, missing gold: not scored, so not counted
+    assert metrics.values["string_match_boxed/unclosed_think"] == 2.0
+
+
+def test_missing_answer_column_warns_once():
+    for reward in (make_string_match_reward("boxed", answer_column="answer"), make_math_equivalence_reward(answer_column="answer")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert reward(completions=[r"\boxed{5}"] * 2, solution=["5", "5"]) == [None, None]
+            assert reward(completions=[r"\boxed{5}"], solution=["5"]) == [None]
+            assert reward(completions=[r"\boxed{5}"], answer=["5"]) == [1.0]
+        messages = [str(w.message) for w in caught]
+        assert sum("'answer' column" in m for m in messages) == 1, messages
 
 
 def test_only_label_rules():
@@ -200,6 +251,10 @@ def _call_in_child(payload):
 
 
 def test_every_reward_pickles_and_runs_in_a_spawned_process():
+    from test_rewards_llm_judge import ScriptedJudge
+
+    judge = ScriptedJudge()  # a real OpenAI-compatible server on 127.0.0.1: the child takes the HTTP path
+    judge.thread.start()
     rewards = [
         (make_string_match_reward("boxed"), {"completions": [r"\boxed{2}"], "solution": ["2"]}, [1.0]),
         (make_math_equivalence_reward(), {"completions": [r"\boxed{0.5}"], "solution": [r"\frac{1}{2}"]}, [1.0]),
@@ -208,15 +263,18 @@ def test_every_reward_pickles_and_runs_in_a_spawned_process():
         (make_code_execution_reward(workers=1), {"completions": ["def f():\n    return 1"],
                                                  "test_list": [["assert f() == 1"]]}, [1.0]),
         (make_overlong_penalty(max_length=10, cache=4), {"completions": ["a"], "completion_ids": [[1] * 8]}, [-0.5]),
-        (make_llm_judge_reward(), {"completions": ["a"], "solution": ["b"], "label": ["x"]}, None),
+        (make_llm_judge_reward(base_url=judge.url, timeout_s=10),
+         {"prompts": ["q", "q"], "completions": ["[[case:score8]]", "[[case:score3]]"], "solution": ["b", "b"]}, [1.0, 0.0]),
     ]
     context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        for reward, kwargs, expected in rewards:
-            if expected is None:  # the judge: no server in this test, only_label keeps it from connecting
-                reward = make_llm_judge_reward(only_label="math")
-                expected = [None]
-            assert pool.apply(_call_in_child, (pickle.dumps((reward, kwargs)),)) == expected, reward
+    try:
+        with context.Pool(1) as pool:
+            for reward, kwargs, expected in rewards:
+                assert pool.apply(_call_in_child, (pickle.dumps((reward, kwargs)),)) == expected, reward
+    finally:
+        judge.server.shutdown()
+        judge.server.server_close()
+    assert judge.attempts == {"score8": 1, "score3": 1}  # the child's requests reached the server
 
 
 # ------------------------------------------------------------------ registry

@@ -5,8 +5,10 @@ Test formats (dataset columns):
 - MBPP: `test_list` (assert statements), with `test_imports` prepended;
 - stdin/stdout (LiveCodeBench / APPS): `input_output` ({"inputs": [...], "outputs": [...]}, or its JSON)
   or `test_cases` ([{"input":..., "output":...}], or its JSON); one sandbox run per case.
-A program passes only if it exits 0 AND prints a per-run random marker written after the tests, so a
-completion that calls `sys.exit(0)` before the tests run does not pass.
+HumanEval/MBPP programs run under harness.py inside the sandbox: it passes only if it exits 0 AND prints a
+per-run random marker that the harness writes after the tests ran. The marker reaches the harness on a
+file descriptor it reads and closes before the model's code runs, so the model's code cannot read it
+from its program, arguments or environment, and `sys.exit(0)` before the tests does not pass.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from rufus_data.rewards.contract import RewardFunction, Row, is_missing
 from rufus_data.rewards.sandbox import SandboxConfig, SandboxResult, run_many
@@ -31,29 +34,33 @@ def extract_code(text: str) -> str:
     return text
 
 
+HARNESS = Path(__file__).with_name("harness.py").read_text()
+
+
 @dataclass
 class _Job:
     completion: int
-    program: str
+    program: str  # stdin/stdout cases: the model's program; HumanEval/MBPP: what the harness runs
     stdin: str | None = None
     expected: str | None = None  # stdin/stdout cases: the expected output
-    marker: str | None = None  # HumanEval/MBPP: the line printed after the tests
-    tests: int = 1  # how many tests the job covers (fraction mode over MBPP asserts)
+    marker: str | None = None  # HumanEval/MBPP: the line the harness prints after the tests
+    asserts: list[str] = field(default_factory=list)  # fraction mode: MBPP asserts, run one by one
+
+    def sandbox_job(self) -> tuple:
+        """(program, stdin, inputs) for sandbox.run_many; the marker travels as an input, never as source."""
+        if self.marker is None:
+            return (self.program, self.stdin)
+        inputs = [self.marker.encode(), self.program.encode(), *(a.encode() for a in self.asserts)]
+        return (HARNESS, self.stdin, inputs)
 
 
-def _humaneval_program(code: str, test: str, entry_point: str, marker: str) -> str:
-    return f"{code}\n\n{test}\n\ncheck({entry_point})\nprint({marker!r}, flush=True)\n"
+def _humaneval_source(code: str, test: str, entry_point: str) -> str:
+    return f"{code}\n\n{test}\n\ncheck({entry_point})\n"
 
 
-def _mbpp_program(code: str, imports: list[str], asserts: list[str], marker: str, fraction: bool) -> str:
+def _mbpp_source(code: str, imports: list[str], asserts: list[str], fraction: bool) -> str:
     head = "\n".join(imports) + "\n" + code + "\n\n"
-    if not fraction:
-        return head + "\n".join(asserts) + f"\nprint({marker!r}, flush=True)\n"
-    lines = [head]
-    for index, statement in enumerate(asserts):
-        body = "\n".join("    " + line for line in statement.splitlines())
-        lines.append(f"try:\n{body}\n    print({marker + ':' + str(index)!r}, flush=True)\nexcept BaseException:\n    pass\n")
-    return "\n".join(lines)
+    return head if fraction else head + "\n".join(asserts) + "\n"
 
 
 def _stdio_cases(row: Row) -> list[tuple[str, str]] | None:
@@ -110,13 +117,13 @@ class CodeExecutionReward(RewardFunction):
     def jobs_for(self, index: int, code: str, row: Row) -> list[_Job] | None:
         marker = f"RUFUS-PASS-{secrets.token_hex(8)}"
         if not is_missing(row.get("test")) and not is_missing(row.get("entry_point")):
-            return [_Job(index, _humaneval_program(code, row["test"], row["entry_point"], marker), marker=marker)]
+            return [_Job(index, _humaneval_source(code, row["test"], row["entry_point"]), marker=marker)]
         test_list = row.get("test_list")
         if test_list is not None and not isinstance(test_list, str) and len(test_list) > 0:
             imports = [str(x) for x in (row.get("test_imports") if row.get("test_imports") is not None else [])]
             asserts = [str(x) for x in test_list]
-            program = _mbpp_program(code, imports, asserts, marker, self.pass_fraction)
-            return [_Job(index, program, marker=marker, tests=len(asserts))]
+            program = _mbpp_source(code, imports, asserts, self.pass_fraction)
+            return [_Job(index, program, marker=marker, asserts=asserts if self.pass_fraction else [])]
         cases = _stdio_cases(row)
         if cases:
             return [_Job(index, code, stdin=given, expected=want) for given, want in cases]
@@ -133,7 +140,7 @@ class CodeExecutionReward(RewardFunction):
                 scores[index] = 0.0
                 continue
             jobs.extend(row_jobs)
-        results = run_many([(job.program, job.stdin) for job in jobs], self.sandbox_config, self.workers)
+        results = run_many([job.sandbox_job() for job in jobs], self.sandbox_config, self.workers)
         passed: dict[int, list[float]] = {}
         for job, result in zip(jobs, results):
             passed.setdefault(job.completion, []).append(self.job_score(job, result))
@@ -151,10 +158,10 @@ class CodeExecutionReward(RewardFunction):
         if job.expected is not None:
             return 1.0 if result.ok and _same_output(result.stdout, job.expected) else 0.0
         lines = result.stdout.splitlines()
-        if self.pass_fraction and job.tests > 1:
+        if job.asserts:  # fraction mode: one marker line per passed assert
             if result.timed_out or result.output_truncated:
                 return 0.0
-            return sum(f"{job.marker}:{i}" in lines for i in range(job.tests)) / job.tests
+            return sum(f"{job.marker}:{i}" in lines for i in range(len(job.asserts))) / len(job.asserts)
         return 1.0 if result.ok and job.marker in lines else 0.0
 
 

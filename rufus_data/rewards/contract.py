@@ -59,6 +59,7 @@ class RewardFunction:
         self.only_label = only_label
         self.__name__ = self.name
         self._warned_no_label = False
+        self._warned_columns: set[str] = set()
 
     # -- the TRL entry point
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
@@ -109,10 +110,23 @@ class RewardFunction:
             return [False] * len(rows)
         return [row.get("label") == self.only_label for row in rows]
 
+    def warn_missing_column(self, rows: list[Row], column: str) -> None:
+        """Warn once per reward instance when a batch lacks the column this reward reads its gold from
+        (every row then scores None, which is easy to miss in a training log)."""
+        if rows and column not in self._warned_columns and not any(column in row for row in rows):
+            warnings.warn(
+                f"reward {self.name!r} reads its gold answer from the {column!r} column, but the batch has no "
+                f"such column: every sample is left unscored (None); set answer_column to the right column",
+                stacklevel=4,
+            )
+            self._warned_columns.add(column)
+
     def log_counts(self, log_metric: Callable | None, texts, closed, results) -> None:
+        """Counts over rows the reward scored: an unclosed `<think>` on a row left None (only_label, no
+        gold, no tests) is not this reward's failure."""
         if log_metric is None or not results:
             return
-        log_metric(f"{self.name}/unclosed_think", float(sum(not c for c in closed)))
+        log_metric(f"{self.name}/unclosed_think", float(sum(not c and r is not None for c, r in zip(closed, results))))
         log_metric(f"{self.name}/unscored", float(sum(r is None for r in results)))
 
     def score_rows(self, prompts, texts, closed, rows, log_metric) -> list[float | None]:

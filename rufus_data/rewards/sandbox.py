@@ -183,8 +183,8 @@ def _limits_script(config: SandboxConfig) -> str:
     )
 
 
-def _command(config: SandboxConfig, isolation: str, program_fd: int) -> list[str]:
-    python = [sandbox_python(config), *config.python_flags, f"/proc/self/fd/{program_fd}"]
+def _command(config: SandboxConfig, isolation: str, program_fd: int, input_fds: Sequence[int] = ()) -> list[str]:
+    python = [sandbox_python(config), *config.python_flags, f"/proc/self/fd/{program_fd}", *map(str, input_fds)]
     if isolation == "rlimits":
         return ["/bin/sh", "-c", "set -e; " + _limits_script(config) + 'exec "$@"', "sandbox", *python]
     size = f"size={config.max_file_mb}m,mode=1777"
@@ -240,13 +240,20 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_python(program: str, stdin: str | None = None, config: SandboxConfig | None = None) -> SandboxResult:
-    """Run `program` (Python source) in a fresh sandbox; never raises on what the program does."""
+def run_python(
+    program: str, stdin: str | None = None, config: SandboxConfig | None = None, inputs: Sequence[bytes] = ()
+) -> SandboxResult:
+    """Run `program` (Python source) in a fresh sandbox; never raises on what the program does.
+
+    `inputs` reach the program as open file descriptors whose numbers follow the program in `sys.argv`
+    (the code-execution harness reads its secret pass marker from one and closes it before running
+    model code: see harness.py)."""
     config = config or SandboxConfig()
     isolation = effective_isolation(config)
     slot = _acquire_slot()
     uid = SANDBOX_UID_BASE + (os.getpid() % 2048) * 64 + slot
     program_fd = _memfd("program", program.encode())
+    input_fds = [_memfd("input", data) for data in inputs]
     stdin_fd = _memfd("stdin", stdin.encode()) if stdin is not None else None
     # the scratch working directory: /tmp of the namespace (a fresh tmpfs), or a fresh folder in the fallback
     scratch = "/tmp" if isolation == "namespaces" else tempfile.mkdtemp(prefix="rufus-sandbox-")
@@ -260,13 +267,13 @@ def run_python(program: str, stdin: str | None = None, config: SandboxConfig | N
     proc = None
     try:
         proc = subprocess.Popen(
-            _command(config, isolation, program_fd),
+            _command(config, isolation, program_fd, input_fds),
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
             cwd="/" if isolation == "namespaces" else scratch,
-            pass_fds=(program_fd,),
+            pass_fds=(program_fd, *input_fds),
             start_new_session=True,
             **_drop_privileges(uid),
         )
@@ -306,7 +313,8 @@ def run_python(program: str, stdin: str | None = None, config: SandboxConfig | N
         if proc is not None:
             proc.stdout.close()
             proc.stderr.close()
-        os.close(program_fd)
+        for fd in (program_fd, *input_fds):
+            os.close(fd)
         if isolation == "rlimits":
             shutil.rmtree(scratch, ignore_errors=True)
         if stdin_fd is not None:
@@ -324,8 +332,9 @@ def run_python(program: str, stdin: str | None = None, config: SandboxConfig | N
     )
 
 
-def run_many(jobs: Sequence[tuple[str, str | None]], config: SandboxConfig | None = None, workers: int = 2) -> list[SandboxResult]:
-    """Run (program, stdin) jobs, up to `workers` sandboxes at a time; results in job order."""
+def run_many(jobs: Sequence[tuple], config: SandboxConfig | None = None, workers: int = 2) -> list[SandboxResult]:
+    """Run (program, stdin) or (program, stdin, inputs) jobs, up to `workers` sandboxes at a time; results in
+    job order."""
     from concurrent.futures import ThreadPoolExecutor
 
     config = config or SandboxConfig()
@@ -333,4 +342,4 @@ def run_many(jobs: Sequence[tuple[str, str | None]], config: SandboxConfig | Non
         return []
     effective_isolation(config)  # probe (and warn) once, before the threads start
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda job: run_python(job[0], job[1], config), jobs))
+        return list(pool.map(lambda job: run_python(job[0], job[1], config, *job[2:]), jobs))
