@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, progress
 from rufus_data.errors import RufusError
+from rufus_data.materialise import read_holdout, unified_schema, write_train
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, write_manifest, write_shards
 from rufus_data.sources import BadRow, Canonicalizer, detect_format, read_raw_rows, resolve_columns
@@ -93,16 +94,19 @@ def mix(
             _count_source(spec, catalog, counter, parts_dir, on_bad_row, show_progress) for spec in catalog.sources
         ]
         selections = _select(catalog, counted, holdout)
-        train, held = _materialise(catalog, counted, selections)
-        write_shards(train, tmp, catalog.shard_rows, split="train")
-        if held is not None and held.num_rows:
+        schema, clashing = unified_schema([part for c in counted for part in c.parts])
+        rows_train = write_train([(c.parts, sel.picks) for c, sel in zip(counted, selections, strict=True)],
+                                 tmp, catalog.seed, catalog.shard_rows, schema, clashing)
+        held = read_holdout([(c.parts, sel.holdout) for c, sel in zip(counted, selections, strict=True)], schema, clashing)
+        rows_held = held.num_rows if held is not None else 0
+        if rows_held:
             write_shards(held, tmp, catalog.shard_rows, split="holdout")
         for part in parts_dir.rglob("*.parquet"):
             part.unlink()
         for folder in sorted(parts_dir.rglob("*"), reverse=True):
             folder.rmdir()
         parts_dir.rmdir()
-        manifest = _manifest(catalog, catalog_path, counter, counted, selections, train, held, started)
+        manifest = _manifest(catalog, catalog_path, counter, counted, selections, rows_train, rows_held, started)
         write_manifest(tmp, manifest)
         _write_report(tmp, catalog, manifest)
     _print_summary(manifest)
@@ -329,69 +333,10 @@ def _budget(catalog: MixtureCatalog, counted: list[SourceCounts], available: lis
     return float(min(limits))
 
 
-# --- pass 3: materialise ------------------------------------------------------------------
-
-
-def _materialise(catalog: MixtureCatalog, counted: list[SourceCounts], selections: list[Selection]):
-    train_parts, held_parts = [], []
-    for c, sel in zip(counted, selections, strict=True):
-        table = unify_tables([pq.read_table(p) for p in c.parts])
-        if sel.picks:
-            rows = table.take([i for i, _ in sel.picks])
-            ids = rows.column("id").to_pylist()
-            repeat_ids = [rid if r == 0 else f"{rid}#rep{r}" for rid, (_, r) in zip(ids, sel.picks, strict=True)]
-            rows = rows.set_column(rows.schema.get_field_index("id"), "id", pa.array(repeat_ids, pa.string()))
-            rows = rows.append_column("origin_id", pa.array(ids, pa.string()))
-            train_parts.append(rows)
-        if sel.holdout:
-            hold = table.take(sel.holdout)
-            held_parts.append(hold.append_column("origin_id", hold.column("id")))
-    train = unify_tables(train_parts)
-    order = list(range(train.num_rows))
-    random.Random(f"{catalog.seed}:shuffle").shuffle(order)
-    train = train.take(order)
-    held = unify_tables(held_parts) if held_parts else None
-    return train, held
-
-
-def unify_tables(tables: list[pa.Table]) -> pa.Table:
-    """Concatenate tables with the union of their columns (missing ones null), as
-    `datasets.concatenate_datasets` aligns schemas; a column whose types disagree between
-    tables (an int id here, a string id there) becomes text."""
-    tables = [t for t in tables if t is not None]
-    if len(tables) == 1:
-        return tables[0]
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        pass
-    types: dict[str, set] = {}
-    for t in tables:
-        for f in t.schema:
-            if not pa.types.is_null(f.type):
-                types.setdefault(f.name, set()).add(f.type)
-    clashing = {name for name, kinds in types.items() if len(kinds) > 1}
-    fixed = []
-    for t in tables:
-        for name in clashing & set(t.column_names):
-            idx = t.schema.get_field_index(name)
-            t = t.set_column(idx, name, pa.array([_as_text(v) for v in t.column(name).to_pylist()], pa.string()))
-        fixed.append(t)
-    return pa.concat_tables(fixed, promote_options="permissive")
-
-
-def _as_text(value):
-    import json
-
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, sort_keys=True)
-
-
 # --- manifest, report, summary ------------------------------------------------------------
 
 
-def _manifest(catalog, catalog_path, counter, counted, selections, train, held, started) -> dict:
+def _manifest(catalog, catalog_path, counter, counted, selections, rows_train, rows_held, started) -> dict:
     import yaml
 
     total_basis = sum(s.tokens for s in selections) or 1
@@ -440,7 +385,7 @@ def _manifest(catalog, catalog_path, counter, counted, selections, train, held, 
         "seed": catalog.seed,
         "basis": catalog.basis if catalog.kind == "sft" else "total",
         "budget": {"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
-        "rows": {"train": train.num_rows, "holdout": held.num_rows if held is not None else 0},
+        "rows": {"train": rows_train, "holdout": rows_held},
         "sources": sources,
         "notes": notes,
         "versions": package_versions("transformers", "tokenizers", "pyarrow"),

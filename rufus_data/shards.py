@@ -57,16 +57,17 @@ def shard_name(index: int, total: int, split: str = "train") -> str:
 
 def write_shards(table: pa.Table, folder: Path, shard_rows: int = 50_000, split: str = "train") -> list[Path]:
     """Write `table` as parquet shards under folder/data/; same table gives byte-identical files."""
+    total = max(1, -(-table.num_rows // shard_rows))
+    return [write_shard(table.slice(i * shard_rows, shard_rows), folder, i, total, split) for i in range(total)]
+
+
+def write_shard(table: pa.Table, folder: Path, index: int, total: int, split: str = "train") -> Path:
+    """One shard file, for writers that produce shards one at a time (mix's pass 3)."""
     data = Path(folder) / DATA_DIR
     data.mkdir(parents=True, exist_ok=True)
-    total = max(1, -(-table.num_rows // shard_rows))
-    paths = []
-    for i in range(total):
-        part = table.slice(i * shard_rows, shard_rows)
-        path = data / shard_name(i, total, split)
-        pq.write_table(part, path, compression="zstd", write_statistics=True)
-        paths.append(path)
-    return paths
+    path = data / shard_name(index, total, split)
+    pq.write_table(table, path, compression="zstd", write_statistics=True)
+    return path
 
 
 def shard_files(folder: str | Path, split: str = "train") -> list[Path]:
