@@ -48,7 +48,7 @@ def mix_command(
     catalog: Path = typer.Argument(..., help="mixture catalog (YAML), e.g. catalogs/sft.yaml"),
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<catalog name>)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-    holdout: int = typer.Option(None, "--holdout", help="rows per source held out (overrides the catalog)"),
+    holdout: int = typer.Option(None, "--holdout", help="rows per source held out (replaces the catalog-level `holdout:`; a source's own `holdout:` wins)"),
     on_bad_row: str = typer.Option("error", "--on-bad-row", help="error | skip rows that lack required fields"),
 ) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
@@ -111,6 +111,10 @@ def sql_command(
 
 # --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
 _BACKEND_HELP = "hf (transformers, in-process) | vllm (Rufus starts a vLLM server) | server (--base-url)"
+_VLLM_COMMAND_HELP = (
+    "vllm: server command (default: $RUFUS_VLLM_COMMAND, else `vllm serve` if on PATH, "
+    "else `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`)"
+)
 _REWARD_HELP = "reward spec, repeatable: 'string_match:gsm8k' or '{name: string_match, answer_column: expected_output}'"
 
 
@@ -135,7 +139,7 @@ def filter_command(
     base_url: list[str] = typer.Option(None, "--base-url", help="server backend: OpenAI-compatible URL, repeatable"),
     served_model_name: str = typer.Option(None, "--served-model-name", help="server backend: model name at the server"),
     concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
-    vllm_command: str = typer.Option(None, "--vllm-command", help="vllm: server command (default `vllm serve`)"),
+    vllm_command: str = typer.Option(None, "--vllm-command", help=_VLLM_COMMAND_HELP),
     devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
     max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: --max-model-len of the server"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
@@ -176,7 +180,7 @@ def pairs_command(
     out: Path = typer.Option(..., "--out", help="output folder"),
     strong: str = typer.Option(None, "--strong", help="model whose answers are chosen"),
     weak: str = typer.Option(None, "--weak", help="model whose answers are rejected"),
-    policy: str = typer.Option(None, "--policy", help="on-policy pairs: best vs worst of k samples (needs --reward)"),
+    policy: str = typer.Option(None, "--policy", help="on-policy pairs: a passing vs a failing sample of k (needs --reward)"),
     k: int = typer.Option(4, "--k", help="on-policy samples per prompt"),
     reward: list[str] = typer.Option(None, "--reward", help=_REWARD_HELP),
     perturb_answer: bool = typer.Option(False, "--perturb-answer", help="rejected = chosen with its final number changed"),
@@ -185,13 +189,18 @@ def pairs_command(
     max_tokens: int = typer.Option(512, "--max-tokens", help="tokens per sample"),
     temperature: float = typer.Option(0.7, "--temperature"),
     top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k", help="0 = off"),
+    min_p: float = typer.Option(0.0, "--min-p"),
+    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
     seed: int = typer.Option(0, "--seed", help="run seed; per-prompt and per-sample seeds derive from it"),
     base_url: list[str] = typer.Option(None, "--base-url", help="server backend: URL for all models, repeatable"),
+    served_model_name: str = typer.Option(None, "--served-model-name", help="server backend: model name at the server"),
     strong_base_url: list[str] = typer.Option(None, "--strong-base-url", help="server backend: URL of --strong"),
     weak_base_url: list[str] = typer.Option(None, "--weak-base-url", help="server backend: URL of --weak"),
     concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
-    vllm_command: str = typer.Option(None, "--vllm-command", help="vllm: server command (default `vllm serve`)"),
+    vllm_command: str = typer.Option(None, "--vllm-command", help=_VLLM_COMMAND_HELP),
     devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
+    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: --max-model-len of the server"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
@@ -203,9 +212,10 @@ def pairs_command(
     config = PairsConfig(
         strong=strong, weak=weak, policy=policy, k=k, reward=parse_reward_option(reward or []),
         perturb_answer=perturb_answer, require_verified=require_verified, backend=backend, max_tokens=max_tokens,
-        temperature=temperature, top_p=top_p, seed=seed, base_urls=base_url or [],
+        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
+        seed=seed, base_urls=base_url or [], served_model_name=served_model_name,
         strong_base_urls=strong_base_url or [], weak_base_urls=weak_base_url or [], concurrency=concurrency,
-        vllm_command=shlex.split(vllm_command) if vllm_command else None, devices=devices,
+        vllm_command=shlex.split(vllm_command) if vllm_command else None, devices=devices, max_model_len=max_model_len,
     )
     result = build_pairs(shards, out, config, overwrite=overwrite)
     table = Table(title=f"{out}: {result['method']}")
@@ -222,30 +232,37 @@ def pairs_command(
 @cli_errors
 def decontam_command(
     shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
-    against: list[str] = typer.Option(..., "--against", help="benchmark or set name from the registry, repeatable"),
+    against: list[str] = typer.Option(None, "--against", help="benchmark or set name from the registry, repeatable"),
+    against_suite: list[str] = typer.Option(None, "--against-suite", help="eval suite (catalogs/suites/NAME.yaml): its tasks' benchmarks, repeatable"),
     out: Path = typer.Option(None, "--out", help="output folder: clean shards, contaminated.parquet, report.md"),
     benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),
     skip_missing: bool = typer.Option(False, "--skip-missing", help="go on without benchmarks that cannot be loaded"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
-    ngram: int = typer.Option(8, "--ngram", help="word n-gram length of the exact stage"),
-    containment: float = typer.Option(0.5, "--containment", help="MinHash stage: min containment of an eval item"),
-    min_answer_words: int = typer.Option(8, "--min-answer-words", help="answers this long count on their own"),
-    engine: str = typer.Option("local", "--engine", help="local (multiprocessing) or ray (Ray Data)"),
-    workers: int = typer.Option(0, "--workers", help="local processes (0 = one per CPU)"),
+    config_file: Path = typer.Option(None, "--config", help="YAML of DecontamConfig keys (docs/decontam.md); options below override it"),
+    ngram: int = typer.Option(None, "--ngram", help="word n-gram length of the exact stage (default 8)"),
+    containment: float = typer.Option(None, "--containment", help="MinHash stage: min containment of an eval item (default 0.5)"),
+    min_answer_words: int = typer.Option(None, "--min-answer-words", help="answers this long count on their own (default 8)"),
+    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
+    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
     """Find training rows that contain benchmark items (exact n-grams + MinHash) and drop them."""
     from rufus_data.decontam import DecontamConfig, decontaminate
     from rufus_data.errors import RufusError
+    from rufus_data.yaml_config import load_yaml_model, model_from_options
 
-    if engine not in ("local", "ray"):
+    if engine not in (None, "local", "ray"):
         raise RufusError(f"--engine must be local or ray, not {engine!r}")
-    config = DecontamConfig(ngram=ngram, containment=containment, min_answer_words=min_answer_words,
-                            engine=engine, workers=workers)
-    result = decontaminate(shards, against, out, benchmarks_file=benchmarks, skip_missing=skip_missing,
-                           dry_run=dry_run, overwrite=overwrite, config=config)
+    given = {"ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
+             "workers": workers}
+    given = {key: value for key, value in given.items() if value is not None}
+    config = load_yaml_model(config_file, DecontamConfig, given) if config_file else model_from_options(DecontamConfig, given)
+    result = decontaminate(shards, against or [], out, benchmarks_file=benchmarks, skip_missing=skip_missing,
+                           dry_run=dry_run, overwrite=overwrite, config=config, suites=against_suite or [])
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
+    for task, why in result.not_decontaminable.items():
+        console.print(f"[yellow]not checked[/] {task}: {why}", highlight=False)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
 
 
@@ -254,12 +271,16 @@ def decontam_command(
 def dedup_command(
     shards: Path = typer.Argument(..., help="shard folder to deduplicate"),
     out: Path = typer.Option(None, "--out", help="output folder: clean shards, clusters.parquet, report.md"),
-    threshold: float = typer.Option(0.8, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates"),
+    threshold: float = typer.Option(None, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates (default 0.8)"),
+    config_file: Path = typer.Option(None, "--config", help="YAML of DedupConfig keys (docs/decontam.md); --threshold overrides it"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
     """Drop near-duplicate rows within a mix (MinHash + LSH), keeping the first of each cluster."""
     from rufus_data.dedup import DedupConfig, deduplicate
+    from rufus_data.yaml_config import load_yaml_model, model_from_options
 
-    result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=DedupConfig(threshold=threshold))
+    given = {"threshold": threshold} if threshold is not None else {}
+    config = load_yaml_model(config_file, DedupConfig, given) if config_file else model_from_options(DedupConfig, given)
+    result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")

@@ -33,7 +33,7 @@ from rufus_data.errors import RufusError
 from rufus_data.generate import SamplingParams, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
-from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.generate.prompts import content_fingerprint, read_prompt_rows
 from rufus_data.report import markdown_table, pyplot
 from rufus_data.shards import (
     MANIFEST,
@@ -60,13 +60,14 @@ class FilterConfig(GenerationOptions):
 
     def rollout_hash(self, inputs: list[dict]) -> str:
         """What makes two runs' rollouts interchangeable: model, rewards, sampling, backend, inputs.
-        (--keep, URLs and concurrency do not change the rollouts and are left out.)"""
+        (--keep, URLs, concurrency and the input folders' paths do not change the rollouts and are
+        left out: the inputs count by content.)"""
         key = {
             "policy": self.policy,
             "reward": self.reward,
             "backend": "hf" if self.backend == "hf" else "server",
             "sampling": self.sampling(self.k).to_dict(),
-            "inputs": inputs,
+            "inputs": content_fingerprint(inputs),
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -76,21 +77,36 @@ _BAND = re.compile(r"^\s*(?:(?P<lo>[0-9.]+)\s*(?P<lop><=|<)\s*)?p\s*(?:(?P<hip><
 _BAND_GE = re.compile(r"^\s*p\s*(?P<op>>=|>)\s*(?P<v>[0-9.]+)\s*$")
 
 
+_BAND_SYNTAX = 'write e.g. "0.1<p<0.9", "0.2<=p", "p<=0.5" or "p>0.3", with bounds in [0, 1] and low < high'
+
+
+def _bound(text: str, band: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise RufusError(f"--keep {band!r}: {text!r} is not a number; {_BAND_SYNTAX}") from None
+    if not 0 <= value <= 1:
+        raise RufusError(f"--keep {band!r}: {value} is outside [0, 1] (a pass rate); {_BAND_SYNTAX}")
+    return value
+
+
 def parse_band(text: str):
-    """`"0.1<p<0.9"`, `"0.2<=p"`, `"p<=0.5"`, `"p>0.3"` -> predicate on a pass rate."""
+    """`"0.1<p<0.9"`, `"0.2<=p"`, `"p<=0.5"`, `"p>0.3"` -> predicate on a pass rate. A malformed,
+    inverted (`"0.9<p<0.1"`) or out-of-[0, 1] band raises RufusError naming it and the syntax."""
     match = _BAND.match(text)
     if match and (match["lo"] or match["hi"]):
-        lo, hi = match["lo"], match["hi"]
-        lo_v = float(lo) if lo else None
-        hi_v = float(hi) if hi else None
+        lo_v = _bound(match["lo"], text) if match["lo"] else None
+        hi_v = _bound(match["hi"], text) if match["hi"] else None
+        if lo_v is not None and hi_v is not None and lo_v >= hi_v:
+            raise RufusError(f"--keep {text!r} is empty: its low bound {lo_v} is not below its high bound {hi_v}; {_BAND_SYNTAX}")
         lo_ok = (lambda p: True) if lo_v is None else (lambda p: p > lo_v if match["lop"] == "<" else p >= lo_v)
         hi_ok = (lambda p: True) if hi_v is None else (lambda p: p < hi_v if match["hip"] == "<" else p <= hi_v)
         return lambda p: p is not None and lo_ok(p) and hi_ok(p)
     match = _BAND_GE.match(text)
     if match:
-        v = float(match["v"])
+        v = _bound(match["v"], text)
         return (lambda p: p is not None and p > v) if match["op"] == ">" else (lambda p: p is not None and p >= v)
-    raise RufusError(f"--keep {text!r} is not a pass-rate band: write e.g. \"0.1<p<0.9\", \"0.2<=p\" or \"p<=0.5\"")
+    raise RufusError(f"--keep {text!r} is not a pass-rate band: {_BAND_SYNTAX}")
 
 
 def bucket_of(outcome: str, pass_rate: float | None, keep) -> str:
@@ -132,6 +148,7 @@ def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConf
                 {
                     "text": c.text,
                     "token_ids": c.token_ids,
+                    "num_tokens": c.num_tokens,  # from usage where a server sends no token ids
                     "finish_reason": c.finish_reason,
                     "seed": c.seed,
                     "logprobs": c.logprobs,
@@ -148,8 +165,6 @@ def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConf
     if todo:
         with open_generator(config.policy, config.backend_config()) as generator:
             context_status = check_prompts_fit(generator, config.policy, todo, sampling)
-            if context_status == "skipped":
-                console.print("[yellow]max_model_len check skipped: the server did not answer GET /v1/models[/]")
             timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}")
     else:
         console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
@@ -200,7 +215,7 @@ def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampl
             columns["sample_index"].append(index)
             columns["completion"].append(completion["text"])
             columns["token_ids"].append(completion["token_ids"])
-            columns["num_tokens"].append(len(completion["token_ids"]))
+            columns["num_tokens"].append(completion.get("num_tokens", len(completion["token_ids"])))
             columns["finish_reason"].append(completion["finish_reason"])
             columns["seed"].append(completion["seed"])
             columns["logprobs"].append(completion["logprobs"])

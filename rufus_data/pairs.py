@@ -2,14 +2,17 @@
 
 Three ways to get a chosen and a rejected answer per prompt:
 - strong vs weak (`--strong A --weak B`): A's answer chosen, B's rejected;
-- on-policy (`--policy M --k 4 --reward SPEC`): the best-scoring of M's k samples chosen, the
-  worst rejected; prompts whose samples all score the same give no pair;
+- on-policy (`--policy M --k 4 --reward SPEC`): the best passing (reward >= pass_threshold) of
+  M's k samples chosen, the worst failing one rejected; prompts without both a passing and a
+  failing sample (all pass, all fail, or all score the same) give no pair;
 - `--perturb-answer`: rejected = chosen with only its final number changed (Tulu 3's GSM8K
   recipe: the same reasoning ending in a wrong answer); chosen comes from --strong, from a
   passing --policy sample, or else from the row's `solution` column.
 
-Pairs whose answers are identical, or tie under the reward(s), are dropped and counted;
-`--require-verified` keeps only pairs whose chosen passes and rejected fails. Generation is
+Pairs whose answers are identical, or tie under the reward(s), are dropped and counted; when the
+reward ranks the rejected answer higher (a strong model that got it wrong, a weak one that got it
+right) the two are swapped and counted (`swapped_by_reward`): the verifier outranks the model
+order. `--require-verified` keeps only pairs whose chosen passes and rejected fails. Generation is
 journaled per prompt and model (resumable after a kill) and the output folder is atomic:
 
     OUT/data/*.parquet   id, source, label, prompt, chosen, rejected, chosen_model, rejected_model,
@@ -30,12 +33,11 @@ from pathlib import Path
 import pyarrow as pa
 from pydantic import Field
 
-from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
-from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.generate.prompts import content_fingerprint, read_prompt_rows
 from rufus_data.report import markdown_table
 from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
 
@@ -81,7 +83,7 @@ class PairsConfig(GenerationOptions):
             "reward": self.reward,
             "backend": "hf" if self.backend == "hf" else "server",
             "sampling": self.sampling(n).to_dict(),
-            "inputs": inputs,
+            "inputs": content_fingerprint(inputs),  # by content: a run resumes from another directory
         }
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -175,8 +177,6 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
         if todo:
             with open_generator(model, config.backend_config(urls)) as generator:
                 status = check_prompts_fit(generator, model, todo, sampling)
-                if status == "skipped":
-                    console.print("[yellow]max_model_len check skipped: the server did not answer GET /v1/models[/]")
                 generation[role] = run_journaled(generator, prompts, sampling, journal, to_record, description=f"pairs {role}")
                 generation[role]["max_model_len_check"] = status
         else:
@@ -189,8 +189,26 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
     return summary
 
 
+def report_counters(config: PairsConfig, method: str, scored: bool) -> list[str]:
+    """The counters a run of `method` can move, shown in the report even when 0."""
+    reasons = ["prompts", "pairs", "dropped_identical"]
+    if scored:
+        reasons += ["dropped_tied", "swapped_by_reward"]
+    if method == "on_policy":
+        reasons += ["dropped_unscored", "dropped_no_pass_fail_split"]
+    if method == "on_policy_perturbed":
+        reasons += ["dropped_unscored", "dropped_no_passing_sample"]
+    if method.endswith("perturbed"):
+        reasons.append("dropped_no_answer_to_perturb")
+    if method == "solution_perturbed":
+        reasons.append("dropped_no_solution")
+    if config.require_verified:
+        reasons.append("dropped_not_verified")
+    return reasons
+
+
 def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) -> tuple[list[dict], Counter]:
-    counts: Counter = Counter()
+    counts: Counter = Counter(dict.fromkeys(report_counters(config, method, scorer is not None), 0))
     pairs = []
     sampling_json = json.dumps(
         {role: config.sampling(config.k if role == "policy" else 1).to_dict() for role in samples}, sort_keys=True
@@ -207,16 +225,16 @@ def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) ->
             if not scored:
                 counts["dropped_unscored"] += 1
                 continue
-            best = max(scored, key=lambda x: (x[0], -x[1]))
-            worst = min(scored, key=lambda x: (x[0], x[1]))
-            chosen, chosen_reward, chosen_model = record["texts"][best[1]], best[0], config.policy
-            if method == "on_policy_perturbed" and best[0] < config.pass_threshold:
-                counts["dropped_no_passing_sample"] += 1
+            passing = [s for s in scored if s[0] >= config.pass_threshold]
+            failing = [s for s in scored if s[0] < config.pass_threshold]
+            if not passing or (method == "on_policy" and not failing):
+                # all samples pass, or all fail (equal scores included): nothing to contrast
+                counts["dropped_no_passing_sample" if method == "on_policy_perturbed" else "dropped_no_pass_fail_split"] += 1
                 continue
+            best = max(passing, key=lambda x: (x[0], -x[1]))  # the best passing sample, first on ties
+            chosen, chosen_reward, chosen_model = record["texts"][best[1]], best[0], config.policy
             if method == "on_policy":
-                if best[0] == worst[0]:
-                    counts["dropped_all_samples_equal"] += 1
-                    continue
+                worst = min(failing, key=lambda x: (x[0], x[1]))  # the worst failing sample
                 rejected, rejected_reward, rejected_model = record["texts"][worst[1]], worst[0], config.policy
         elif method.startswith("strong"):
             record = samples["strong"][pid]

@@ -321,18 +321,16 @@ def check_completion_budget(
     """Before the tokenizer, dataset or model load: read the server's max_model_len and refuse a
     completion length that cannot fit. Returns max_model_len, or None when the server did not
     answer (best effort: the check is reported as skipped and the run goes on)."""
-    from rufus_data.generate.context import server_max_model_len
+    from rufus_data.generate.context import check_fits, server_max_model_len
 
     limit = server_max_model_len(base_url, retries=retries, delay_s=delay_s)
     if limit is None:
         console.print(f"[yellow]completion-length check skipped:[/] no max_model_len from {base_url}/v1/models")
         return None
-    if max_completion_length >= limit:
-        raise RufusError(
-            f"max_completion_length ({max_completion_length}) >= the server's max_model_len ({limit}) at {base_url}: "
-            f"no prompt would fit. Lower max_completion_length below {limit} or restart the server with a larger "
-            "--max-model-len (rufus-train serve --max-model-len N)"
-        )
+    check_fits(
+        max_completion_length, limit, at=f" at {base_url}", max_tokens_name="max_completion_length",
+        fixes=["restart the server with a larger --max-model-len (rufus-train serve --max-model-len N)"],
+    )
     if token_budget is not None and token_budget < limit:
         warnings.warn(
             f"token_budget ({token_budget}) is below the server's max_model_len ({limit}): a rollout longer than "
@@ -350,14 +348,12 @@ def check_completion_budget(
 def check_prompt_fits(longest_prompt: int, max_completion_length: int, limit: int, where: str) -> None:
     """After tokenization: the longest prompt plus max_completion_length must fit `limit` (vLLM
     would otherwise cut the completion silently; transformers would run past the positions)."""
-    need = longest_prompt + max_completion_length
-    if need > limit:
-        raise RufusError(
-            f"the longest prompt ({longest_prompt} tokens) plus max_completion_length ({max_completion_length}) is "
-            f"{need} tokens, more than {where} ({limit}): completions would be cut silently. Lower "
-            f"max_completion_length to at most {max(limit - longest_prompt, 0)}, drop long prompts from the shards, "
-            "or serve a longer context"
-        )
+    from rufus_data.generate.context import check_fits
+
+    check_fits(
+        max_completion_length, limit, longest_prompt_tokens=longest_prompt, limit_name=where,
+        max_tokens_name="max_completion_length", fixes=["drop long prompts from the shards", "serve a longer context"],
+    )
 
 
 # ------------------------------------------------------------------------------ GPU roles

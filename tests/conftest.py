@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Before torch loads anywhere in the session: the suite shares 2 cores with a vLLM server, and
+# OpenMP threads that spin while waiting steal them (one hf generation measured 69 s, not 7.8 s).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -4,6 +4,7 @@ server, re-bucketing from rollouts, and resumption after SIGKILL."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -112,11 +113,31 @@ def test_rebucket_from_rollouts_applies_a_band_without_generating(hf_run, tmp_pa
 def test_bad_band_and_bad_input_are_clear_errors(tmp_path, hf_shards):
     with pytest.raises(RufusError, match="not a pass-rate band"):
         parse_band("between 0.1 and 0.9")
+    for band, problem in (("1.2.3<p", "'1.2.3' is not a number"), ("0.9<p<0.1", "is empty: its low bound 0.9"),
+                          ("0.5<=p<=0.5", "is empty"), ("p<1.5", "1.5 is outside [0, 1]"), ("p>=2", "2.0 is outside")):
+        with pytest.raises(RufusError) as err:
+            parse_band(band)
+        assert f"--keep {band!r}" in str(err.value) and problem in str(err.value) and '"0.1<p<0.9"' in str(err.value)
+    assert parse_band("0<p<1")(0.5) and not parse_band("0.2<=p")(0.1) and parse_band("p<=1")(1.0)
+    refused = CliRunner().invoke(app, cli_args(hf_shards, tmp_path / "band", extra=("--keep", "0.9<p<0.1")))
+    assert refused.exit_code == 2 and "0.9<p<0.1" in refused.output and not (tmp_path / "band").exists()
     bad = write_rl_shards(tmp_path / "dup", arithmetic_rows(2) + arithmetic_rows(1))
     config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], **HF_SETTINGS)
     with pytest.raises(RufusError, match=r"row 2 \(id 'add-1-1'\): duplicate id"):
         filter_prompts([bad], tmp_path / "out", config)
     assert not (tmp_path / "out").exists()
+
+
+def test_rollout_hash_follows_input_content_not_its_path(hf_shards, tmp_path):
+    """A re-run from another directory (or on a copy of the shards) resumes the same journal."""
+    from rufus_data.generate.prompts import read_prompt_rows
+
+    copy = tmp_path / "copied" / "rl"
+    shutil.copytree(hf_shards, copy)
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], **HF_SETTINGS)
+    fewer = write_rl_shards(tmp_path / "fewer", arithmetic_rows(7))
+    hashes = [config.rollout_hash(read_prompt_rows([folder])[2]) for folder in (hf_shards, copy, fewer)]
+    assert hashes[0] == hashes[1] != hashes[2]
 
 
 def _journal_lines(out: Path) -> list[dict]:
@@ -195,7 +216,7 @@ def test_vllm_filter_buckets_and_refuses_prompts_that_do_not_fit(vllm_server, vl
     )
     assert refused.exit_code == 2
     text = " ".join(refused.output.split())
-    assert "plus max_tokens (2040)" in text and "max_model_len=2048" in text and "--max-model-len" in text, text
+    assert "plus max_tokens (2040)" in text and "max_model_len (2048)" in text and "--max-model-len" in text, text
     assert not (tmp_path / "refused").exists()
 
 
@@ -211,3 +232,38 @@ def test_vllm_resume_after_sigkill_loses_and_repeats_no_prompt(vllm_server, data
     _assert_resumed(out, before_kill, k=4)
     assert len(pq.read_table(out / "rollouts.parquet")) == 16 * 4
     shutil.rmtree(out)
+
+
+@pytest.mark.vllm
+def test_vllm_backend_starts_and_stops_its_own_server(tmp_path, monkeypatch):
+    """`--backend vllm`: Rufus launches vLLM's CPU build itself, filters through it, and leaves no
+    process of its group behind."""
+    from rufus_data.generate.launcher import CPU_VENV, VLLMServer, cpu_command, group_members
+
+    if not (CPU_VENV / ".installed").exists():
+        reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"
+        print(f"\nSKIP: {reason}")
+        pytest.skip(reason)
+
+    started: list[int] = []
+    original_start = VLLMServer.start
+
+    def recording_start(self):
+        server = original_start(self)
+        started.append(server.pgid)
+        return server
+
+    monkeypatch.setattr(VLLMServer, "start", recording_start)
+    shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4))
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="vllm", vllm_command=cpu_command(),
+                          max_model_len=512, k=2, max_tokens=4, temperature=0.7, seed=0, concurrency=4)
+    try:
+        summary = filter_prompts([shards], tmp_path / "out", config)
+        assert len(started) == 1
+        assert summary["completions"] == 8 and read_manifest(tmp_path / "out")["max_model_len_check"] == "ok"
+        assert_buckets_match_rewards(tmp_path / "out", k=2)
+        assert group_members(started[0]) == [], f"vLLM processes left behind: {group_members(started[0])}"
+    finally:
+        for pgid in started:
+            if group_members(pgid):
+                os.killpg(pgid, signal.SIGKILL)

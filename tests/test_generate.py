@@ -3,20 +3,30 @@ the launcher's process-group cleanup."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import httpx
 import pytest
 
 from rufus_data.errors import RufusError
-from rufus_data.generate import Prompt, SamplingParams, check_context_fits, prompt_seed, sample_seed
-from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members, launch
+from rufus_data.generate import (
+    Prompt,
+    SamplingParams,
+    check_context_fits,
+    check_prompts_fit,
+    prompt_seed,
+    sample_seed,
+)
+from rufus_data.generate.launcher import LaunchConfig, VLLMServer, free_port, group_members, launch
+from rufus_data.generate.server import ServerConfig, ServerGenerator
 
 ADD = [Prompt(f"add-{a}-{b}", [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}])
        for a, b in [(1, 1), (2, 3), (4, 5)]]
@@ -50,6 +60,8 @@ def test_hf_completions_do_not_depend_on_batch_company(hf_generator):
         assert [c.token_ids for c in together[pid].completions] == [c.token_ids for c in alone[pid].completions]
     result = together[ADD[1].id]
     assert len({c.text for c in result.completions}) > 1, "the n samples of one prompt must differ"
+    # the recorded seed is the one that reproduces the samples: the prompt seed of the n-row batch
+    assert {c.seed for c in result.completions} == {prompt_seed(3, ADD[1].id)}
     for completion in result.completions:
         assert completion.finish_reason in ("stop", "length")
         assert len(completion.logprobs) == len(completion.token_ids) <= 12
@@ -87,16 +99,150 @@ def test_context_check_refuses_with_both_numbers_and_the_fix(vllm_server):
     with pytest.raises(RufusError) as err:
         check_context_fits(vllm_server.base_url, 2000, 100)
     message = str(err.value)
-    for part in ("2000 tokens", "max_tokens (100)", "max_model_len=2048", "--max-model-len", "--max-tokens"):
+    for part in ("2000 tokens", "max_tokens (100)", "max_model_len (2048)", "--max-model-len", "--max-tokens"):
         assert part in message, message
 
 
 def test_context_check_is_skipped_when_no_server_answers():
-    from rufus_data.generate.launcher import free_port
-
     started = time.monotonic()
     assert check_context_fits(f"http://127.0.0.1:{free_port()}", 10, 10, retries=2, delay_s=0.1) == "skipped"
     assert time.monotonic() - started < 10
+
+
+def test_skipped_context_check_says_why(builtin_model, capsys):
+    dead = f"http://127.0.0.1:{free_port()}"
+    sampling = SamplingParams(max_tokens=8)
+    no_tokenizer = ServerGenerator(ServerConfig(base_urls=[dead], model="served-name"))
+    status = check_prompts_fit(no_tokenizer, "/nonexistent/served-model", ADD, sampling)
+    assert status == "skipped: no local tokenizer for '/nonexistent/served-model' to count the prompt tokens"
+    printed = " ".join(capsys.readouterr().err.split())
+    assert f"max_model_len check {status}" in printed and "GET /v1/models" not in printed
+
+    no_answer = ServerGenerator(ServerConfig(base_urls=[dead], model="smollm2-135m"))
+    status = check_prompts_fit(no_answer, builtin_model, ADD, sampling)
+    assert status == f"skipped: the server did not answer GET /v1/models at {dead}"
+    assert f"max_model_len check {status}" in " ".join(capsys.readouterr().err.split())
+
+
+# --- the server client against small real OpenAI-style stand-in servers -------------------------
+class Traffic:
+    """Requests seen by one or more stand-in servers (in flight together, at most, in total)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.in_flight = 0
+        self.max_in_flight = 0
+
+
+OPENAI_FIELDS = {"model", "messages", "n", "max_tokens", "temperature", "top_p", "seed", "logprobs"}
+
+
+@pytest.fixture
+def chat_server():
+    """Start stand-in /v1/chat/completions servers on 127.0.0.1 (stopped after the test):
+    `fail_first` requests answer 503, `strict` ones answer 400 on fields OpenAI does not know."""
+    servers = []
+
+    def start(traffic: Traffic, fail_first: int = 0, strict: bool = False, delay_s: float = 0.03):
+        state = {"requests": 0, "answered": 0, "failed": 0, "bodies": []}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with traffic.lock:
+                    traffic.in_flight += 1
+                    traffic.max_in_flight = max(traffic.max_in_flight, traffic.in_flight)
+                    state["requests"] += 1
+                    state["bodies"].append(body)
+                    fail = state["failed"] < fail_first
+                    state["failed"] += fail
+                try:
+                    time.sleep(delay_s)
+                    unknown = sorted(set(body) - OPENAI_FIELDS)
+                    if strict and unknown:
+                        self.reply(400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}"}})
+                    elif fail:
+                        self.reply(503, {"error": {"message": "busy"}})
+                    else:
+                        n = body["n"]
+                        choices = [{"index": i, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": f"sample {i} of {body['seed']}"},
+                                    **({"token_ids": [1, 2, 3]} if body.get("return_token_ids") else {})}
+                                   for i in range(n)]
+                        self.reply(200, {"choices": choices, "usage": {"completion_tokens": 3 * n}})
+                        state["answered"] += 1
+                finally:
+                    with traffic.lock:
+                        traffic.in_flight -= 1
+
+            def reply(self, status, payload):
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        state["url"] = f"http://127.0.0.1:{server.server_address[1]}"
+        return state
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def _prompts(count: int) -> list[Prompt]:
+    return [Prompt(f"p{i}", [{"role": "user", "content": f"question {i}"}]) for i in range(count)]
+
+
+def test_server_client_retries_drops_a_dead_url_spreads_and_bounds_concurrency(chat_server, capsys):
+    traffic = Traffic()
+    busy, calm = chat_server(traffic, fail_first=2), chat_server(traffic)
+    dead = f"http://127.0.0.1:{free_port()}"
+    gen = ServerGenerator(ServerConfig(base_urls=[dead, busy["url"], f"{calm['url']}/v1"], model="m", concurrency=3,
+                                       backoff_s=0.01))
+    results = gen.generate(_prompts(24), SamplingParams(n=2, max_tokens=8, seed=5))
+    assert [len(r.completions) for r in results] == [2] * 24
+    assert results[0].completions[1].text == f"sample 1 of {prompt_seed(5, 'p0')}"
+    assert results[0].completions[0].token_ids == [1, 2, 3] and results[0].num_tokens == 6
+    # the two 503s and every refused connection were retried; the dead URL was dropped after 3
+    assert busy["failed"] == 2 and busy["answered"] + calm["answered"] == 24
+    assert dead not in gen.live and 3 <= gen.sent[dead] <= 3 + 3
+    assert gen.retries == 2 + gen.sent[dead]
+    assert f"dropping {dead}: 3 connection failures in a row" in " ".join(capsys.readouterr().err.split())
+    # never more than `concurrency` requests in flight, and both live servers shared the work
+    assert 2 <= traffic.max_in_flight <= 3
+    assert min(busy["answered"], calm["answered"]) >= 6, (busy["answered"], calm["answered"])
+
+
+def test_server_client_gives_up_after_max_retries(chat_server):
+    always_busy = chat_server(Traffic(), fail_first=100, delay_s=0)
+    gen = ServerGenerator(ServerConfig(base_urls=[always_busy["url"]], model="m", max_retries=2, backoff_s=0.01))
+    with pytest.raises(RufusError, match=r"did not answer after 3 attempts \(last error: .*HTTP 503"):
+        gen.generate(_prompts(1), SamplingParams(max_tokens=4))
+    assert always_busy["requests"] == 3
+
+
+def test_server_client_leaves_out_return_token_ids_for_a_strict_endpoint(chat_server, capsys):
+    strict = chat_server(Traffic(), strict=True, delay_s=0)
+    gen = ServerGenerator(ServerConfig(base_urls=[strict["url"]], model="m", concurrency=1))
+    results = gen.generate(_prompts(3), SamplingParams(n=2, max_tokens=8, seed=0))
+    assert strict["requests"] == 4, "one refusal, then every request without the field"
+    assert ["return_token_ids" in b for b in strict["bodies"]] == [True, False, False, False]
+    assert gen.send_token_ids is False
+    for result in results:
+        assert [c.token_ids for c in result.completions] == [[], []]
+        assert result.num_tokens == 6  # the server's usage.completion_tokens
+    assert "does not take return_token_ids" in capsys.readouterr().err
+    single = gen.generate(_prompts(1), SamplingParams(n=1, max_tokens=8))[0]
+    assert single.completions[0].num_tokens == 3
 
 
 # --- the launcher's cleanup, with a small real stand-in server -----------------------------------
@@ -154,7 +300,7 @@ def test_launcher_stops_the_whole_group_when_the_block_fails(stand_in):
         assert len(group_members(pgid)) >= 2  # the server and its worker
         assert httpx.get(f"{server.base_url}/v1/models").json()["data"][0]["max_model_len"] == 64
         assert check_context_fits(server.base_url, 56, 8) == "ok"
-        with pytest.raises(RufusError, match="max_model_len=64"):
+        with pytest.raises(RufusError, match=r"max_model_len \(64\)"):
             check_context_fits(server.base_url, 60, 8)
         raise ValueError("a failing test body")
     assert _gone(pgid), f"leaked processes {group_members(pgid)}"
@@ -172,6 +318,28 @@ def test_launcher_gives_up_on_a_server_that_never_gets_ready(stand_in):
 def test_launcher_reports_a_server_that_dies(stand_in):
     with pytest.raises(RufusError, match="exited with code 3 before it was ready"):
         launch(stand_in(mode="crash"))
+
+
+def test_atexit_hook_empties_the_group_when_the_parent_exits_without_stop(stand_in):
+    """A run that ends without stop() (an uncaught error, sys.exit) stops its server at exit: the
+    whole group, the stand-in's 'engine worker' included (PR_SET_PDEATHSIG reaches only the leader)."""
+    cfg = stand_in()
+    code = textwrap.dedent(
+        f"""
+        from rufus_data.generate.launcher import LaunchConfig, launch
+        server = launch(LaunchConfig(model="stand-in", command={cfg.command!r}, cpu=False, ready_timeout_s=30))
+        print(server.pgid, flush=True)
+        raise SystemExit(0)  # no stop(): only the atexit hook can clean up
+        """
+    )
+    parent = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    pgid = int(parent.stdout.split()[0])
+    try:
+        assert parent.returncode == 0, parent.stderr
+        assert group_members(pgid) == [], f"leaked processes {group_members(pgid)}"
+    finally:
+        if group_members(pgid):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 def test_server_dies_with_a_sigkilled_parent(stand_in, tmp_path):

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import subprocess
 
 import pytest
 from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shards
+from test_filter import RUFUS_DATA, _kill_midway
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.errors import RufusError
-from rufus_data.pairs import PairsConfig, build_pairs, perturb_final_answer
+from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.generate.scoring import Scorer
+from rufus_data.pairs import PairsConfig, build_pairs, make_pairs, perturb_final_answer
 from rufus_data.shards import read_manifest, read_shards
 
 GSM8K_REWARD = {"name": "string_match", "extractor": "gsm8k", "answer_column": "expected_output"}
@@ -51,6 +56,71 @@ def test_perturbed_gold_solutions_are_verified_pairs(tmp_path, data_root):
     counts = read_manifest(out)["counts"]
     assert counts["dropped_no_answer_to_perturb"] == 1 and counts["pairs"] == 6
     assert "dropped_no_answer_to_perturb" in (out / "report.md").read_text()
+
+
+def test_report_always_shows_the_no_answer_to_perturb_count(tmp_path, data_root):
+    shards = write_rl_shards(tmp_path / "rl", gsm8k_rows(data_root, 2))
+    result = CliRunner().invoke(app, ["pairs", str(shards), "--out", str(tmp_path / "p"), "--perturb-answer"])
+    assert result.exit_code == 0, result.output
+    assert read_manifest(tmp_path / "p")["counts"]["dropped_no_answer_to_perturb"] == 0
+    assert "| dropped_no_answer_to_perturb | 0 |" in (tmp_path / "p" / "report.md").read_text()
+
+
+def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch):
+    import rufus_data.pairs
+
+    seen = {}
+
+    def capture(shards, out, config, overwrite=False):
+        seen["config"] = config
+        return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None}
+
+    monkeypatch.setattr(rufus_data.pairs, "build_pairs", capture)
+    result = CliRunner().invoke(app, [
+        "pairs", str(tmp_path), "--out", str(tmp_path / "p"), "--strong", "a", "--weak", "b", "--top-k", "20",
+        "--min-p", "0.05", "--repetition-penalty", "1.1", "--max-model-len", "4096", "--served-model-name", "served",
+    ])
+    assert result.exit_code == 0, result.output
+    config = seen["config"]
+    assert (config.top_k, config.min_p, config.repetition_penalty) == (20, 0.05, 1.1)
+    assert config.max_model_len == 4096 and config.served_model_name == "served"
+    assert config.backend_config().max_model_len == 4096 and config.sampling(1).top_k == 20
+    help_text = " ".join(CliRunner().invoke(app, ["pairs", "--help"], env={"COLUMNS": "200"}).output.split())
+    for option in ("--top-k", "--min-p", "--repetition-penalty", "--max-model-len", "--served-model-name"):
+        assert option in help_text
+    assert "[default: 1.0]" in help_text and "$RUFUS_VLLM_COMMAND, else `vllm serve`" in help_text
+
+
+def test_on_policy_pairs_contrast_a_passing_and_a_failing_sample(data_root):
+    """Chosen passes (reward >= pass_threshold), rejected fails; non-binary rewards that all fail
+    (or all pass) give no pair, whatever their spread."""
+    rows = arithmetic_rows(4)
+    rewards = {"add-1-1": [0.9, 0.6, 0.3, 0.6], "add-2-3": [1.0, 0.8, 0.2, 1.0], "add-4-5": [1.0] * 4,
+               "add-5-4": [0.5, None, 0.25, 0.75]}
+    samples = {"policy": {pid: {"texts": [f"{pid} sample {i}" for i in range(4)], "rewards": r}
+                          for pid, r in rewards.items()}}
+    scorer = Scorer.from_specs([NUMBER_REWARD])
+    config = PairsConfig(policy="m", k=4, reward=[NUMBER_REWARD])
+    pairs, counts = make_pairs(rows, config, "on_policy", samples, scorer)
+    assert [(p["id"], p["chosen_reward"], p["rejected_reward"]) for p in pairs] == [("add-2-3", 1.0, 0.2)]
+    assert pairs[0]["chosen"][0]["content"] == "add-2-3 sample 0" and pairs[0]["rejected"][0]["content"] == "add-2-3 sample 2"
+    assert counts["dropped_no_pass_fail_split"] == 3 and counts["pairs"] == 1
+
+    lower = PairsConfig(policy="m", k=4, reward=[NUMBER_REWARD], pass_threshold=0.5)
+    pairs, counts = make_pairs(rows, lower, "on_policy", samples, scorer)
+    assert [(p["id"], p["chosen_reward"], p["rejected_reward"]) for p in pairs] == [
+        ("add-1-1", 0.9, 0.3), ("add-2-3", 1.0, 0.2), ("add-5-4", 0.75, 0.25)]
+    assert counts["dropped_no_pass_fail_split"] == 1
+
+
+def test_config_hash_follows_input_content_not_its_path(tmp_path):
+    first = write_rl_shards(tmp_path / "a" / "rl", arithmetic_rows(3))
+    copy = tmp_path / "elsewhere" / "rl"
+    shutil.copytree(first, copy)
+    changed = write_rl_shards(tmp_path / "b" / "rl", arithmetic_rows(2))
+    config = PairsConfig(policy="m", k=4, reward=[NUMBER_REWARD])
+    hashes = [config.config_hash("policy", "m", 4, read_prompt_rows([f])[2]) for f in (first, copy, changed)]
+    assert hashes[0] == hashes[1] != hashes[2]
 
 
 def test_pairs_needs_a_method():
@@ -97,6 +167,48 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
     assert counts["prompts"] == 6
     assert counts.get("pairs", 0) + counts.get("dropped_tied", 0) + counts.get("dropped_identical", 0) == 6
     assert counts.get("dropped_tied", 0) >= 1  # both wrong: a tie under the verifier, dropped
+    assert counts["pairs"] >= 1 and counts["swapped_by_reward"] == 0
+
+    # the roles reversed (the random model as "strong"): the reward outranks the model order and
+    # swaps every pair back, so the real model's right answers are still chosen
+    reversed_ = build_pairs([shards], tmp_path / "reversed",
+                            PairsConfig(**{**common, "strong": random_weak_model, "weak": "smollm2-135m"},
+                                        reward=[NUMBER_REWARD]))
+    assert reversed_["counts"]["swapped_by_reward"] == reversed_["counts"]["pairs"] == counts["pairs"]
+    keep = ("id", "chosen", "rejected", "chosen_model", "rejected_model", "chosen_reward", "rejected_reward")
+    assert ([{k: r[k] for k in keep} for r in read_shards(tmp_path / "reversed").to_pylist()]
+            == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
+    assert all(r["chosen_model"] == "smollm2-135m" for r in read_shards(tmp_path / "reversed").to_pylist())
+
+
+def test_on_policy_pairs_resume_after_sigkill(tmp_path):
+    """hf on-policy pairs, killed mid-run and started again: no prompt lost or generated twice,
+    and the same pairs as an uninterrupted run (per-prompt seeds)."""
+    shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(8))
+    settings = {"k": 4, "max_tokens": 12, "temperature": 0.7, "seed": 0}
+    uninterrupted = build_pairs([shards], tmp_path / "whole", PairsConfig(policy="smollm2-135m", reward=[NUMBER_REWARD],
+                                                                          **settings))
+    out = tmp_path / "resumed"
+    args = ["pairs", str(shards), "--out", str(out), "--policy", "smollm2-135m", "--reward", json.dumps(NUMBER_REWARD),
+            "--k", "4", "--max-tokens", "12", "--temperature", "0.7", "--seed", "0"]
+    before_kill = _kill_midway(args, out, at_least=3)
+    assert 3 <= len(before_kill) < 8
+    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    generation = read_manifest(out)["generation"]["policy"]
+    assert generation["prompts_resumed"] == len(before_kill)
+    assert generation["prompts_generated"] == 8 - len(before_kill)
+    rows = read_shards(out).to_pylist()
+    assert len({r["id"] for r in rows}) == len(rows) == uninterrupted["counts"]["pairs"] >= 1
+    assert read_manifest(out)["counts"] == uninterrupted["counts"]
+    keep = ("id", "chosen", "rejected", "chosen_reward", "rejected_reward")
+    assert [{k: r[k] for k in keep} for r in rows] == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "whole").to_pylist()]
+    for record in before_kill:  # samples journaled before the kill are the ones paired
+        pair = next((r for r in rows if r["id"] == record["prompt_id"]), None)
+        if pair is not None:
+            assert pair["chosen"][0]["content"] in record["texts"] and pair["rejected"][0]["content"] in record["texts"]
+    for row in rows:
+        assert row["chosen_reward"] >= 1.0 > row["rejected_reward"]  # no --require-verified: still pass vs fail
 
 
 @pytest.mark.vllm
@@ -112,5 +224,5 @@ def test_on_policy_pairs_through_vllm(vllm_server, tmp_path):
         assert row["chosen_reward"] == 1.0 and row["rejected_reward"] == 0.0
         assert row["pair_method"] == "on_policy" and row["chosen_model"] == row["rejected_model"] == "smollm2-135m"
     counts = summary["counts"]
-    assert counts["pairs"] + counts.get("dropped_all_samples_equal", 0) + counts.get("dropped_not_verified", 0) == 12
+    assert counts["pairs"] + counts["dropped_no_pass_fail_split"] + counts["dropped_not_verified"] == 12
     assert read_manifest(out)["generation"]["policy"]["max_model_len_check"] == "ok"

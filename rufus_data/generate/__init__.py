@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
-from rufus_data.generate.context import check_context_fits
+from rufus_data.generate.context import check_context_fits, check_fits
 from rufus_data.generate.sampling import SamplingParams, prompt_seed, sample_seed
 
 BACKENDS = ("hf", "vllm", "server")
@@ -29,6 +29,7 @@ __all__ = [
     "PromptResult",
     "SamplingParams",
     "check_context_fits",
+    "check_fits",
     "check_prompts_fit",
     "open_generator",
     "prompt_seed",
@@ -108,13 +109,22 @@ def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
 
 
 def check_prompts_fit(generator: Generator, model: str, prompts: Sequence[Prompt], sampling: SamplingParams) -> str:
-    """For server-backed generators: refuse prompts + max_tokens above any server's max_model_len.
-    Returns "ok", "skipped" (server not reachable, or no tokenizer) or "n/a" (in-process hf)."""
+    """For server-backed generators: refuse prompts + max_tokens above any server's max_model_len
+    (context.check_fits). Returns "ok", "n/a" (in-process hf), or "skipped: <why>" - no local
+    tokenizer to count prompt tokens, or a server that did not answer - after printing that."""
     base_urls = getattr(generator, "base_urls", None)
     if not base_urls or not prompts:
         return "n/a"
     longest = longest_prompt_tokens(model, prompts)
     if longest is None:
-        return "skipped"
-    statuses = [check_context_fits(url, longest, sampling.max_tokens, model=generator.model) for url in base_urls]
-    return "ok" if all(s == "ok" for s in statuses) else "skipped"
+        status = f"skipped: no local tokenizer for {model!r} to count the prompt tokens"
+    else:
+        silent = [url for url in base_urls
+                  if check_context_fits(url, longest, sampling.max_tokens, model=generator.model) != "ok"]
+        if not silent:
+            return "ok"
+        status = f"skipped: the server did not answer GET /v1/models at {', '.join(silent)}"
+    from rufus_data.console import console
+
+    console.print(f"[yellow]max_model_len check {status}[/]")
+    return status

@@ -29,10 +29,11 @@ class Completion:
     finish_reason: str  # "stop" (end of sequence or stop string) or "length" (max_tokens reached)
     seed: int | None = None
     logprobs: list[float] | None = None  # log-probability of each generated token, where available
+    token_count: int | None = None  # when token_ids are unknown (a server without return_token_ids)
 
     @property
     def num_tokens(self) -> int:
-        return len(self.token_ids)
+        return len(self.token_ids) if self.token_ids or self.token_count is None else self.token_count
 
 
 @dataclass
@@ -41,10 +42,13 @@ class PromptResult:
 
     prompt: Prompt
     completions: list[Completion] = field(default_factory=list)
+    usage_tokens: int | None = None  # the server's usage.completion_tokens, where reported
 
     @property
     def num_tokens(self) -> int:
-        return sum(c.num_tokens for c in self.completions)
+        """Generated tokens: counted from the token ids, else the server's usage figure."""
+        counted = sum(c.num_tokens for c in self.completions)
+        return counted if counted or self.usage_tokens is None else self.usage_tokens
 
 
 class Generator:

@@ -1,7 +1,9 @@
 """The `hf` backend: transformers `generate`, in-process; the embedded default on CPU.
 
 Determinism: each prompt is generated on its own, as one batch of its `n` samples (identical
-rows, so no padding), after seeding torch with the prompt's seed (sampling.py). Its completions
+rows, so no padding), after seeding torch with the prompt's seed (sampling.py); every
+completion records that prompt seed, the one that reproduces it (row i of the batch comes from
+the same torch stream, not from a seed of its own). Its completions
 therefore depend only on the model, the prompt, its id and the run seed - not on which other
 prompts run in the same call, their order, or whether the run was interrupted and resumed.
 (Batching different prompts together would need left padding, which changes the logits a
@@ -81,7 +83,7 @@ class HFGenerator(Generator):
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
                     token_ids=tokens,
                     finish_reason=finish,
-                    seed=None if seed is None else seed + row,
+                    seed=seed,  # the prompt seed: re-running this prompt with it reproduces all n rows
                     logprobs=chosen[row, : len(tokens)].tolist(),
                 )
             )

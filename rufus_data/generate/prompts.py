@@ -48,3 +48,9 @@ def read_prompt_rows(folders: Sequence[str | Path]) -> tuple[list[dict], list[Pr
             rows.append(row)
             prompts.append(Prompt(row_id, messages))
     return rows, prompts, inputs, pa.unify_schemas(schemas, promote_options="permissive")
+
+
+def content_fingerprint(inputs: Sequence[dict]) -> list[dict[str, str]]:
+    """The input part of a run's configuration hash: each input folder's {file name: sha256},
+    without its path, so the same shards copied or reached from another directory resume."""
+    return [dict(sorted(entry["files"].items())) for entry in inputs]

@@ -4,7 +4,13 @@ One request per prompt asks for all `n` samples with `seed = prompt seed` (vLLM 
 children `seed + i`, see sampling.py), so samples differ and runs reproduce. Requests run
 asynchronously with bounded concurrency, are retried with exponential backoff on transient
 errors (connection problems, 408/429/5xx), and are spread over several base URLs: each goes
-to the URL with the fewest requests in flight, ties broken round-robin."""
+to the URL with the fewest requests in flight, ties broken round-robin. A URL that refuses
+connections `drop_after` times in a row is dropped for the rest of the run (logged) while
+another URL still answers.
+
+`return_token_ids` is a vLLM extension; a strict OpenAI-compatible endpoint answers 400 naming
+it. Then the request is sent again without it, once, and the rest of the run leaves it out;
+token counts then come from the response's `usage.completion_tokens`."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
@@ -33,6 +40,7 @@ class ServerConfig:
     max_retries: int = 5
     backoff_s: float = 0.5  # first retry delay; doubles each attempt (with jitter)
     timeout_s: float = 600.0
+    drop_after: int = 3  # consecutive connection failures after which a URL is dropped
     logprobs: bool = True
     api_key: str | None = None
 
@@ -52,6 +60,10 @@ class ServerGenerator(Generator):
         self.base_urls = [normalise_base_url(u) for u in config.base_urls]
         self.in_flight = dict.fromkeys(self.base_urls, 0)
         self.sent = dict.fromkeys(self.base_urls, 0)  # requests per URL, for reports and tests
+        self.live = list(self.base_urls)  # URLs still in use (see drop_after)
+        self.retries = 0  # attempts beyond each request's first, over the run
+        self.send_token_ids = True  # False once a server refused the return_token_ids field
+        self._connect_failures = dict.fromkeys(self.base_urls, 0)
         self._turn = itertools.count()
 
     # --- request building -------------------------------------------------------------------
@@ -63,8 +75,9 @@ class ServerGenerator(Generator):
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
             "top_p": sampling.top_p,
-            "return_token_ids": True,  # vLLM extension; other servers ignore unknown fields or not
         }
+        if self.send_token_ids:
+            body["return_token_ids"] = True  # vLLM extension (see the module docstring)
         if sampling.seed is not None:
             body["seed"] = sampling.prompt_seed(prompt.id)
         # vLLM's extra sampling fields, sent only when they differ from "off"
@@ -81,6 +94,8 @@ class ServerGenerator(Generator):
     @staticmethod
     def parse_choices(data: dict, base_seed: int | None) -> list[Completion]:
         completions = []
+        usage = (data.get("usage") or {}).get("completion_tokens")
+        single = len(data.get("choices", [])) == 1
         for choice in sorted(data.get("choices", []), key=lambda c: c.get("index", 0)):
             content = (choice.get("message") or {}).get("content") or ""
             logprobs = None
@@ -94,21 +109,36 @@ class ServerGenerator(Generator):
                     finish_reason=choice.get("finish_reason") or "stop",
                     seed=None if base_seed is None else base_seed + choice.get("index", 0),
                     logprobs=logprobs,
+                    token_count=usage if single and not token_ids else None,
                 )
             )
         return completions
 
     # --- load spreading ---------------------------------------------------------------------
     def _pick_url(self) -> str:
-        least = min(self.in_flight.values())
-        candidates = [u for u in self.base_urls if self.in_flight[u] == least]
+        least = min(self.in_flight[u] for u in self.live)
+        candidates = [u for u in self.live if self.in_flight[u] == least]
         return candidates[next(self._turn) % len(candidates)]
+
+    def _connection_failed(self, url: str) -> None:
+        self._connect_failures[url] += 1
+        if self._connect_failures[url] >= self.config.drop_after and url in self.live and len(self.live) > 1:
+            self.live.remove(url)
+            console.print(
+                f"[yellow]dropping {url}: {self._connect_failures[url]} connection failures in a row; "
+                f"going on with {', '.join(self.live)}[/]"
+            )
+
+    @staticmethod
+    def _refuses_token_ids(response: httpx.Response, body: dict) -> bool:
+        return response.status_code == 400 and "return_token_ids" in body and "return_token_ids" in response.text
 
     # --- one request, with retries ----------------------------------------------------------
     async def _complete(self, client: httpx.AsyncClient, prompt: Prompt, sampling: SamplingParams) -> PromptResult:
         body = self.request_body(prompt, sampling)
         last_error = ""
-        for attempt in range(self.config.max_retries + 1):
+        attempt = 0
+        while True:
             url = self._pick_url()
             self.in_flight[url] += 1
             self.sent[url] += 1
@@ -116,14 +146,26 @@ class ServerGenerator(Generator):
                 response = await client.post(f"{url}/v1/chat/completions", json=body)
             except httpx.TransportError as err:
                 last_error = f"{url}: {type(err).__name__}: {err}"
+                if isinstance(err, httpx.ConnectError):
+                    self._connection_failed(url)
             else:
+                self._connect_failures[url] = 0
                 if response.status_code == 200:
-                    completions = self.parse_choices(response.json(), body.get("seed"))
+                    data = response.json()
+                    completions = self.parse_choices(data, body.get("seed"))
                     if len(completions) != sampling.n:
                         raise RufusError(
                             f"{url} returned {len(completions)} completions for prompt {prompt.id}, asked for n={sampling.n}"
                         )
-                    return PromptResult(prompt, completions)
+                    return PromptResult(prompt, completions, (data.get("usage") or {}).get("completion_tokens"))
+                if self._refuses_token_ids(response, body):
+                    if self.send_token_ids:
+                        self.send_token_ids = False
+                        console.print(f"[yellow]{url} does not take return_token_ids: leaving it out for this run; "
+                                      "token counts come from usage.completion_tokens[/]")
+                    del body["return_token_ids"]
+                    self.retries += 1
+                    continue  # at once, and not counted against max_retries
                 if response.status_code not in TRANSIENT_STATUS:
                     raise RufusError(
                         f"{url} refused the request for prompt {prompt.id} (HTTP {response.status_code}): "
@@ -132,9 +174,12 @@ class ServerGenerator(Generator):
                 last_error = f"{url}: HTTP {response.status_code}: {response.text[:200]}"
             finally:
                 self.in_flight[url] -= 1
-            if attempt < self.config.max_retries:
-                delay = self.config.backoff_s * 2**attempt
-                await asyncio.sleep(delay * random.uniform(0.8, 1.2))
+            if attempt >= self.config.max_retries:
+                break
+            delay = self.config.backoff_s * 2**attempt
+            attempt += 1
+            self.retries += 1
+            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
         raise RufusError(
             f"prompt {prompt.id}: the server did not answer after {self.config.max_retries + 1} attempts "
             f"(last error: {last_error}); is it up? check --base-url"

@@ -284,11 +284,10 @@ def context_limit(config: GRPOStageConfig, check: bool) -> tuple[int | None, str
     model_config = async_grpo.read_model_config(config.model)
     limit = model_config.get("max_position_embeddings")
     where = f"the model's max_position_embeddings ({config.model})"
-    if check and limit is not None and config.max_completion_length >= limit:
-        raise RufusError(
-            f"max_completion_length ({config.max_completion_length}) >= {where} = {limit}: no prompt would fit. "
-            f"Lower max_completion_length below {limit}"
-        )
+    if check and limit is not None:
+        from rufus_data.generate.context import check_fits
+
+        check_fits(config.max_completion_length, limit, limit_name=where, max_tokens_name="max_completion_length")
     return limit, where
 
 
