@@ -252,9 +252,7 @@ class Canonicalizer:
             return prompt + completion, None, None
         if fmt == "question_answer":
             question = _text(_field(record, col["question"]), "question")
-            answer = record.get(col["answer"])
-            if answer is not None and not isinstance(answer, str):
-                answer = str(answer)
+            answer = _optional_text(record.get(col["answer"]))
             conversation = [{"role": "user", "content": question}]
             reasoning = record.get(col["reasoning"]) if col.get("reasoning") else None
             if answer:  # a reasoning trace goes before the answer in a <think> block, as hybrid models train
@@ -265,9 +263,7 @@ class Canonicalizer:
             value = _field(record, col["prompt"])
             return _as_messages(value, "user"), None, None
         if fmt == "prompt":
-            expected = record.get(col["expected_output"]) if col.get("expected_output") else None
-            if expected is not None and not isinstance(expected, str):
-                expected = str(expected)
+            expected = _optional_text(record.get(col["expected_output"])) if col.get("expected_output") else None
             return _as_messages(_field(record, col["prompt"]), "user"), expected or None, None
         if fmt == "preference":
             return None, None, _preference(record, col)
@@ -321,6 +317,11 @@ def _as_messages(value, role: str) -> list[dict]:
     if isinstance(value, str):
         return [{"role": role, "content": _text(value, role)}]
     return _messages(value)
+
+
+def _optional_text(value) -> str | None:
+    """An answer cell as text: numbers (GSM8K-style int answers) become strings, null stays null."""
+    return value if value is None or isinstance(value, str) else str(value)
 
 
 def _split_last_assistant(conversation: list[dict]) -> tuple[list[dict], str | None]:

@@ -66,24 +66,20 @@ class TokenCounter:
     def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
         return self._encode(*self.render(conversations, add_generation_prompt))
 
-    def count_rows(self, rows: list[dict], kind: Kind) -> Counts:
-        """Counts on the kind's basis: sft whole chats; rl prompts (with the generation prompt);
-        preference prompt + chosen (trainable = the chosen reply)."""
-        counts = self._encode(*self._render_rows(rows, kind))
-        return Counts(counts.total, [0] * len(rows)) if kind == "rl" else counts
-
     def count_batches(self, batches: Iterable[list[dict]], kind: Kind) -> Iterator[tuple[list[dict], Counts]]:
-        """`count_rows` over a stream of batches, pipelined: while the Rust tokenizer encodes one
-        batch (on every core, without the GIL), this thread reads and renders the next one."""
+        """Counts of each batch of canonical rows on the kind's basis (sft whole chats; rl prompts
+        with the generation prompt, no trainable tokens; preference prompt + chosen, trainable =
+        the chosen reply). Pipelined: while the Rust tokenizer encodes one batch (on every core,
+        without the GIL), this thread reads and renders the next one."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rufus-tokenize") as pool:
             pending = None
             for rows in batches:
                 future = pool.submit(self._encode, *self._render_rows(rows, kind))
                 if pending is not None:
-                    yield self._finish(*pending, kind)
+                    yield pending[0], pending[1].result()
                 pending = (rows, future)
             if pending is not None:
-                yield self._finish(*pending, kind)
+                yield pending[0], pending[1].result()
 
     def _render_rows(self, rows: list[dict], kind: Kind):
         if kind == "sft":
@@ -91,11 +87,6 @@ class TokenCounter:
         if kind == "rl":  # prompts carry no trainable span
             return self.render([r["prompt"] for r in rows], add_generation_prompt=True)[0], None
         return self.render([list(r["prompt"]) + list(r["chosen"]) for r in rows])
-
-    @staticmethod
-    def _finish(rows: list[dict], future, kind: Kind) -> tuple[list[dict], Counts]:
-        counts = future.result()
-        return rows, (Counts(counts.total, [0] * len(rows)) if kind == "rl" else counts)
 
     def _encode(self, rendered: list[str], spans) -> Counts:
         if not spans:
