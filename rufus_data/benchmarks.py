@@ -8,8 +8,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from rufus_data.errors import RufusError
+from rufus_data.hub import warn_if_unpinned
 from rufus_data.paths import data_root
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
@@ -222,14 +221,8 @@ def _locate(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[d
         tried.append(f"hub {spec.hub.id}@{spec.hub.revision} (HF_HUB_OFFLINE is set)")
     elif spec.hub:
         hub = spec.hub
-        if not re.fullmatch(r"[0-9a-f]{40}", hub.revision):
-            message = (f"benchmark `{name}`: revision {hub.revision!r} of {hub.id} is a branch or tag, not a commit: "
-                       f"its items can change when the dataset does; pin a commit sha in {registry_path.name} "
-                       f"(https://huggingface.co/datasets/{hub.id}/commits/main)")
-            from rufus_data.console import console
-
-            console.print(f"[yellow]WARNING:[/] {message}", highlight=False)
-            warnings.warn(message, stacklevel=2)
+        warn_if_unpinned(f"benchmark `{name}`", hub.id, hub.revision, "its items can change when the dataset does",
+                         f" in {registry_path.name}")
         try:
             import datasets
 
@@ -304,7 +297,8 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
             seen.add(item_id)
             problems = tuple(t for f in spec.problem_fields for t in _texts(row.get(f)))
             answers = tuple(t for f in spec.answer_fields for t in _texts(row.get(f)))
-            group = str(row.get(spec.group_field)) if spec.group_field else ""
+            family = row.get(spec.group_field) if spec.group_field else None
+            group = "" if family is None else str(family)  # no family: the item stands alone
             if problems:
                 items.append(EvalItem(name, item_id, problems, answers, group))
         # how the rows were read is part of the fingerprint: the same file with other fields is another index

@@ -248,15 +248,11 @@ def decontam_command(
 ) -> None:
     """Find training rows that contain benchmark items (exact n-grams + MinHash) and drop them."""
     from rufus_data.decontam import DecontamConfig, decontaminate
-    from rufus_data.errors import RufusError
-    from rufus_data.yaml_config import load_yaml_model, model_from_options
+    from rufus_data.yaml_config import config_from_cli
 
-    if engine not in (None, "local", "ray"):
-        raise RufusError(f"--engine must be local or ray, not {engine!r}")
-    given = {"ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
-             "workers": workers}
-    given = {key: value for key, value in given.items() if value is not None}
-    config = load_yaml_model(config_file, DecontamConfig, given) if config_file else model_from_options(DecontamConfig, given)
+    config = config_from_cli(DecontamConfig, config_file, {
+        "ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
+        "workers": workers})
     result = decontaminate(shards, against or [], out, benchmarks_file=benchmarks, skip_missing=skip_missing,
                            dry_run=dry_run, overwrite=overwrite, config=config, suites=against_suite or [])
     for name, why in result.missing.items():
@@ -278,9 +274,8 @@ def dedup_command(
 ) -> None:
     """Drop near-duplicate rows within a mix (MinHash + LSH), keeping the first of each cluster."""
     from rufus_data.dedup import DedupConfig, deduplicate
-    from rufus_data.yaml_config import load_yaml_model, model_from_options
+    from rufus_data.yaml_config import config_from_cli
 
-    given = {"threshold": threshold} if threshold is not None else {}
-    config = load_yaml_model(config_file, DedupConfig, given) if config_file else model_from_options(DedupConfig, given)
+    config = config_from_cli(DedupConfig, config_file, {"threshold": threshold})
     result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")

@@ -38,7 +38,6 @@ from rufus_data.sketch import (
     shingles_of,
     signatures,
     sorted_member,
-    split_files,
     text_fields,
     tokenize_batch,
 )
@@ -570,6 +569,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
         atomic_output_dir,
         file_sha256,
         package_versions,
+        split_files,
         write_manifest,
     )
 

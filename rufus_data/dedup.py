@@ -24,7 +24,7 @@ from datasketch import MinHashLSH
 from pydantic import BaseModel, ConfigDict, Field
 
 from rufus_data.errors import RufusError
-from rufus_data.sketch import lean, signatures, split_files, text_fields, tokenize_batch
+from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
 from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
 
 
@@ -77,6 +77,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
         atomic_output_dir,
         file_sha256,
         package_versions,
+        split_files,
         write_manifest,
     )
 

@@ -16,7 +16,6 @@ band) without generating."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -33,7 +32,7 @@ from rufus_data.errors import RufusError
 from rufus_data.generate import SamplingParams, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
-from rufus_data.generate.prompts import content_fingerprint, read_prompt_rows
+from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.report import markdown_table, pyplot
 from rufus_data.shards import (
     MANIFEST,
@@ -59,17 +58,8 @@ class FilterConfig(GenerationOptions):
     keep: str = "0<p<1"
 
     def rollout_hash(self, inputs: list[dict]) -> str:
-        """What makes two runs' rollouts interchangeable: model, rewards, sampling, backend, inputs.
-        (--keep, URLs, concurrency and the input folders' paths do not change the rollouts and are
-        left out: the inputs count by content.)"""
-        key = {
-            "policy": self.policy,
-            "reward": self.reward,
-            "backend": "hf" if self.backend == "hf" else "server",
-            "sampling": self.sampling(self.k).to_dict(),
-            "inputs": content_fingerprint(inputs),
-        }
-        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        """The journal key (--keep does not change the rollouts and is left out)."""
+        return self.run_hash(self.k, inputs, policy=self.policy, reward=self.reward)
 
 
 # --- the keep band --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, progress
 from rufus_data.errors import RufusError
+from rufus_data.hub import hub_commit
 from rufus_data.materialise import read_holdout, unified_schema, write_train
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, write_manifest, write_shards
@@ -256,18 +257,7 @@ def _fingerprint(spec: SourceSpec) -> dict:
     if spec.path is not None:
         return {"path": spec.path, "sha256": file_sha256(spec.path)}
     return {"hub": spec.hub, "config": spec.config, "split": spec.split, "revision": spec.revision or "unpinned",
-            "commit": _hub_commit(spec.hub, spec.revision)}
-
-
-def _hub_commit(repo: str, revision: str | None) -> str | None:
-    """The commit a hub revision (or the default branch) points at now, so the manifest pins
-    what was read even when the catalog names a branch; None when the hub cannot be asked."""
-    try:
-        from huggingface_hub import HfApi
-
-        return HfApi().dataset_info(repo, revision=revision, timeout=10).sha
-    except Exception:  # noqa: BLE001 - offline or gated: the load itself reports the problem
-        return None
+            "commit": hub_commit(spec.hub, spec.revision)}
 
 
 # --- pass 2: choose rows by token share ---------------------------------------------------

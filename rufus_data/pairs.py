@@ -37,7 +37,7 @@ from rufus_data.errors import RufusError
 from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
-from rufus_data.generate.prompts import content_fingerprint, read_prompt_rows
+from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.report import markdown_table
 from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
 
@@ -77,15 +77,7 @@ class PairsConfig(GenerationOptions):
         )
 
     def config_hash(self, role: str, model: str, n: int, inputs: list[dict]) -> str:
-        key = {
-            "role": role,
-            "model": model,
-            "reward": self.reward,
-            "backend": "hf" if self.backend == "hf" else "server",
-            "sampling": self.sampling(n).to_dict(),
-            "inputs": content_fingerprint(inputs),  # by content: a run resumes from another directory
-        }
-        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return self.run_hash(n, inputs, role=role, model=model, reward=self.reward)
 
 
 # --- perturbing a final answer --------------------------------------------------------------
@@ -265,17 +257,17 @@ def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) ->
         if scorer is not None and chosen_reward is not None and chosen_reward == rejected_reward:
             counts["dropped_tied"] += 1
             continue
+        if scorer is not None and chosen_reward is not None and rejected_reward is not None and chosen_reward < rejected_reward:
+            chosen, rejected = rejected, chosen  # the verifier outranks the model order
+            chosen_model, rejected_model = rejected_model, chosen_model
+            chosen_reward, rejected_reward = rejected_reward, chosen_reward
+            counts["swapped_by_reward"] += 1
         if config.require_verified:
             passes = chosen_reward is not None and chosen_reward >= config.pass_threshold
             fails = rejected_reward is not None and rejected_reward < config.pass_threshold
             if not (passes and fails):
                 counts["dropped_not_verified"] += 1
                 continue
-        if scorer is not None and chosen_reward is not None and rejected_reward is not None and chosen_reward < rejected_reward:
-            chosen, rejected = rejected, chosen  # the verifier outranks the model order
-            chosen_model, rejected_model = rejected_model, chosen_model
-            chosen_reward, rejected_reward = rejected_reward, chosen_reward
-            counts["swapped_by_reward"] += 1
         pairs.append(
             {
                 **{key: value for key, value in row.items() if key not in ("prompt", "chosen", "rejected")},

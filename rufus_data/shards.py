@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,6 +69,21 @@ def write_shard(table: pa.Table, folder: Path, index: int, total: int, split: st
     path = data / shard_name(index, total, split)
     pq.write_table(table, path, compression="zstd", write_statistics=True)
     return path
+
+
+_SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
+
+
+def split_files(folder: str | Path) -> dict[str, list[Path]]:
+    """Every split of a shard folder (train first, then holdout and any other, by name), each
+    with its files in order. decontam and dedup read and write all of them: a split left
+    behind would be a silent hole in the output folder."""
+    splits: dict[str, list[Path]] = {"train": shard_files(folder, "train")}  # the clear errors
+    for path in sorted((Path(folder) / DATA_DIR).glob("*.parquet")):
+        match = _SHARD_NAME.match(path.name)
+        if match and match["split"] != "train":
+            splits.setdefault(match["split"], []).append(path)
+    return splits
 
 
 def shard_files(folder: str | Path, split: str = "train") -> list[Path]:

@@ -4,9 +4,6 @@ MinHash signatures over word shingles with datasketch (computed with `MinHash.bu
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,23 +13,6 @@ from rufus_data.textnorm import TokenHasher, shingle32, tokenize_array
 
 # Columns that describe a row rather than hold its text.
 NON_TEXT_COLUMNS = frozenset({"id", "source", "label", "origin_id"})
-
-
-_SHARD_NAME = re.compile(r"^(?P<split>[A-Za-z0-9_]+)-\d{5}-of-\d{5}\.parquet$")
-
-
-def split_files(folder: str | Path) -> dict[str, list[Path]]:
-    """Every split of a shard folder (train first, then holdout and any other, by name), each
-    with its files in order. decontam and dedup read and write all of them: a split left
-    behind would be a silent hole in the output folder."""
-    from rufus_data.shards import DATA_DIR, shard_files
-
-    splits: dict[str, list[Path]] = {"train": shard_files(folder, "train")}  # the clear errors
-    for path in sorted((Path(folder) / DATA_DIR).glob("*.parquet")):
-        match = _SHARD_NAME.match(path.name)
-        if match and match["split"] != "train":
-            splits.setdefault(match["split"], []).append(path)
-    return splits
 
 
 def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:

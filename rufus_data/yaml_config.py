@@ -123,3 +123,11 @@ def model_from_options(model: type[M], options: dict) -> M:
     except ValidationError as err:
         problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in err.errors())
         raise RufusError(f"invalid option for {model.__name__}: {problems}") from None
+
+
+def config_from_cli(model: type[M], config_file: str | Path | None, options: dict) -> M:
+    """`--config FILE` (if given) with the command-line options on top: options left unset do not
+    override the file, and a bad option is named as an option, not as a line of the file."""
+    options = {key: value for key, value in options.items() if value is not None}
+    config = model_from_options(model, options)
+    return load_yaml_model(config_file, model, options) if config_file else config

@@ -114,8 +114,9 @@ def score_answers(scorer: dict, answers: list[str], gold: dict, prompt: str = ""
             line for line in str(gold.get("prompt", "")).splitlines() if line.startswith(("import ", "from "))
         )
         programs = [f"```python\n{imports}\n{extract_code(a)}\n```" if a else "" for a in answers]
-        columns = {c: gold[c] for c in ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases")
-                   if c in gold}
+        from rufus_data.rewards.code_execution import TEST_COLUMNS
+
+        columns = {c: gold[c] for c in TEST_COLUMNS if c in gold}
         return _call_reward(reward, programs, prompt, columns)
     if name == "bfcl":
         from rufus_eval.bfcl import score_bfcl

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-import warnings
 from pathlib import Path
 
 import yaml
 
-from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.hub import warn_if_unpinned
 from rufus_data.paths import data_root
 from rufus_data.rewards.extract import extract_gsm8k
 from rufus_eval.suite import Suite, Task
@@ -57,13 +55,7 @@ def source_rows(task: Task) -> list[dict]:
 
 def _hub_rows(task: Task) -> list[dict]:
     src = task.data
-    if not re.fullmatch(r"[0-9a-f]{40}", src.revision or ""):
-        message = (
-            f"task {task.name}: revision {src.revision!r} of {src.hub} is a branch or tag, not a commit: the number "
-            f"can move when the dataset does; pin a commit sha (https://huggingface.co/datasets/{src.hub}/commits/main)"
-        )
-        console.print(f"[yellow]WARNING:[/] {message}")
-        warnings.warn(message, stacklevel=2)
+    warn_if_unpinned(f"task {task.name}", src.hub, src.revision, "the number can move when the dataset does")
     try:
         import datasets
 

@@ -23,6 +23,7 @@ import functools
 import operator
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.code_execution import TEST_COLUMNS
 from rufus_data.rewards.response_schema import RUFUS_RESPONSE_TEMPLATE
 
 TOOL_OUTPUT_CHARS = 2000
@@ -122,13 +123,11 @@ def run_python(code: str) -> str:
 class CodingEnvironment:
     """One coding rollout: the row's tests are kept at reset and checked by `run_tests`."""
 
-    TEST_COLUMNS = ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases")
-
     def __init__(self):
         self.tests: dict = {}
 
     def reset(self, **row) -> None:
-        self.tests = {k: row[k] for k in self.TEST_COLUMNS if row.get(k) is not None}
+        self.tests = {k: row[k] for k in TEST_COLUMNS if row.get(k) is not None}
 
     def run_python(self, code: str) -> str:
         """Run a Python program in a sandbox (no network, 10 s) and return what it prints.

@@ -277,10 +277,6 @@ def test_a_branch_revision_warns_when_the_hub_is_tried(tmp_path, monkeypatch):
 
 def test_bad_option_values_are_clean_errors(tmp_path):
     """An out-of-range option is exit 2 with the option's name, not a traceback."""
-    from typer.testing import CliRunner
-
-    from rufus_data.cli import app
-
     result = CliRunner().invoke(app, ["decontam", str(tmp_path), "--against", "gsm8k", "--ngram", "0", "--dry-run"])
     assert result.exit_code == 2 and "--ngram: Input should be greater than or equal to 1" in result.output
     result = CliRunner().invoke(app, ["dedup", str(tmp_path), "--threshold", "1.5", "--dry-run"])

@@ -167,7 +167,8 @@ def chat_server():
                         n = body["n"]
                         choices = [{"index": i, "finish_reason": "stop",
                                     "message": {"role": "assistant", "content": f"sample {i} of {body['seed']}"},
-                                    **({"token_ids": [1, 2, 3]} if body.get("return_token_ids") else {})}
+                                    **({"token_ids": [1, 2, 3]} if body.get("return_token_ids") else {}),
+                                    **({"logprobs": {"content": [{"logprob": -0.1}] * 3}} if body.get("logprobs") else {})}
                                    for i in range(n)]
                         self.reply(200, {"choices": choices, "usage": {"completion_tokens": 3 * n}})
                         state["answered"] += 1
@@ -239,7 +240,8 @@ def test_server_client_leaves_out_return_token_ids_for_a_strict_endpoint(chat_se
     assert gen.send_token_ids is False
     for result in results:
         assert [c.token_ids for c in result.completions] == [[], []]
-        assert result.num_tokens == 6  # the server's usage.completion_tokens
+        assert [c.num_tokens for c in result.completions] == [3, 3]  # each choice's logprob entries
+        assert result.num_tokens == 6
     assert "does not take return_token_ids" in capsys.readouterr().err
     single = gen.generate(_prompts(1), SamplingParams(n=1, max_tokens=8))[0]
     assert single.completions[0].num_tokens == 3

@@ -179,6 +179,13 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
     assert ([{k: r[k] for k in keep} for r in read_shards(tmp_path / "reversed").to_pylist()]
             == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
     assert all(r["chosen_model"] == "smollm2-135m" for r in read_shards(tmp_path / "reversed").to_pylist())
+    # --require-verified judges the pair after that swap: the same pairs survive, none dropped
+    strict = build_pairs([shards], tmp_path / "reversed_verified",
+                         PairsConfig(**{**common, "strong": random_weak_model, "weak": "smollm2-135m"},
+                                     reward=[NUMBER_REWARD], require_verified=True))
+    assert strict["counts"]["pairs"] == counts["pairs"] and strict["counts"].get("dropped_not_verified", 0) == 0
+    assert ([{k: r[k] for k in keep} for r in read_shards(tmp_path / "reversed_verified").to_pylist()]
+            == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
 
 
 def test_on_policy_pairs_resume_after_sigkill(tmp_path):

@@ -42,13 +42,10 @@ class PromptResult:
 
     prompt: Prompt
     completions: list[Completion] = field(default_factory=list)
-    usage_tokens: int | None = None  # the server's usage.completion_tokens, where reported
 
     @property
     def num_tokens(self) -> int:
-        """Generated tokens: counted from the token ids, else the server's usage figure."""
-        counted = sum(c.num_tokens for c in self.completions)
-        return counted if counted or self.usage_tokens is None else self.usage_tokens
+        return sum(c.num_tokens for c in self.completions)
 
 
 class Generator:

@@ -3,9 +3,14 @@ pydantic model, so a new knob (or a new default) is added in one place and reach
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Sequence
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from rufus_data.generate import BackendConfig, SamplingParams
+from rufus_data.generate.prompts import content_fingerprint
 
 
 class GenerationOptions(BaseModel):
@@ -48,3 +53,11 @@ class GenerationOptions(BaseModel):
             devices=self.devices,
             max_model_len=self.max_model_len,
         )
+
+    def run_hash(self, n: int, inputs: Sequence[dict], **identity) -> str:
+        """What makes two runs' samples interchangeable, the key of a resumable journal: `identity`
+        (model, rewards, role), the sampling, the backend kind and the inputs by content (not their
+        paths: a run resumes from another directory). URLs and concurrency change no sample."""
+        key = {**identity, "backend": "hf" if self.backend == "hf" else "server",
+               "sampling": self.sampling(n).to_dict(), "inputs": content_fingerprint(inputs)}
+        return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]

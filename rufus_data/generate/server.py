@@ -10,7 +10,7 @@ another URL still answers.
 
 `return_token_ids` is a vLLM extension; a strict OpenAI-compatible endpoint answers 400 naming
 it. Then the request is sent again without it, once, and the rest of the run leaves it out;
-token counts then come from the response's `usage.completion_tokens`."""
+token counts then come from each choice's logprobs (one entry per generated token)."""
 
 from __future__ import annotations
 
@@ -94,6 +94,8 @@ class ServerGenerator(Generator):
     @staticmethod
     def parse_choices(data: dict, base_seed: int | None) -> list[Completion]:
         completions = []
+        # without token ids, each choice's count is its logprob entries (one per generated token);
+        # the response's usage total can stand in only for a single choice
         usage = (data.get("usage") or {}).get("completion_tokens")
         single = len(data.get("choices", [])) == 1
         for choice in sorted(data.get("choices", []), key=lambda c: c.get("index", 0)):
@@ -109,7 +111,7 @@ class ServerGenerator(Generator):
                     finish_reason=choice.get("finish_reason") or "stop",
                     seed=None if base_seed is None else base_seed + choice.get("index", 0),
                     logprobs=logprobs,
-                    token_count=usage if single and not token_ids else None,
+                    token_count=None if token_ids else (len(logprobs) if logprobs is not None else (usage if single else None)),
                 )
             )
         return completions
@@ -157,12 +159,12 @@ class ServerGenerator(Generator):
                         raise RufusError(
                             f"{url} returned {len(completions)} completions for prompt {prompt.id}, asked for n={sampling.n}"
                         )
-                    return PromptResult(prompt, completions, (data.get("usage") or {}).get("completion_tokens"))
+                    return PromptResult(prompt, completions)
                 if self._refuses_token_ids(response, body):
                     if self.send_token_ids:
                         self.send_token_ids = False
                         console.print(f"[yellow]{url} does not take return_token_ids: leaving it out for this run; "
-                                      "token counts come from usage.completion_tokens[/]")
+                                      "token counts come from the logprobs[/]")
                     del body["return_token_ids"]
                     self.retries += 1
                     continue  # at once, and not counted against max_retries

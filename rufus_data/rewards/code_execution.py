@@ -35,6 +35,8 @@ def extract_code(text: str) -> str:
 
 
 HARNESS = Path(__file__).with_name("harness.py").read_text()
+# the row columns a code reward reads its tests from (HumanEval, MBPP, APPS, LiveCodeBench)
+TEST_COLUMNS = ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases")
 
 
 @dataclass

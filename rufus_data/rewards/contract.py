@@ -58,7 +58,6 @@ class RewardFunction:
     def __init__(self, only_label: str | None = None):
         self.only_label = only_label
         self.__name__ = self.name
-        self._warned_no_label = False
         self._warned_columns: set[str] = set()
 
     # -- the TRL entry point
@@ -100,25 +99,16 @@ class RewardFunction:
         if self.only_label is None:
             return [True] * len(rows)
         if rows and not any("label" in row for row in rows):
-            if not self._warned_no_label:
-                warnings.warn(
-                    f"reward {self.name!r} has only_label={self.only_label!r} but the dataset has no 'label' "
-                    "column: every sample is left unscored (None)",
-                    stacklevel=3,
-                )
-                self._warned_no_label = True
+            self.warn_missing_column(rows, "label", f"only_label={self.only_label!r} needs it")
             return [False] * len(rows)
         return [row.get("label") == self.only_label for row in rows]
 
-    def warn_missing_column(self, rows: list[Row], column: str) -> None:
-        """Warn once per reward instance when a batch lacks the column this reward reads its gold from
-        (every row then scores None, which is easy to miss in a training log)."""
+    def warn_missing_column(self, rows: list[Row], column: str, why: str) -> None:
+        """Warn once per reward instance when a batch lacks a column the reward needs: every row
+        then scores None, which is easy to miss in a training log."""
         if rows and column not in self._warned_columns and not any(column in row for row in rows):
-            warnings.warn(
-                f"reward {self.name!r} reads its gold answer from the {column!r} column, but the batch has no "
-                f"such column: every sample is left unscored (None); set answer_column to the right column",
-                stacklevel=4,
-            )
+            warnings.warn(f"reward {self.name!r}: the dataset has no {column!r} column ({why}): every sample is left "
+                          "unscored (None)", stacklevel=4)
             self._warned_columns.add(column)
 
     def log_counts(self, log_metric: Callable | None, texts, closed, results) -> None:

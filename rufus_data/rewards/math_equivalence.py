@@ -19,7 +19,7 @@ class MathEquivalenceReward(RewardFunction):
         super().__init__(only_label=only_label)
 
     def score_rows(self, prompts, texts, closed, rows, log_metric):
-        self.warn_missing_column(rows, self.answer_column)
+        self.warn_missing_column(rows, self.answer_column, "the gold answer; set answer_column to the column that holds it")
         from math_verify import parse, verify
 
         timeout = self.timeout_s if threading.current_thread() is threading.main_thread() else None

@@ -277,6 +277,9 @@ def run_python(
             start_new_session=True,
             **_drop_privileges(uid),
         )
+        for fd in input_fds:  # the child holds its copies; ours must not stay readable at /proc/<parent>/fd
+            os.close(fd)
+        input_fds = []
         deadline = start + config.timeout_s
         with selectors.DefaultSelector() as selector:
             selector.register(proc.stdout, selectors.EVENT_READ, stdout)

@@ -33,7 +33,7 @@ class StringMatchReward(RewardFunction):
         return normalized_gold(self.extractor, str(gold))
 
     def score_rows(self, prompts, texts, closed, rows, log_metric):
-        self.warn_missing_column(rows, self.answer_column)
+        self.warn_missing_column(rows, self.answer_column, "the gold answer; set answer_column to the column that holds it")
         extract = get_extractor(self.extractor)
         scores: list[float | None] = []
         for text, ok, row in zip(texts, closed, rows):
