@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from decontam_planting import no_ngram_survives, shared_ngrams
 
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.decontam import DecontamConfig, build_index, scan_table
+from rufus_data.decontam import DecontamConfig, build_eval_index, scan_table
 from rufus_data.paths import data_root
 
 
@@ -42,7 +42,7 @@ def main() -> None:
             for r in jsonl("mbpp_sanitized/sanitized-mbpp.jsonl")]
     config = DecontamConfig(containment=0.3)
     items = load_benchmarks(["gsm8k", "math500"]).items
-    index = build_index(items, config)
+    index = build_eval_index(items, config)
     rng = random.Random(1)
     pick = rng.sample([i for i, it in enumerate(items) if len(it.problems[0].split()) >= 15], 300)
     rows, planted = [], []
@@ -57,13 +57,13 @@ def main() -> None:
     clean = []
     for name, data, bench in [("Code Alpaca vs GSM8K", alpaca, ["gsm8k"]), ("MBPP vs HumanEval", mbpp, ["humaneval"]),
                               ("GSM8K train vs GSM8K test", gsm, ["gsm8k"])]:
-        idx = build_index(load_benchmarks(bench).items, config)
+        idx = build_eval_index(load_benchmarks(bench).items, config)
         per_row: dict[int, float] = {}
         for c in scan_table(table(data, "clean"), idx, 0):
             if not c.problem_grams:
                 per_row[c.row] = max(per_row.get(c.row, 0.0), c.containment)
         clean.append((name, per_row))
-    print(f"{len(planted)} rewritten items with no surviving 8-gram; LSH b={index.lsh.b} r={index.lsh.r}")
+    print(f"{len(planted)} rewritten items with no surviving 8-gram; LSH b={index.minhash.lsh.b} r={index.minhash.lsh.r}")
     print("| containment >= | recall | " + " | ".join(name for name, _ in clean) + " |")
     for threshold in (0.4, 0.5, 0.55, 0.6, 0.65, 0.7):
         recall = sum(s >= threshold for s in scores) / len(scores)

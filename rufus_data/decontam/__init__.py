@@ -1,0 +1,144 @@
+"""`rufus-data decontam`: find training rows that contain benchmark items, say which item and why,
+and write the clean shards. Every split of the shard folder (train, holdout, ...) is scanned and
+written. See docs/decontam.md.
+
+The package is a pipeline of small steps, one job per module:
+
+    config.py         DecontamConfig, every knob
+    texts.py          the tokenised eval texts and training fields every stage sees
+    exact_stage.py    stage 1: exact word n-grams (n=8) of problems and distinctive answers
+    minhash_stage.py  stage 2: near duplicates, MinHash + LSH, re-checked by exact containment
+    index.py          the eval side: one index per stage, built once per process
+    candidates.py     what a stage reports: (training row, eval item) candidates and their evidence
+    scan.py           one batch of rows through every stage
+    engines.py        tasks over a shard folder, run in-process, in a process pool or on Ray
+    rules.py          the final rules that need the whole corpus (training-side boilerplate)
+    report.py         the result, the summary table and report.md
+
+A stage is a module with a `build_*_index(texts, config)` for the eval side and a
+`scan_*(batch, its index, ..., candidates)` for a batch of rows; it joins the pipeline with a
+field of `EvalIndex`, a line in `scan_table`, and its method in `rules.finalize`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rufus_data.benchmarks import load_benchmarks
+from rufus_data.console import console, progress
+from rufus_data.decontam.candidates import Candidate
+from rufus_data.decontam.config import DecontamConfig
+from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
+from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_index
+from rufus_data.decontam.report import DecontamResult, render_report, source_benchmark_counts, summary_table
+from rufus_data.decontam.rules import HIT_SCHEMA, finalize
+from rufus_data.decontam.scan import scan_table
+from rufus_data.errors import RufusError
+from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, split_files, write_manifest
+
+__all__ = [
+    "HIT_SCHEMA", "Candidate", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",
+    "decontaminate", "finalize", "scan_table", "source_benchmark_counts", "summary_table",
+]
+
+AUTO_PROCESSES_FROM_ROWS = 20_000
+
+
+def decontaminate(shards: str | Path, against: list[str], out: str | Path | None = None, *,
+                  benchmarks_file: str | Path | None = None, skip_missing: bool = False, dry_run: bool = False,
+                  overwrite: bool = False, config: DecontamConfig | None = None, show_progress: bool = True,
+                  suites: list[str] = ()) -> DecontamResult:
+    """Scan every split of a shard folder against benchmarks (names, sets, and the tasks of eval
+    `suites`); write clean shards + provenance unless `dry_run`."""
+    config = config or DecontamConfig()
+    started = time.time()
+    by_split = split_files(shards)
+    files = [path for paths in by_split.values() for path in paths]
+    if out is None and not dry_run:
+        raise RufusError("decontam needs --out DIR (or --dry-run to only report)")
+    if out is not None and Path(out).exists() and not overwrite and not dry_run:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    for path in files:
+        try:
+            pq.read_schema(path)
+        except (pa.ArrowException, OSError) as err:
+            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
+    loaded = load_benchmarks(against, benchmarks_file, skip_missing, list(suites))
+    asked = [*against, *(f"suite:{s}" for s in suites)]
+    if not loaded.items:
+        raise RufusError(f"no eval items loaded for {' '.join(asked)} (missing: {', '.join(loaded.missing) or 'none'})")
+    index = cached_eval_index(loaded, config)
+    tasks, rows_in = plan_scan(files, config.batch_rows)
+    # auto: one process per CPU, but small inputs stay in-process (forking costs more than it saves)
+    workers = config.workers or (min(os.cpu_count() or 1, len(tasks)) if rows_in >= AUTO_PROCESSES_FROM_ROWS else 1)
+    with progress("rows") as bar:
+        job = bar.add_task("decontam", total=rows_in) if show_progress else None
+
+        def done(task: ScanTask) -> None:
+            if job is not None:
+                bar.advance(job, task.rows)
+
+        if config.engine == "ray":
+            cands = scan_ray(tasks, index, done)
+        else:
+            cands = scan_local(tasks, index, workers, done)
+    hits, boiler = finalize(cands, index, rows_in)
+    hits, splits = _with_splits(hits, by_split, tasks)
+    flagged = set(hits.column("row").to_pylist())
+    result = DecontamResult(hits, rows_in, rows_in - len(flagged), flagged, loaded.missing, loaded.sources, boiler,
+                            index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits)
+    if not dry_run:
+        with atomic_output_dir(out, overwrite) as tmp:
+            (tmp / "data").mkdir()
+            first = 0
+            for path in files:
+                table = pq.read_table(path)
+                keep = np.ones(table.num_rows, dtype=bool)
+                drop = [r - first for r in flagged if first <= r < first + table.num_rows]
+                keep[drop] = False
+                pq.write_table(table.filter(pa.array(keep)), tmp / "data" / path.name, compression="zstd", write_statistics=True)
+                first += table.num_rows
+            pq.write_table(hits, tmp / "contaminated.parquet")
+            result.seconds = time.time() - started
+            (tmp / "report.md").write_text(render_report(result, asked, config))
+            write_manifest(tmp, {
+                "command": "rufus-data decontam", "against": against, "against_suites": list(suites),
+                "not_decontaminable": loaded.not_decontaminable, "splits": splits, "config": config.model_dump(),
+                "config_hash": _hash(config.model_dump()),
+                "inputs": {str(p): file_sha256(p) for p in files}, "benchmarks": loaded.sources,
+                "skipped_benchmarks": loaded.missing, "rows_in": rows_in, "rows_out": result.rows_out,
+                "rows_dropped": len(flagged), "hits": hits.num_rows, "index": result.index_stats,
+                "boilerplate_train_grams": boiler[:100], "seconds": round(result.seconds, 2),
+                "versions": package_versions("datasketch", "pyarrow", "numpy"),
+            })
+        result.out = Path(out)
+    result.seconds = time.time() - started
+    if show_progress:
+        console.print(summary_table(result))
+    return result
+
+
+def _with_splits(hits: pa.Table, by_split: dict[str, list[Path]], tasks: list[ScanTask]) -> tuple[pa.Table, dict]:
+    """Name each hit's split (from its global row number) and count rows and flagged rows per split."""
+    split_of = {str(path): split for split, paths in by_split.items() for path in paths}
+    starts = np.asarray([t.first_row for t in tasks], dtype=np.int64)
+    task_split = [split_of[t.path] for t in tasks]
+    rows = hits.column("row").to_numpy()
+    names = [task_split[i] for i in (np.searchsorted(starts, rows, side="right") - 1).tolist()]
+    splits = {split: {"rows": 0, "flagged": 0} for split in by_split}
+    for task in tasks:
+        splits[split_of[task.path]]["rows"] += task.rows
+    for _, name in set(zip(rows.tolist(), names)):  # rows, not hits: a row can hit several items
+        splits[name]["flagged"] += 1
+    return hits.append_column("split", pa.array(names, pa.string())), splits
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]

@@ -1,0 +1,37 @@
+"""What a stage reports: a `Candidate` per (training row, eval item) with the evidence each stage
+found. Workers send candidates back; the final rules (rules.py) decide which become hits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Candidate:
+    """One (training row, eval item) pair found by a worker, before the parent's final rules."""
+
+    row: int  # global row number in the input
+    row_id: str
+    source: str
+    item: int
+    fields: set[str] = field(default_factory=set)
+    problem_grams: dict[int, str] = field(default_factory=dict)  # exact stage: gram hash -> matched text
+    answer_grams: dict[int, str] = field(default_factory=dict)
+    containment: float = 0.0  # MinHash stage, exact on shingle sets
+    short_answer_hit: bool = False
+
+
+class Candidates:
+    """The candidates of one batch of rows, one per (row in the batch, eval item), made on first use."""
+
+    def __init__(self, first_row: int, row_ids: list, sources: list):
+        self.first_row, self.row_ids, self.sources = first_row, row_ids, sources
+        self.found: dict[tuple[int, int], Candidate] = {}
+
+    def at(self, row: int, item: int) -> Candidate:
+        key = (row, item)
+        got = self.found.get(key)
+        if got is None:
+            got = self.found[key] = Candidate(self.first_row + row, str(self.row_ids[row]),
+                                              str(self.sources[row] or ""), item)
+        return got

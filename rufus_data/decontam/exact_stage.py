@@ -1,0 +1,151 @@
+"""Stage 1 of decontam, exact word n-grams: the n-grams (n=8) of every eval problem and of every
+distinctive answer are indexed once; every text field of a training row is looked up in
+numpy batches. An eval text shorter than n words is one whole-text gram; an answer shorter than
+`min_answer_words` is kept aside and only counts next to its own problem (scan.py).
+n-grams shared by many eval item families are boilerplate and never indexed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.compute as pc
+
+from rufus_data.decontam.candidates import Candidates
+from rufus_data.decontam.config import DecontamConfig
+from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
+from rufus_data.sketch import sorted_member
+from rufus_data.textnorm import gram_hashes, rolling_gram_hashes
+
+BITMAP_BITS = 22
+
+
+@dataclass
+class Postings:
+    """gram -> eval items, in numpy arrays (pickles in milliseconds, unlike a dict of lists)."""
+
+    keys: np.ndarray  # sorted distinct gram hashes
+    starts: np.ndarray  # keys[i]'s entries are items[starts[i]:starts[i+1]]
+    items: np.ndarray
+    is_answer: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def lookup_many(self, grams: np.ndarray) -> list[list[tuple[int, bool]]]:
+        """Entries of each gram (all of them must be keys)."""
+        where = np.searchsorted(self.keys, grams)
+        starts, stops = self.starts[where].tolist(), self.starts[where + 1].tolist()
+        return [list(zip(self.items[a:b].tolist(), self.is_answer[a:b].tolist())) for a, b in zip(starts, stops)]
+
+
+@dataclass
+class ExactIndex:
+    """The eval side of the exact stage."""
+
+    gram_lengths: list[int]  # n, plus the lengths of short whole-text grams, longest first
+    keys: dict[int, np.ndarray]  # length -> sorted gram hashes
+    bitmap: np.ndarray  # bool[2^22]: a cheap first filter, True where some key's low bits point
+    bitmap_mask: np.uint64
+    postings: Postings  # gram hash -> (item index, problem or answer), as flat numpy arrays
+    item_grams: np.ndarray  # per item: distinct problem grams (containment denominator)
+    answer_grams: np.ndarray  # per item: distinct indexed answer grams
+    short_answers: dict[int, list[np.ndarray]]  # item -> token ids of short answers
+    boilerplate_grams: int = 0  # grams left out for being in too many eval item families
+
+
+def build_exact_index(texts: EvalTexts, config: DecontamConfig) -> ExactIndex:
+    n = config.ngram
+    parts: list[tuple[np.ndarray, int, bool, int]] = []  # (distinct grams, item, is answer, gram length)
+    item_grams = np.zeros(len(texts.items), dtype=np.int64)
+    answer_grams = np.zeros(len(texts.items), dtype=np.int64)
+    short_answers: dict[int, list[np.ndarray]] = {}
+
+    def add(text_ids: np.ndarray, item: int, is_answer: bool, alpha: np.ndarray | None = None) -> int:
+        size = min(n, len(text_ids))
+        grams = gram_hashes(text_ids, size)
+        if alpha is not None and len(text_ids) >= n:  # answers: only grams with >= 3 words of letters
+            letters = np.convolve(alpha.astype(np.int64), np.ones(n, dtype=np.int64), mode="valid")
+            grams = grams[letters >= 3]
+        grams = np.unique(grams)
+        parts.append((grams, item, is_answer, size))
+        return len(grams)
+
+    flat = texts.tokens
+    alpha_all = (pc.utf8_is_alpha(pc.utf8_slice_codeunits(flat, 0, 1)).to_numpy(zero_copy_only=False)
+                 if len(flat) else np.zeros(0, bool))
+    for t, (i, kind) in enumerate(texts.owners):
+        ids = texts.text_ids(t)
+        if not len(ids):
+            continue
+        if kind == PROBLEM:
+            item_grams[i] += add(ids, i, False)
+        elif len(ids) >= config.min_answer_words:
+            answer_grams[i] += add(ids, i, True, alpha_all[texts.offsets[t] : texts.offsets[t + 1]])
+        else:
+            short_answers.setdefault(i, []).append(ids)
+    postings, key_arrays, n_boiler = _gram_postings(parts, config.max_items_per_gram, texts.family)
+    bitmap_mask = np.uint64((1 << BITMAP_BITS) - 1)
+    bitmap = np.zeros(1 << BITMAP_BITS, dtype=bool)
+    for arr in key_arrays.values():
+        bitmap[(arr & bitmap_mask).astype(np.int64)] = True
+    return ExactIndex(sorted(key_arrays, reverse=True), key_arrays, bitmap, bitmap_mask, postings, item_grams,
+                      answer_grams, short_answers, n_boiler)
+
+
+def _gram_postings(parts, max_items: int, item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
+    """Vectorised: one entry per (gram, item), problem before answer; grams in more than
+    `max_items` distinct eval item families (`item_family[item]`: perturbations of one seed
+    question are one family, other items their own) are boilerplate and left out. Returns the
+    postings, the sorted keys per gram length, and how many grams were boilerplate."""
+    if not parts:
+        empty = np.empty(0, np.uint64)
+        return Postings(empty, np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, bool)), {}, 0
+    grams = np.concatenate([p[0] for p in parts])
+    sizes = [len(p[0]) for p in parts]
+    items = np.repeat([p[1] for p in parts], sizes).astype(np.int64)
+    is_answer = np.repeat([p[2] for p in parts], sizes).astype(bool)
+    lengths = np.repeat([p[3] for p in parts], sizes).astype(np.int64)
+    order = np.lexsort((is_answer, items, grams))
+    grams, items, is_answer, lengths = grams[order], items[order], is_answer[order], lengths[order]
+    first = np.ones(len(grams), dtype=bool)
+    first[1:] = (grams[1:] != grams[:-1]) | (items[1:] != items[:-1])
+    grams, items, is_answer, lengths = grams[first], items[first], is_answer[first], lengths[first]
+    starts = np.flatnonzero(np.concatenate(([True], grams[1:] != grams[:-1])))
+    per_gram = np.diff(np.append(starts, len(grams)))
+    # distinct families per gram: sort by (gram, family); gram segments keep their places
+    families = item_family[items]
+    by_family = np.lexsort((families, grams))
+    g, f = grams[by_family], families[by_family]
+    new_family = np.ones(len(g), dtype=np.int64)
+    new_family[1:] = (g[1:] != g[:-1]) | (f[1:] != f[:-1])
+    keep_gram = np.add.reduceat(new_family, starts) <= max_items
+    keep = np.repeat(keep_gram, per_gram)
+    keys = grams[starts][keep_gram]
+    key_lengths = lengths[starts][keep_gram]
+    kept_counts = per_gram[keep_gram]
+    offsets = np.zeros(len(keys) + 1, dtype=np.int64)
+    np.cumsum(kept_counts, out=offsets[1:])
+    postings = Postings(keys, offsets, items[keep], is_answer[keep])
+    by_length = {int(n): keys[key_lengths == n] for n in np.unique(key_lengths)}
+    return postings, by_length, int((~keep_gram).sum())
+
+
+def scan_exact(batch: FieldBatch, index: ExactIndex, found: Candidates) -> None:
+    """Exact n-grams (and short whole-text grams), vectorised over the batch: one rolling pass
+    for all gram lengths, a bitmap to discard almost every gram, a binary search for the rest."""
+    for length, grams in rolling_gram_hashes(batch.ids, index.gram_lengths):
+        maybe = np.flatnonzero(index.bitmap[(grams & index.bitmap_mask).astype(np.int64)])
+        if not len(maybe):
+            continue
+        hit = maybe[sorted_member(grams[maybe], index.keys[length])]
+        owner = np.searchsorted(batch.offsets, hit, side="right") - 1
+        inside = hit + length <= batch.offsets[owner + 1]  # the gram does not cross into the next text
+        hit, owner = hit[inside], owner[inside]
+        for start, t, entries in zip(hit.tolist(), owner.tolist(), index.postings.lookup_many(grams[hit])):
+            gram = int(grams[start])
+            text = " ".join(batch.tokens[start : start + length].to_pylist())
+            for item, is_answer in entries:
+                c = found.at(int(batch.row_of[t]), item)
+                c.fields.add(batch.names[t])
+                (c.answer_grams if is_answer else c.problem_grams)[gram] = text

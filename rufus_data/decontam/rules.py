@@ -1,0 +1,72 @@
+"""The final rules that turn candidates into hits; they need the whole corpus, so they run in the
+parent once every batch is scanned. Boilerplate never counts: an n-gram matched in many
+training rows is a phrase of the corpus, not a leak; a few shared n-grams of a long problem or
+of a worked solution are a phrase too."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pyarrow as pa
+
+from rufus_data.decontam.candidates import Candidate
+from rufus_data.decontam.index import EvalIndex
+
+HIT_SCHEMA = pa.schema([
+    ("row_id", pa.string()), ("row", pa.int64()), ("source", pa.string()), ("benchmark", pa.string()),
+    ("eval_item_id", pa.string()), ("method", pa.string()), ("fields", pa.list_(pa.string())),
+    ("matched_ngrams", pa.list_(pa.string())), ("n_matched", pa.int64()), ("containment", pa.float64()),
+    ("answer_hit", pa.bool_()),
+])
+
+
+def may_count(c: Candidate, index: EvalIndex) -> bool:
+    """Whether a candidate can pass `finalize` (which only ever removes grams): the rest need
+    not travel back from the worker."""
+    cfg, exact = index.config, index.exact
+    if c.containment >= cfg.containment:
+        return True
+    if len(c.problem_grams) >= min(cfg.min_matched_grams, max(1, int(exact.item_grams[c.item]))):
+        return True
+    answers = int(exact.answer_grams[c.item])
+    return len(c.answer_grams) >= min(max(cfg.min_matched_grams, cfg.answer_min_share * answers), max(1, answers))
+
+
+def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa.Table, list[str]]:
+    """Apply the rules that need the whole corpus: training-side boilerplate and the answer rule.
+    Returns the hits (HIT_SCHEMA) and the n-grams ignored as training-side boilerplate."""
+    cfg, exact = index.config, index.exact
+    rows_per_gram: dict[int, set[int]] = defaultdict(set)
+    gram_text: dict[int, str] = {}
+    for c in cands:
+        for g, text in (*c.problem_grams.items(), *c.answer_grams.items()):
+            rows_per_gram[g].add(c.row)
+            gram_text[g] = text
+    limit = max(cfg.min_rows_boilerplate, int(cfg.max_row_fraction * rows_in))
+    boiler = {g for g, rows in rows_per_gram.items() if len(rows) > limit}
+    out = []
+    for c in sorted(cands, key=lambda c: (c.row, c.item)):
+        item = index.items[c.item]
+        item_grams, answer_grams = int(exact.item_grams[c.item]), int(exact.answer_grams[c.item])
+        problem = {g: t for g, t in c.problem_grams.items() if g not in boiler}
+        answer = {g: t for g, t in c.answer_grams.items() if g not in boiler}
+        if len(problem) < min(cfg.min_matched_grams, max(1, item_grams)):
+            problem = {}  # one shared 8-gram ("on the first day on the second day") is a phrase, not a leak
+        need = max(cfg.min_matched_grams, cfg.answer_min_share * answer_grams)
+        if answer and not problem and len(answer) < min(need, max(1, answer_grams)):
+            answer = {}  # a few shared phrases of a worked solution are not a leak of it
+        if problem or answer:
+            method = "exact"
+            matched = sorted(set(problem.values()) | set(answer.values()))
+            score = (min(1.0, len(problem) / max(1, item_grams)) if problem
+                     else min(1.0, len(answer) / max(1, answer_grams)))
+            score = max(score, c.containment)
+        elif c.containment >= cfg.containment:
+            method, matched, score = "minhash", [], c.containment
+        else:
+            continue
+        out.append({"row_id": c.row_id, "row": c.row, "source": c.source, "benchmark": item.benchmark,
+                    "eval_item_id": item.item_id, "method": method, "fields": sorted(c.fields),
+                    "matched_ngrams": matched[:20], "n_matched": len(problem) + len(answer), "containment": round(score, 4),
+                    "answer_hit": bool(answer) or c.short_answer_hit})
+    return pa.Table.from_pylist(out, schema=HIT_SCHEMA), sorted(gram_text[g] for g in boiler)
