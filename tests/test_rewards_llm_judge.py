@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from rufus_data.rewards import make_llm_judge_reward, parse_score
+from rufus_data.rewards import LLMJudgeReward, parse_score
 
 
 class ScriptedJudge:
@@ -129,7 +129,7 @@ class FakeClock:
 
 def _judge(completions, timeout_s=0.5, **columns):
     sleep = RecordingSleep()
-    reward = make_llm_judge_reward(sleep=sleep, clock=FakeClock(), timeout_s=timeout_s)
+    reward = LLMJudgeReward(sleep=sleep, clock=FakeClock(), timeout_s=timeout_s)
     metrics = {}
     scores = asyncio.run(reward(prompts=["What is 2+2?"] * len(completions), completions=completions,
                                 log_metric=metrics.__setitem__, **columns))
@@ -137,7 +137,7 @@ def _judge(completions, timeout_s=0.5, **columns):
 
 
 def test_defaults_are_the_fixed_constants():
-    reward = make_llm_judge_reward()
+    reward = LLMJudgeReward()
     assert (reward.concurrency, reward.timeout_s, reward.retries, reward.backoff_s, reward.max_tokens, reward.threshold) == (
         16, 120.0, 2, (1.0, 2.0), 2048, 7)
     from trl.trainer.utils import is_async_callable
@@ -199,7 +199,7 @@ def test_at_most_16_requests_in_flight(judge_server):
 
 
 def test_only_label_and_parse_score():
-    reward = make_llm_judge_reward(only_label="chat")
+    reward = LLMJudgeReward(only_label="chat")
     assert asyncio.run(reward(completions=["x", "y"], label=["math", "code"])) == [None, None]  # never connects
     assert parse_score("Reasoning...\nScore: 8") == 8.0
     assert parse_score("**Score:** 6/10") == 6.0
@@ -214,16 +214,16 @@ def test_explicit_connection_wins_over_the_environment(judge_server, monkeypatch
     url = judge_server.url
     monkeypatch.setenv("JUDGE_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
     monkeypatch.setenv("JUDGE_MODEL", "env-model")
-    reward = make_llm_judge_reward(base_url=url, model="pinned-model", sleep=RecordingSleep(), timeout_s=5)
+    reward = LLMJudgeReward(base_url=url, model="pinned-model", sleep=RecordingSleep(), timeout_s=5)
     scores = asyncio.run(reward(prompts=["q"], completions=["[[case:score8]]"], reference=["r"]))
     assert scores == [1.0] and judge_server.bodies[0]["model"] == "pinned-model"
     assert reward.connection() == (url, "pinned-model", "EMPTY")
-    assert make_llm_judge_reward().connection() == ("http://127.0.0.1:9/v1", "env-model", "EMPTY")
+    assert LLMJudgeReward().connection() == ("http://127.0.0.1:9/v1", "env-model", "EMPTY")
 
 
 def test_default_connection_without_environment(monkeypatch):
     for name in ("JUDGE_BASE_URL", "JUDGE_MODEL", "JUDGE_API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    assert make_llm_judge_reward().connection() == ("http://localhost:8001/v1", None, "EMPTY")
+    assert LLMJudgeReward().connection() == ("http://localhost:8001/v1", None, "EMPTY")
     monkeypatch.setenv("JUDGE_BASE_URL", "")  # empty counts as unset
-    assert make_llm_judge_reward().connection()[0] == "http://localhost:8001/v1"
+    assert LLMJudgeReward().connection()[0] == "http://localhost:8001/v1"

@@ -12,17 +12,18 @@ from conftest import read_jsonl
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards import (
+    REWARDS,
+    CodeExecutionReward,
+    IFEvalReward,
+    LLMJudgeReward,
+    MathEquivalenceReward,
+    OverlongPenalty,
+    StringMatchReward,
     build_reward,
     build_rewards,
     extract_boxed,
     extract_gsm8k,
     extract_last_number,
-    make_code_execution_reward,
-    make_ifeval_reward,
-    make_llm_judge_reward,
-    make_math_equivalence_reward,
-    make_overlong_penalty,
-    make_string_match_reward,
     normalize_answer,
     split_reasoning,
     strip_reasoning,
@@ -52,7 +53,7 @@ def test_boxed_edge_cases():
     assert extract_boxed(r"\fbox{2} then \boxed{\frac{1}{2}") is None
     assert extract_boxed(r"\boxed{2}, and the \boxed command") == "2"  # a bare mention is not a box
     assert extract_boxed(r"\fbox{9}") == "9"
-    reward = make_string_match_reward("boxed")
+    reward = StringMatchReward("boxed")
     assert reward(completions=[r"\boxed{5} then truncated \boxed{6", r"\boxed{5}"], solution=["5", "5"]) == [0.0, 1.0]
 
 
@@ -76,7 +77,7 @@ def test_gsm8k_and_last_number_edge_cases():
     # comma-joined digits are one token: never read "3,50" as 50
     assert extract_last_number("it costs 3,50 euros") == "3,50"
     assert extract_last_number("1,234") == "1,234"
-    reward = make_string_match_reward("last_number", answer_column="answer")
+    reward = StringMatchReward("last_number", answer_column="answer")
     assert reward(completions=["the 2023-2024 season", "3,50", "total: 1,234."], answer=["2024", "50", "1234"]) == [1.0, 0.0, 1.0]
 
 
@@ -108,7 +109,7 @@ def test_think_rule_is_one_function():
     assert strip_reasoning("<think>a</think> ok <think>\\boxed{5}") == ("", False)
     assert split_reasoning("<think>a</think> ok <think> more")[0] == "more"
     assert strip_reasoning("<think>a</think><think>b</think> \\boxed{5}") == (" \\boxed{5}", True)
-    reward = make_string_match_reward("boxed")
+    reward = StringMatchReward("boxed")
     metrics = Metrics()
     assert reward(completions=["<think>a</think> ok <think>\\boxed{5}"], solution=["5"], log_metric=metrics) == [0.0]
     assert metrics.values["string_match_boxed/unclosed_think"] == 1.0
@@ -118,7 +119,7 @@ def test_think_rule_is_one_function():
 
 
 def test_string_match_scores_and_none_rules():
-    reward = make_string_match_reward("boxed")
+    reward = StringMatchReward("boxed")
     metrics = Metrics()
     scores = reward(
         prompts=["q"] * 7,
@@ -143,7 +144,7 @@ def test_string_match_scores_and_none_rules():
 
 
 def test_unclosed_think_counts_only_scored_rows():
-    reward = make_string_match_reward("boxed", only_label="math")
+    reward = StringMatchReward("boxed", only_label="math")
     metrics = Metrics()
     unclosed = r"<think>\boxed{5}"
     scores = reward(completions=[unclosed] * 4, solution=["5", "5", None, "5"], label=["math", "code", "math", "math"],
@@ -153,7 +154,7 @@ def test_unclosed_think_counts_only_scored_rows():
 
 
 def test_missing_answer_column_warns_once():
-    for reward in (make_string_match_reward("boxed", answer_column="answer"), make_math_equivalence_reward(answer_column="answer")):
+    for reward in (StringMatchReward("boxed", answer_column="answer"), MathEquivalenceReward(answer_column="answer")):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             assert reward(completions=[r"\boxed{5}"] * 2, solution=["5", "5"]) == [None, None]
@@ -164,7 +165,7 @@ def test_missing_answer_column_warns_once():
 
 
 def test_only_label_rules():
-    reward = make_string_match_reward("gsm8k", only_label="math")
+    reward = StringMatchReward("gsm8k", only_label="math")
     scores = reward(completions=["#### 3", "#### 3", "#### 4"], solution=["#### 3"] * 3, label=["math", "code", "math"])
     assert scores == [1.0, None, 0.0]
     with warnings.catch_warnings(record=True) as caught:
@@ -175,7 +176,7 @@ def test_only_label_rules():
 
 
 def test_conversational_completions():
-    reward = make_string_match_reward("last_number", answer_column="answer")
+    reward = StringMatchReward("last_number", answer_column="answer")
     completions = [[{"role": "assistant", "content": "It is 12."}], [{"role": "assistant", "content": "<think>12"}]]
     assert reward(completions=completions, answer=["12", "12"]) == [1.0, 0.0]
 
@@ -188,7 +189,7 @@ def test_gsm8k_train_every_answer(data_root):
     assert len(rows) == 7473
     golds = [row["answer"].rsplit("####", 1)[1].strip() for row in rows]
     assert [extract_gsm8k(row["answer"]) for row in rows] == golds
-    reward = make_string_match_reward("gsm8k", answer_column="answer")
+    reward = StringMatchReward("gsm8k", answer_column="answer")
     completions = [row["answer"] for row in rows]
     assert reward(completions=completions, answer=completions) == [1.0] * len(rows)
 
@@ -215,7 +216,7 @@ def test_math500_boxed_solution_equals_answer(data_root):
     assert len(rows) == 500
     misses = [row["unique_id"] for row in rows if normalize_answer(extract_boxed(row["solution"]) or "") != normalize_answer(row["answer"])]
     assert len(misses) <= 5, misses  # >= 99%; measured 0 misses (see docs/rewards.md)
-    reward = make_string_match_reward("boxed", answer_column="answer")
+    reward = StringMatchReward("boxed", answer_column="answer")
     assert reward(completions=[row["solution"] for row in rows], answer=[row["answer"] for row in rows]).count(1.0) >= 495
 
 
@@ -223,7 +224,7 @@ def test_math500_completions_written_like_a_model(data_root):
     rows = {row["unique_id"]: row for row in read_jsonl(data_root / "math500" / "test.jsonl")}
     row = rows["test/precalculus/807.json"]
     gold = row["answer"]
-    reward = make_string_match_reward("boxed", answer_column="answer")
+    reward = StringMatchReward("boxed", answer_column="answer")
     cases = {
         # reasoning block holding a wrong box, the final box correct, trailing prose
         f"<think>Maybe \\boxed{{0}}? No.</think>Therefore the answer is $\\boxed{{{gold}}}$. Hope this helps!": 1.0,
@@ -256,14 +257,14 @@ def test_every_reward_pickles_and_runs_in_a_spawned_process():
     judge = ScriptedJudge()  # a real OpenAI-compatible server on 127.0.0.1: the child takes the HTTP path
     judge.thread.start()
     rewards = [
-        (make_string_match_reward("boxed"), {"completions": [r"\boxed{2}"], "solution": ["2"]}, [1.0]),
-        (make_math_equivalence_reward(), {"completions": [r"\boxed{0.5}"], "solution": [r"\frac{1}{2}"]}, [1.0]),
-        (make_ifeval_reward(), {"prompts": ["x"], "completions": ["hello world"],
+        (StringMatchReward("boxed"), {"completions": [r"\boxed{2}"], "solution": ["2"]}, [1.0]),
+        (MathEquivalenceReward(), {"completions": [r"\boxed{0.5}"], "solution": [r"\frac{1}{2}"]}, [1.0]),
+        (IFEvalReward(), {"prompts": ["x"], "completions": ["hello world"],
                                "instruction_id_list": [["change_case:english_lowercase"]], "kwargs": [[{}]]}, [1.0]),
-        (make_code_execution_reward(workers=1), {"completions": ["def f():\n    return 1"],
+        (CodeExecutionReward(workers=1), {"completions": ["def f():\n    return 1"],
                                                  "test_list": [["assert f() == 1"]]}, [1.0]),
-        (make_overlong_penalty(max_length=10, cache=4), {"completions": ["a"], "completion_ids": [[1] * 8]}, [-0.5]),
-        (make_llm_judge_reward(base_url=judge.url, timeout_s=10),
+        (OverlongPenalty(max_length=10, cache=4), {"completions": ["a"], "completion_ids": [[1] * 8]}, [-0.5]),
+        (LLMJudgeReward(base_url=judge.url, timeout_s=10),
          {"prompts": ["q", "q"], "completions": ["[[case:score8]]", "[[case:score3]]"], "solution": ["b", "b"]}, [1.0, 0.0]),
     ]
     context = multiprocessing.get_context("spawn")
@@ -294,3 +295,16 @@ def test_registry_specs():
     for bad in ("nope", "string_match:nope", {"extractor": "boxed"}, {"name": "string_match", "extractr": "boxed"}, 3):
         with pytest.raises(RufusError):
             build_reward(bad)
+
+
+def test_registry_parameters_are_the_class_signature():
+    """One table of names; a spec's keys are checked against the reward class's own __init__."""
+    assert REWARDS["math_equivalence"] is MathEquivalenceReward
+    assert build_reward({"name": "math_equivalence", "timeout_s": 3}).timeout_s == 3  # a class-only parameter
+    assert build_reward("math_equivalence:gold").answer_column == "gold"  # the positional is the first parameter
+    with pytest.raises(RufusError, match=r"has no parameter\(s\) \['timeout'\].*allowed: answer_column, only_label"):
+        build_reward({"name": "math_equivalence", "timeout": 3})
+    with pytest.raises(RufusError, match=r"'overlong_penalty' needs parameter\(s\) \['cache'\]"):
+        build_reward({"name": "overlong_penalty", "max_length": 64})
+    with pytest.raises(RufusError, match="unknown reward 'nope'.*use one of string_match, math_equivalence"):
+        build_reward("nope:x")

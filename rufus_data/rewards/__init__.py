@@ -4,7 +4,7 @@ Every reward follows TRL's reward-function contract (see `contract.py`) and retu
 (= not scored) per completion. Pick rewards in configs by name through `build_reward(s)`.
 """
 
-from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code, make_code_execution_reward
+from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.extract import (
     EXTRACTORS,
@@ -18,11 +18,11 @@ from rufus_data.rewards.extract import (
     strip_reasoning,
 )
 from rufus_data.rewards.groups import GroupOutcome, combine_rewards, group_outcomes, grpo_advantages
-from rufus_data.rewards.ifeval import IFEvalReward, ensure_punkt, ifeval_scores, make_ifeval_reward
-from rufus_data.rewards.llm_judge import LLMJudgeReward, make_llm_judge_reward, parse_score
-from rufus_data.rewards.math_equivalence import MathEquivalenceReward, make_math_equivalence_reward
-from rufus_data.rewards.overlong import OverlongPenalty, make_overlong_penalty, overlong_penalty
-from rufus_data.rewards.registry import REWARD_NAMES, build_reward, build_rewards, parse_spec
+from rufus_data.rewards.ifeval import IFEvalReward, ensure_punkt, ifeval_scores
+from rufus_data.rewards.llm_judge import LLMJudgeReward, parse_score
+from rufus_data.rewards.math_equivalence import MathEquivalenceReward
+from rufus_data.rewards.overlong import OverlongPenalty, overlong_penalty
+from rufus_data.rewards.registry import REWARDS, build_reward, build_rewards, parse_spec
 from rufus_data.rewards.response_schema import (
     RUFUS_RESPONSE_TEMPLATE,
     ParsedResponse,
@@ -37,11 +37,11 @@ from rufus_data.rewards.sandbox import (
     run_many,
     run_python,
 )
-from rufus_data.rewards.string_match import StringMatchReward, make_string_match_reward
+from rufus_data.rewards.string_match import StringMatchReward
 
 __all__ = [
     "EXTRACTORS",
-    "REWARD_NAMES",
+    "REWARDS",
     "RUFUS_RESPONSE_TEMPLATE",
     "CodeExecutionReward",
     "GroupOutcome",
@@ -69,12 +69,6 @@ __all__ = [
     "group_outcomes",
     "grpo_advantages",
     "ifeval_scores",
-    "make_code_execution_reward",
-    "make_ifeval_reward",
-    "make_llm_judge_reward",
-    "make_math_equivalence_reward",
-    "make_overlong_penalty",
-    "make_string_match_reward",
     "namespaces_available",
     "normalize_answer",
     "overlong_penalty",

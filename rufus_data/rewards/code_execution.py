@@ -165,14 +165,3 @@ class CodeExecutionReward(RewardFunction):
                 return 0.0
             return sum(f"{job.marker}:{i}" in lines for i in range(len(job.asserts))) / len(job.asserts)
         return 1.0 if result.ok and job.marker in lines else 0.0
-
-
-def make_code_execution_reward(
-    workers: int = 2,
-    pass_fraction: bool = False,
-    timeout_s: float = 10.0,
-    memory_mb: int = 1024,
-    only_label: str | None = None,
-    isolation: str = "auto",
-) -> CodeExecutionReward:
-    return CodeExecutionReward(workers, pass_fraction, timeout_s, memory_mb, only_label, isolation)

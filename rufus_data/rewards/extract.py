@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from rufus_data.errors import RufusError
+
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -145,8 +147,6 @@ def get_extractor(name: str) -> Callable[[str], str | None]:
     try:
         return EXTRACTORS[name]
     except KeyError:
-        from rufus_data.errors import RufusError
-
         raise RufusError(f"unknown extractor {name!r}: use one of {', '.join(EXTRACTORS)}") from None
 
 

@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rufus_data.errors import RufusError
+
 
 def _is_scored(value) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
@@ -46,8 +48,6 @@ def group_outcomes(
     if rewards and isinstance(rewards[0], (list, tuple)):
         rewards = combine_rewards(rewards, weights)
     if k <= 0 or len(rewards) % k:
-        from rufus_data.errors import RufusError
-
         raise RufusError(f"group_outcomes: {len(rewards)} rewards is not a multiple of k={k}")
     outcomes = []
     for start in range(0, len(rewards), k):
@@ -77,8 +77,6 @@ def grpo_advantages(rewards: Sequence[float | None], k: int, scale: bool = True,
     """
     rewards = list(rewards)
     if k <= 0 or len(rewards) % k:
-        from rufus_data.errors import RufusError
-
         raise RufusError(f"grpo_advantages: {len(rewards)} rewards is not a multiple of k={k}")
     advantages: list[float] = []
     for start in range(0, len(rewards), k):

@@ -19,6 +19,8 @@ import random
 import threading
 from pathlib import Path
 
+from rufus_data.errors import RufusError
+from rufus_data.paths import cache_dir
 from rufus_data.rewards.contract import RewardFunction, is_missing
 
 log = logging.getLogger(__name__)
@@ -47,8 +49,6 @@ def _seeded(check, *args):
 
 
 def punkt_data_dir() -> Path:
-    from rufus_data.paths import cache_dir
-
     return cache_dir() / "nltk_data"
 
 
@@ -126,8 +126,6 @@ class IFEvalReward(RewardFunction):
 
     def __init__(self, mode: str = "strict", level: str = "prompt", only_label: str | None = None):
         if mode not in ("strict", "loose") or level not in ("prompt", "instruction"):
-            from rufus_data.errors import RufusError
-
             raise RufusError(f"ifeval: mode must be strict|loose and level prompt|instruction (got {mode}, {level})")
         self.mode = mode
         self.level = level
@@ -176,10 +174,6 @@ class IFEvalReward(RewardFunction):
             log_metric(f"{self.name}/unknown_instruction", float(unknown))
             log_metric(f"{self.name}/prompt_level_unscored", float(prompt_unscored))
         return scores
-
-
-def make_ifeval_reward(mode: str = "strict", level: str = "prompt", only_label: str | None = None) -> IFEvalReward:
-    return IFEvalReward(mode=mode, level=level, only_label=only_label)
 
 
 def ifeval_scores(prompt: str, response: str, instruction_id_list, kwargs) -> dict:

@@ -16,7 +16,6 @@ instance whose `__call__` is `async def`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import re
 import time
@@ -181,12 +180,3 @@ class LLMJudgeReward(RewardFunction):
                 delay = self.backoff_s[min(attempt, len(self.backoff_s) - 1)] if self.backoff_s else 0.0
                 await self.sleep(delay)
         return None
-
-
-def make_llm_judge_reward(**options) -> LLMJudgeReward:
-    """The judge reward; `options` are LLMJudgeReward's keyword arguments (one list of defaults)."""
-    return LLMJudgeReward(**options)
-
-
-# The reward registry checks spec keys against the factory's signature: show it the class's.
-make_llm_judge_reward.__signature__ = inspect.signature(LLMJudgeReward)

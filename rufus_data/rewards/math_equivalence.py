@@ -42,7 +42,3 @@ class MathEquivalenceReward(RewardFunction):
             answer = parse(text, parsing_timeout=timeout)
             scores.append(1.0 if answer and verify(gold, answer, timeout_seconds=timeout) else 0.0)
         return scores
-
-
-def make_math_equivalence_reward(answer_column: str = "solution", only_label: str | None = None) -> MathEquivalenceReward:
-    return MathEquivalenceReward(answer_column=answer_column, only_label=only_label)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
 
 
@@ -21,8 +22,6 @@ class OverlongPenalty(RewardFunction):
 
     def __init__(self, max_length: int, cache: int):
         if not 0 <= cache <= max_length:
-            from rufus_data.errors import RufusError
-
             raise RufusError(f"overlong_penalty: need 0 <= cache ({cache}) <= max_length ({max_length})")
         self.max_length = max_length
         self.cache = cache
@@ -31,11 +30,5 @@ class OverlongPenalty(RewardFunction):
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
         if completion_ids is None:
-            from rufus_data.errors import RufusError
-
             raise RufusError("overlong_penalty needs completion_ids (token ids per completion), as TRL passes them")
         return [overlong_penalty(len(ids), self.max_length, self.cache) for ids in completion_ids]
-
-
-def make_overlong_penalty(max_length: int, cache: int) -> OverlongPenalty:
-    return OverlongPenalty(max_length=max_length, cache=cache)

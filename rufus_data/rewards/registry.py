@@ -1,6 +1,8 @@
 """Name rewards in configs: `"string_match:boxed"`, `{name: string_match, extractor: gsm8k, only_label: math}`.
 
-A string spec is `name` or `name:positional` (the reward's first parameter, e.g. the extractor);
+`REWARDS` is the one table of names; a spec's parameters are the reward class's own `__init__`
+parameters, checked against its signature (so a class's defaults are written once, in the class).
+A string spec is `name` or `name:positional` (the class's first parameter, e.g. the extractor);
 a mapping spec is `name` plus keyword parameters, and an optional `weight` (default 1.0) used by
 `build_rewards` for TRL's `reward_weights`.
 """
@@ -8,68 +10,67 @@ a mapping spec is `name` plus keyword parameters, and an optional `weight` (defa
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.code_execution import CodeExecutionReward
+from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.ifeval import IFEvalReward
+from rufus_data.rewards.llm_judge import LLMJudgeReward
+from rufus_data.rewards.math_equivalence import MathEquivalenceReward
+from rufus_data.rewards.overlong import OverlongPenalty
+from rufus_data.rewards.string_match import StringMatchReward
+
+REWARDS: dict[str, type[RewardFunction]] = {
+    "string_match": StringMatchReward,
+    "math_equivalence": MathEquivalenceReward,
+    "ifeval": IFEvalReward,
+    "code_execution": CodeExecutionReward,
+    "llm_judge": LLMJudgeReward,
+    "overlong_penalty": OverlongPenalty,
+}
 
 
-def _factories() -> dict[str, Callable]:
-    from rufus_data.rewards.code_execution import make_code_execution_reward
-    from rufus_data.rewards.ifeval import make_ifeval_reward
-    from rufus_data.rewards.llm_judge import make_llm_judge_reward
-    from rufus_data.rewards.math_equivalence import make_math_equivalence_reward
-    from rufus_data.rewards.overlong import make_overlong_penalty
-    from rufus_data.rewards.string_match import make_string_match_reward
-
-    return {
-        "string_match": make_string_match_reward,
-        "math_equivalence": make_math_equivalence_reward,
-        "ifeval": make_ifeval_reward,
-        "code_execution": make_code_execution_reward,
-        "llm_judge": make_llm_judge_reward,
-        "overlong_penalty": make_overlong_penalty,
-    }
-
-
-REWARD_NAMES = ("string_match", "math_equivalence", "ifeval", "code_execution", "llm_judge", "overlong_penalty")
+def _reward_class(name: str, spec) -> type[RewardFunction]:
+    try:
+        return REWARDS[name]
+    except KeyError:
+        raise RufusError(f"unknown reward {name!r} in spec {spec!r}: use one of {', '.join(REWARDS)}") from None
 
 
 def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any], float]:
-    """(name, parameters, weight) from a string or mapping spec."""
-    factories = _factories()
+    """(name, parameters, weight) from a string or mapping spec, its parameters checked against the class."""
     if isinstance(spec, str):
         name, _, positional = spec.partition(":")
         name = name.strip()
         params: dict[str, Any] = {}
         if positional:
-            factory = factories.get(name)
-            if factory is None:
-                raise RufusError(f"unknown reward {name!r} in spec {spec!r}: use one of {', '.join(REWARD_NAMES)}")
-            first = next(iter(inspect.signature(factory).parameters))
+            first = next(iter(inspect.signature(_reward_class(name, spec)).parameters))
             params[first] = positional.strip()
         weight = 1.0
     elif isinstance(spec, dict):
         params = dict(spec)
         name = params.pop("name", None)
         if not isinstance(name, str):
-            raise RufusError(f"reward spec {spec!r} has no 'name': add name: one of {', '.join(REWARD_NAMES)}")
+            raise RufusError(f"reward spec {spec!r} has no 'name': add name: one of {', '.join(REWARDS)}")
         weight = float(params.pop("weight", 1.0))
     else:
         raise RufusError(f"reward spec must be a string or a mapping, got {type(spec).__name__}: {spec!r}")
-    if name not in factories:
-        raise RufusError(f"unknown reward {name!r} in spec {spec!r}: use one of {', '.join(REWARD_NAMES)}")
-    allowed = inspect.signature(factories[name]).parameters
+    allowed = inspect.signature(_reward_class(name, spec)).parameters
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise RufusError(f"reward {name!r} has no parameter(s) {unknown} (spec {spec!r}); allowed: {', '.join(allowed)}")
+    required = [p for p, info in allowed.items() if info.default is inspect.Parameter.empty and p not in params]
+    if required:
+        raise RufusError(f"reward {name!r} needs parameter(s) {required} (spec {spec!r}): add them to the spec")
     return name, params, weight
 
 
-def build_reward(spec: str | dict[str, Any]):
+def build_reward(spec: str | dict[str, Any]) -> RewardFunction:
     """One reward-function instance from a spec."""
     name, params, _ = parse_spec(spec)
-    return _factories()[name](**params)
+    return REWARDS[name](**params)
 
 
 def build_rewards(specs: Iterable[str | dict[str, Any]] | str | dict[str, Any]) -> tuple[list, list[float]]:
@@ -79,7 +80,7 @@ def build_rewards(specs: Iterable[str | dict[str, Any]] | str | dict[str, Any]) 
     funcs, weights = [], []
     for spec in specs:
         name, params, weight = parse_spec(spec)
-        funcs.append(_factories()[name](**params))
+        funcs.append(REWARDS[name](**params))
         weights.append(weight)
     if not funcs:
         raise RufusError("no rewards given: name at least one, e.g. 'string_match:boxed'")

@@ -46,9 +46,3 @@ class StringMatchReward(RewardFunction):
                 answer = extract(text)
                 scores.append(1.0 if answer is not None and normalize_answer(answer) == gold else 0.0)
         return scores
-
-
-def make_string_match_reward(
-    extractor: str = "boxed", answer_column: str = "solution", only_label: str | None = None
-) -> StringMatchReward:
-    return StringMatchReward(extractor=extractor, answer_column=answer_column, only_label=only_label)
