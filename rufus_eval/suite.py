@@ -2,7 +2,8 @@
 
 A suite is a list of tasks. Each task says what it is (`kind`):
 - `rufus`: Rufus writes the lm-eval task config (local JSON data through `dataset_path: json`),
-  samples k answers, strips reasoning and scores every sample with a Rufus reward;
+  samples k answers, strips reasoning and scores every sample with a Rufus reward (`scorer`: a
+  registry reward spec, as train and filter name rewards);
 - `lm_eval`: a task lm-evaluation-harness ships, run as it is (`lm_eval_task`, `metric_key`).
 Where the data comes from is separate (`data`): a local file under `$RUFUS_DATA_ROOT` (or an
 absolute path), a hub dataset (pinned revision; says so clearly when the hub is unreachable), or
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.yaml_config import load_yaml_model
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "catalogs" / "suites"
@@ -60,16 +63,41 @@ class DataSource(Strict):
 
 
 class Scorer(Strict):
-    """A Rufus reward used as the scorer of one sample (see rufus_eval/metrics.py SCORERS)."""
+    """The reward that scores each sample: a registry reward spec (rufus_data/rewards/registry.py), the same
+    `string_match:boxed` or `{name: llm_judge, model: ...}` that train and filter take, written as the spec
+    itself. The task's gold fields reach the reward as its dataset columns. `name` and `options` are the
+    parsed spec; it dumps back to the spec (the lm-eval config the metric reads holds that)."""
 
-    name: Literal["gsm8k", "boxed", "math", "ifeval", "code", "judge", "bfcl"]
-    compare: Literal["string", "integer"] = "string"  # boxed: AIME golds are integers ("025" == 25)
-    strict: bool = True  # ifeval: strict (True) or loose following
-    timeout_s: float = 10.0  # code: per-program limit in the sandbox
-    judge_model: str | None = None  # judge: the pinned judge model id
-    judge_base_url: str | None = None  # judge: OpenAI-compatible endpoint of the judge
-    judge_max_tokens: int | None = Field(None, ge=1)  # judge: tokens the judge may write (default: the reward's)
-    judge_reference: str | None = None  # judge: the gold field it compares against (default: the first gold field)
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_spec(cls, spec: Any) -> dict:
+        if isinstance(spec, Scorer):
+            spec = spec.spec
+        if isinstance(spec, dict) and "weight" in spec:
+            raise ValueError("a scorer has no weight (weights combine the rewards of one training stage)")
+        try:
+            name, options, _ = parse_spec(spec)
+            build_reward(spec)  # its values too (extractor names, modes), before anything loads
+        except RufusError as err:
+            raise ValueError(str(err)) from None
+        return {"name": name, "options": options}
+
+    @model_serializer
+    def _as_spec(self) -> dict[str, Any]:
+        return self.spec
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, **self.options}
+
+    def reward(self) -> RewardFunction:
+        return build_reward(self.spec)
+
+    def with_options(self, **options: Any) -> Scorer:
+        return Scorer.model_validate({**self.spec, **options})
 
 
 class Task(Strict):
@@ -84,7 +112,7 @@ class Task(Strict):
     # kind: rufus
     data: DataSource | None = None
     prompt: str | None = None  # str.format template over the data row's fields
-    gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer needs
+    gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer reads (its dataset columns)
     skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
     scorer: Scorer | None = None
     metric: str = "avg@k"
@@ -105,13 +133,16 @@ class Task(Strict):
         match = METRIC_RE.match(self.metric)
         if not match:
             raise ValueError(f"metric {self.metric!r} must be avg@k, pass@N, maj@N or maj@k")
-        if match.group(1) == "maj" and self.scorer.name not in ("gsm8k", "boxed", "math"):
-            raise ValueError(f"maj@ needs an answer to vote on; scorer {self.scorer.name} has none")
-        if self.scorer.name == "judge":
-            self.scorer.judge_reference = self.scorer.judge_reference or self.gold_fields[0]
-            if self.scorer.judge_reference not in self.gold_fields:
-                raise ValueError(f"scorer.judge_reference {self.scorer.judge_reference!r} must be one of gold_fields "
-                                 f"{self.gold_fields} (the judge compares answers against that field of the row)")
+        if match.group(1) == "maj" and self.scorer.reward().answer_extractor is None:
+            raise ValueError(f"maj@ needs an answer to vote on; reward {self.scorer.name} extracts none "
+                             "(string_match and math_equivalence do)")
+        if self.scorer.name == "llm_judge":
+            reference = self.scorer.options.get("reference_column") or self.gold_fields[0]
+            if reference not in self.gold_fields:
+                raise ValueError(f"scorer.reference_column {reference!r} must be one of gold_fields {self.gold_fields} "
+                                 "(the judge compares answers against that field of the row)")
+            # the default reference is the first gold field (set without re-running this validator)
+            object.__setattr__(self, "scorer", self.scorer.with_options(reference_column=reference))
         return self
 
 

@@ -24,9 +24,9 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
   `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
   the Hub on first use), no Liger kernel, attention-only architectures, picklable rewards.
 
-Also here: the vLLM server command async GRPO needs (`rufus-train serve`), the completion-length
-check against the server's `max_model_len`, the GPU-role check, and reading `rollout_state.json`
-on resume (see docs/train_rl.md for the resume semantics)."""
+Also here: the completion-length check against the server's `max_model_len`, the GPU-role check,
+and reading `rollout_state.json` on resume (see docs/train_rl.md for the resume semantics). The
+vLLM server async GRPO needs is started by `rufus-train serve` (serve.py)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ import importlib.util
 import json
 import os
 import pickle
-import shlex
 import sys
 import warnings
 from dataclasses import dataclass
@@ -242,74 +241,6 @@ def check_picklable(rewards: list, tools: list | None = None, environment_factor
             f"pickle; these do not: {'; '.join(bad)}. Use module-level functions or class instances, not lambdas or "
             "closures"
         )
-
-
-# ------------------------------------------------------------------------------ the vLLM server
-
-
-@dataclass
-class ServeSpec:
-    """The vLLM server async (or sync server-mode) GRPO talks to."""
-
-    model: str
-    devices: str = "0"  # CUDA_VISIBLE_DEVICES of the server: never the trainer's GPUs
-    host: str = "0.0.0.0"
-    port: int = 8000
-    max_model_len: int = 4096
-    dtype: str = "bfloat16"
-    gpu_memory_utilization: float = 0.9
-    lora_rank: int | None = None  # serve LoRA adapters (adapter-only weight sync)
-    max_staleness: int = 4
-    python: str | None = None  # interpreter with vllm; default: this one
-
-
-VLLM_LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
-
-
-def serve_command(spec: ServeSpec) -> tuple[dict[str, str], list[str]]:
-    """(environment additions, argv) of the server: what TRL's `trl vllm-serve` imposes
-    (trl/scripts/vllm_serve.py): VLLM_SERVER_DEV_MODE=1 (registers the weight-transfer and
-    pause/resume routes), `--weight-transfer-config {"backend": "nccl"}`, `--logprobs-mode
-    processed_logprobs` (logprobs after temperature, as the importance ratio needs), `--max-logprobs -1`;
-    plus bf16, a max model length, and tensor parallelism over the given devices."""
-    from rufus_data.models import resolve_model
-
-    devices = [d.strip() for d in str(spec.devices).split(",") if d.strip()]
-    if not devices:
-        raise RufusError("--devices must name at least one GPU for the server (e.g. --devices 1)")
-    env = {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": ",".join(devices)}
-    argv = [
-        spec.python or sys.executable, "-m", "vllm.entrypoints.openai.api_server",
-        "--model", resolve_model(spec.model),
-        "--served-model-name", spec.model,
-        "--host", spec.host,
-        "--port", str(spec.port),
-        "--tensor-parallel-size", str(len(devices)),
-        "--dtype", spec.dtype,
-        "--max-model-len", str(spec.max_model_len),
-        "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
-        "--weight-transfer-config", json.dumps({"backend": "nccl"}),
-        "--logprobs-mode", "processed_logprobs",
-        "--max-logprobs", "-1",
-    ]
-    if spec.lora_rank:
-        # TRL's select_adapter_sync: rank capacity >= the adapter's, and max_staleness + 2 adapter slots.
-        rank = next((r for r in VLLM_LORA_RANKS if r >= spec.lora_rank), None)
-        if rank is None:
-            raise RufusError(f"--lora-rank {spec.lora_rank} is above the largest rank vLLM serves ({VLLM_LORA_RANKS[-1]})")
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "1"
-        argv += ["--enable-lora", "--max-lora-rank", str(rank), "--max-loras", str(spec.max_staleness + 2)]
-    return env, argv
-
-
-def format_command(env: dict[str, str], argv: list[str]) -> str:
-    return " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " " + shlex.join(argv)
-
-
-def exec_server(spec: ServeSpec) -> None:  # pragma: no cover - replaces the process
-    env, argv = serve_command(spec)
-    console.print(f"[bold]starting the vLLM server:[/] {format_command(env, argv)}")
-    os.execve(argv[0], argv, {**os.environ, **env})
 
 
 # ------------------------------------------------------------------------------ completion length

@@ -11,6 +11,8 @@ from rich.table import Table
 
 from rufus_data.console import cli_errors, console
 from rufus_data.errors import RufusError
+from rufus_data.generate.vllm_command import format_command
+from rufus_train.serve import ServeSpec, exec_server, serve_command
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus training stages on curated shards.")
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -160,8 +162,6 @@ def serve_cmd(
     print_only: bool = typer.Option(False, "--print", help="print the command instead of running it"),
 ) -> None:
     """Start the vLLM server async GRPO needs (weight-transfer routes, processed logprobs, NCCL, bf16)."""
-    from rufus_train.async_grpo import ServeSpec, exec_server, format_command, serve_command
-
     spec = ServeSpec(
         model=model, devices=devices, host=host, port=port, max_model_len=max_model_len,
         gpu_memory_utilization=gpu_memory_utilization, lora_rank=lora_rank, max_staleness=max_staleness, python=python,

@@ -69,7 +69,8 @@ def vllm_server(builtin_model):
     reason printed, only when .venv-vllm/.installed is missing (`make vllm-venv` installs it).
     Returns the launcher's VLLMServer: `.base_url` (http://127.0.0.1:PORT, without /v1),
     `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048."""
-    from rufus_data.generate.launcher import CPU_VENV, LaunchConfig, VLLMServer, cpu_command, group_members
+    from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members
+    from rufus_data.generate.vllm_command import CPU_VENV, cpu_command
 
     if not (CPU_VENV / ".installed").exists():
         reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"

@@ -189,7 +189,8 @@ def test_missing_data_root_is_an_error(monkeypatch, tmp_path):
 @pytest.mark.vllm
 def test_vllm_backend_launches_and_stops_its_own_server(work, data_root, builtin_model):
     """`--backend vllm`: Rufus starts vLLM (CPU build here) with the launcher and stops its group."""
-    from rufus_data.generate.launcher import CPU_VENV, group_members
+    from rufus_data.generate.launcher import group_members
+    from rufus_data.generate.vllm_command import CPU_VENV
 
     if not (CPU_VENV / ".installed").exists():
         pytest.skip("vLLM CPU build not installed: run `make vllm-venv`")

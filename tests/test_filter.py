@@ -238,7 +238,8 @@ def test_vllm_resume_after_sigkill_loses_and_repeats_no_prompt(vllm_server, data
 def test_vllm_backend_starts_and_stops_its_own_server(tmp_path, monkeypatch):
     """`--backend vllm`: Rufus launches vLLM's CPU build itself, filters through it, and leaves no
     process of its group behind."""
-    from rufus_data.generate.launcher import CPU_VENV, VLLMServer, cpu_command, group_members
+    from rufus_data.generate.launcher import VLLMServer, group_members
+    from rufus_data.generate.vllm_command import CPU_VENV, cpu_command
 
     if not (CPU_VENV / ".installed").exists():
         reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"

