@@ -1,0 +1,72 @@
+"""The offline embedder of the semantic decontam stage: wordllama's wheel model, loaded without
+the hub, and Rufus's fast path over normalised words agreeing with wordllama's own `embed`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from rufus_data.embedding import (
+    WordLlamaEmbedder,
+    _import_wordllama,
+    _wordllama_cache,
+    _wordllama_files,
+    load_embedder,
+)
+from rufus_data.paths import data_root
+from rufus_data.textnorm import TokenHasher, tokenize_array, words
+
+
+@pytest.fixture(scope="module")
+def embedder() -> WordLlamaEmbedder:
+    return load_embedder()
+
+
+def gsm8k_texts(n: int = 60) -> list[str]:
+    with open(data_root() / "gsm8k" / "test.jsonl") as fh:
+        rows = [json.loads(line) for _, line in zip(range(n), fh)]
+    return [r["question"] for r in rows] + [r["answer"] for r in rows]
+
+
+def test_loads_offline_from_the_wheel(monkeypatch, embedder):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    weights, tokenizer = _wordllama_files()
+    assert weights.exists() and tokenizer.parent.name == "tokenizers"
+    folder = _wordllama_cache(tokenizer)
+    assert (folder / "tokenizers" / tokenizer.name).read_bytes() == tokenizer.read_bytes()
+    vectors = embedder.embed(["How many apples does Janet have?", ""])
+    assert vectors.shape == (2, 256) and vectors.dtype == np.float32
+    assert np.isclose(np.linalg.norm(vectors[0]), 1.0) and not vectors[1].any()
+
+
+def test_matches_wordllamas_own_embed_on_normalised_text(embedder):
+    texts = gsm8k_texts()
+    model = _import_wordllama().WordLlama.load(cache_dir=_wordllama_cache(_wordllama_files()[1]), disable_download=True)
+    reference = np.stack([model.embed(" ".join(words(t)), norm=True)[0] for t in texts])
+    cosine = (reference * embedder.embed(texts)).sum(axis=1)
+    assert cosine.min() >= 0.9995
+
+
+def test_spans_are_the_embeddings_of_their_words(embedder):
+    text = " ".join(gsm8k_texts(3))
+    flat, offsets = tokenize_array(pa.array([text], pa.large_string()))
+    start, stop = np.array([0, 10, 25]), np.array([40, 50, int(offsets[-1])])  # overlapping windows
+    spans = embedder.embed_spans(flat, TokenHasher()(flat), start, stop)
+    all_words = flat.to_pylist()
+    joined = embedder.embed([" ".join(all_words[a:b]) for a, b in zip(start, stop)])
+    assert np.allclose(spans, joined, atol=1e-5)
+
+
+def test_importing_wordllama_leaves_logging_alone():
+    """wordllama calls logging.basicConfig(level=INFO) on import; a fresh process shows whether
+    Rufus undoes it (in this process wordllama is already imported)."""
+    script = ("import logging; from rufus_data.embedding import _import_wordllama; _import_wordllama(); "
+              "root = logging.getLogger(); print(len(root.handlers), root.level)")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", str(logging.WARNING)]
