@@ -34,14 +34,14 @@ tasks:
     data: {{path: ifeval/input_data.jsonl}}
     prompt: "{{prompt}}"
     gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval, strict: true}}
+    scorer: {{name: ifeval, mode: strict, level: prompt}}
   - name: gsm8k
     kind: rufus
     role: validation
     data: {{path: gsm8k/test.jsonl}}
     prompt: "{{question}}"
     gold_fields: [answer]
-    scorer: {{name: gsm8k}}
+    scorer: {{name: string_match, extractor: last_number, gold_extractor: gsm8k, answer_column: answer}}
 """
 
 

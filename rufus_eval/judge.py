@@ -1,7 +1,7 @@
 """Pin a judged task's judge before anything is generated, so its number can be reproduced.
 
-The suite's scorer names the judge (`judge_model`, `judge_base_url`; else JUDGE_MODEL /
-JUDGE_BASE_URL, else http://localhost:8001/v1 and the first model the server lists). Before the
+The suite's scorer, an `llm_judge` reward spec, names the judge (`model`, `base_url`; else
+JUDGE_MODEL / JUDGE_BASE_URL, else http://localhost:8001/v1 and the first model the server lists). Before the
 model under test produces a single answer, Rufus asks the judge server what it serves
 (`GET /v1/models`) and which version it runs (`GET /version`, vLLM's route): an unreachable judge,
 or one that does not serve the named model, is an error that says what to do, not a task whose
@@ -14,7 +14,7 @@ from __future__ import annotations
 import httpx
 
 from rufus_data.errors import RufusError
-from rufus_data.rewards.llm_judge import LLMJudgeReward, judge_connection
+from rufus_data.rewards.llm_judge import judge_connection
 from rufus_eval.suite import Scorer
 
 
@@ -24,14 +24,14 @@ def api_base(base_url: str) -> str:
 
 
 def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
-    """(the scorer with the judge's endpoint and model id filled in, the record for results.json).
+    """(the `llm_judge` scorer with the judge's endpoint and model id filled in, the record for results.json).
 
     `where` names the suite and task in error messages."""
-    base_url, model, api_key = judge_connection(scorer.judge_base_url, scorer.judge_model)
+    base_url, model, api_key = judge_connection(scorer.options.get("base_url"), scorer.options.get("model"))
     base_url = api_base(base_url)
     what_to_do = (
-        f"start the judge server (e.g. `vllm serve {model or 'JUDGE_MODEL'} --port 8001`) or point {where}'s "
-        "scorer.judge_base_url (or JUDGE_BASE_URL) at a running OpenAI-compatible server"
+        f"start the judge server (e.g. `vllm serve {model or 'JUDGE_MODEL'} --port 8001`) or point the scorer's "
+        f"base_url in {where} (or JUDGE_BASE_URL) at a running OpenAI-compatible server"
     )
     # trust_env=False: the judge is a server you run; never route it through a proxy from the environment
     with httpx.Client(headers={"Authorization": f"Bearer {api_key}"}, timeout=10.0, trust_env=False) as client:
@@ -50,8 +50,8 @@ def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
         if model is None:
             model = served[0]
         elif model not in served:
-            raise RufusError(f"{where}: the judge at {base_url} serves {served}, not judge_model {model!r}: "
-                             "set scorer.judge_model to the id it serves, or serve that model there")
+            raise RufusError(f"{where}: the judge at {base_url} serves {served}, not the scorer's model {model!r}: "
+                             "set the scorer's model to the id it serves, or serve that model there")
         version = None
         try:
             answer = client.get(f"{base_url.removesuffix('/v1')}/version")
@@ -59,13 +59,13 @@ def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
                 version = str(answer.json().get("version"))
         except (httpx.HTTPError, ValueError, AttributeError):
             version = None  # not vLLM (no /version): recorded as unknown
-    defaults = LLMJudgeReward()
-    pinned = scorer.model_copy(update={"judge_base_url": base_url, "judge_model": model})
+    pinned = scorer.with_options(base_url=base_url, model=model)
+    reward = pinned.reward()
     record = {
         "model": model,
         "base_url": base_url,
         "server_version": version,
-        "threshold": defaults.threshold,
-        "max_tokens": scorer.judge_max_tokens or defaults.max_tokens,
+        "threshold": reward.threshold,
+        "max_tokens": reward.max_tokens,
     }
     return pinned, record

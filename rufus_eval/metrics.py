@@ -6,7 +6,9 @@ ALL k responses and strips the reasoning of each with the rewards package's rule
 (`rufus_data.rewards.extract.strip_reasoning`: the text after `</think>`; a reasoning block that
 never closes leaves an empty answer, scored 0 and counted as `unclosed_think`). The metrics
 `rufus_avg`, `rufus_pass` and `rufus_maj` then receive the k answers of a document and score each
-with a Rufus reward (SCORERS), so `avg@k` is the mean over all k samples.
+with the task's scorer: a registry reward spec (rufus_data/rewards/registry.py, the specs train and
+filter take), with the document's gold fields as the reward's dataset columns; so `avg@k` is the
+mean over all k samples. maj@ votes on what that reward extracts (`answer_extractor`).
 
 A sample the reward cannot score (None: a judge that failed or wrote no parsable score, a row with
 no usable gold) is excluded, never counted as 0.0, and counted in `unscored` (the fraction of
@@ -16,22 +18,20 @@ one reports no number at all (results.json: value null), never 0.0."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import math
 from collections import Counter
-from collections.abc import Callable
+from functools import lru_cache
 
 import lm_eval.api.metrics  # noqa: F401 - registers lm-eval's aggregations (`mean`) first
 from lm_eval.api.filter import Filter
 from lm_eval.api.registry import register_filter, register_metric
 
-from rufus_data.rewards.extract import (
-    THINK_CLOSE,
-    extract_boxed,
-    extract_last_number,
-    normalize_answer,
-    strip_reasoning,
-)
+from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.extract import THINK_CLOSE, normalize_answer, strip_reasoning
+from rufus_data.rewards.registry import build_reward
 
 
 class Answer(str):
@@ -65,93 +65,33 @@ class StripReasoningFilter(Filter):
         return [[answer_of(r, self.think_end_token) for r in doc_resps] for doc_resps in resps]
 
 
-# ---------------------------------------------------------------- scorers (Rufus rewards)
+# ---------------------------------------------------------------- the task's reward
 
 
-def _call_reward(reward, answers: list[str], prompt: str, columns: dict) -> list[float | None]:
+@lru_cache(maxsize=64)
+def _built(spec_json: str) -> RewardFunction:
+    return build_reward(json.loads(spec_json))
+
+
+def scorer_reward(scorer: str | dict) -> RewardFunction:
+    """The reward a task's scorer spec names, built once per process (lm-eval calls a metric per document)."""
+    return _built(json.dumps(scorer, sort_keys=True))
+
+
+def score_answers(scorer: str | dict, answers: list[str], gold: dict, prompt: str = "") -> list[float | None]:
+    """One score per answer (None: unscorable) by the reward the scorer spec names; the gold fields are
+    the reward's dataset columns, as TRL would pass them."""
+    reward = scorer_reward(scorer)
     k = len(answers)
-    return reward(prompts=[prompt] * k, completions=list(answers), **{c: [v] * k for c, v in columns.items()})
-
-
-def _integer(value: str | None) -> int | None:
-    if value is None:
-        return None
-    text = normalize_answer(value).replace(" ", "")
-    try:
-        number = float(text)
-    except ValueError:
-        return None
-    return int(number) if number.is_integer() else None
-
-
-def score_answers(scorer: dict, answers: list[str], gold: dict, prompt: str = "") -> list[float | None]:
-    """One score per answer (None: unscorable) with the reward the task's scorer names."""
-    name = scorer["name"]
-    if name == "boxed" and scorer.get("compare") == "integer":
-        want = _integer(str(gold["answer"]))
-        return [1.0 if want is not None and _integer(extract_boxed(a)) == want else 0.0 for a in answers]
-    if name in ("boxed", "gsm8k"):
-        from rufus_data.rewards.string_match import StringMatchReward
-
-        reward = StringMatchReward(extractor="boxed" if name == "boxed" else "last_number", answer_column="answer")
-        return _call_reward(reward, answers, prompt, {"answer": gold["answer"]})
-    if name == "math":
-        from rufus_data.rewards.math_equivalence import MathEquivalenceReward
-
-        return _call_reward(MathEquivalenceReward(answer_column="answer"), answers, prompt, {"answer": gold["answer"]})
-    if name == "ifeval":
-        from rufus_data.rewards.ifeval import IFEvalReward
-
-        reward = IFEvalReward(mode="strict" if scorer.get("strict", True) else "loose", level="prompt")
-        columns = {"instruction_id_list": gold["instruction_id_list"], "kwargs": json.dumps(gold["kwargs"])}
-        return _call_reward(reward, answers, prompt, columns)
-    if name == "code":
-        from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code
-
-        reward = CodeExecutionReward(workers=2, timeout_s=scorer.get("timeout_s", 10.0))
-        # the task's own imports (HumanEval prompts import typing etc.) go before the answer's code
-        imports = "\n".join(
-            line for line in str(gold.get("prompt", "")).splitlines() if line.startswith(("import ", "from "))
-        )
-        programs = [f"```python\n{imports}\n{extract_code(a)}\n```" if a else "" for a in answers]
-        from rufus_data.rewards.code_execution import TEST_COLUMNS
-
-        columns = {c: gold[c] for c in TEST_COLUMNS if c in gold}
-        return _call_reward(reward, programs, prompt, columns)
-    if name == "bfcl":
-        from rufus_eval.bfcl import score_bfcl
-
-        return [score_bfcl(a, gold) for a in answers]
-    if name == "judge":
-        return _judge_scores(scorer, answers, gold, prompt)
-    raise ValueError(f"unknown scorer {name!r}")
-
-
-def _judge_scores(scorer: dict, answers: list[str], gold: dict, prompt: str) -> list[float | None]:
-    """The rewards package's LLM judge, on the endpoint and model the runner pinned (rufus_eval/judge.py)."""
-    import asyncio
-
-    from rufus_data.rewards.llm_judge import LLMJudgeReward
-
-    options = {"max_tokens": scorer["judge_max_tokens"]} if scorer.get("judge_max_tokens") else {}
-    reward = LLMJudgeReward(reference_column="reference", base_url=scorer.get("judge_base_url"),
-                            model=scorer.get("judge_model"), **options)
-    k = len(answers)
-    reference = gold.get(scorer.get("judge_reference") or "reference")
-    return asyncio.run(reward(prompts=[prompt] * k, completions=list(answers), reference=[reference] * k))
-
-
-VOTE_EXTRACTORS: dict[str, Callable[[str], str | None]] = {
-    "boxed": extract_boxed,
-    "math": extract_boxed,
-    "gsm8k": extract_last_number,
-}
+    columns = {field: [value] * k for field, value in gold.items() if field != "rufus_prompt"}
+    scores = reward(prompts=[prompt] * k, completions=list(answers), **columns)
+    return asyncio.run(scores) if inspect.isawaitable(scores) else scores
 
 
 # ---------------------------------------------------------------- the registered metrics
 
 
-def scored_samples(predictions, references, scorer: dict) -> tuple[list[Answer], list[float | None], dict]:
+def scored_samples(predictions, references, scorer: str | dict) -> tuple[list[Answer], list[float | None], dict]:
     """(answers, per-sample scores: unclosed reasoning = 0.0, unscorable = None, extra per-document counts)."""
     answers = [a if isinstance(a, Answer) else Answer(a) for a in predictions[0]]
     gold = json.loads(references[0])
@@ -172,7 +112,7 @@ def pass_at(n_samples: int, n_correct: int, at: int) -> float:
 
 
 @register_metric(metric="rufus_avg", higher_is_better=True, aggregation="mean")
-def rufus_avg(references, predictions, scorer: dict, k: int, **_) -> dict:
+def rufus_avg(references, predictions, scorer: str | dict, k: int, **_) -> dict:
     """avg@k: the mean score of the k samples of one document (lm-eval then averages documents)."""
     _, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
@@ -183,7 +123,7 @@ def rufus_avg(references, predictions, scorer: dict, k: int, **_) -> dict:
 
 
 @register_metric(metric="rufus_pass", higher_is_better=True, aggregation="mean")
-def rufus_pass(references, predictions, scorer: dict, k: int, at: int, **_) -> dict:
+def rufus_pass(references, predictions, scorer: str | dict, k: int, at: int, **_) -> dict:
     """pass@at from k samples (a sample passes with score 1)."""
     _, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
@@ -194,11 +134,13 @@ def rufus_pass(references, predictions, scorer: dict, k: int, at: int, **_) -> d
 
 
 @register_metric(metric="rufus_maj", higher_is_better=True, aggregation="mean")
-def rufus_maj(references, predictions, scorer: dict, k: int, at: int, **_) -> dict:
+def rufus_maj(references, predictions, scorer: str | dict, k: int, at: int, **_) -> dict:
     """maj@at: the score of the most frequent extracted answer among the first `at` samples."""
     answers, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
-    extract = VOTE_EXTRACTORS[scorer["name"]]
+    extract = scorer_reward(scorer).answer_extractor
+    if extract is None:
+        raise ValueError(f"maj@{at} needs an answer to vote on; the reward {scorer} extracts none")
     votes = {}
     for i, answer in enumerate(answers[:at]):
         value = extract(answer) if answer.closed else None

@@ -109,7 +109,7 @@ def run_suite(req: RunRequest) -> dict:
         raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
     judges = {}  # judged tasks: the judge is asked what it serves before any answer is generated
     for task in tasks:
-        if task.scorer and task.scorer.name == "judge":
+        if task.scorer and task.scorer.name == "llm_judge":
             from rufus_eval.judge import pin_judge
 
             task.scorer, judges[task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")

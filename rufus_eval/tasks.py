@@ -1,8 +1,8 @@
 """Turn a suite's Rufus tasks into lm-eval task configs over local JSON data.
 
 For each task Rufus reads the source rows (a local file, the hub at a pinned revision, or a
-wheel's data), drops the rows the task skips, renders the prompt and packs what the scorer needs
-into one JSON string (`gold`), and writes `data.jsonl` plus an lm-eval YAML config that reads it
+wheel's data), drops the rows the task skips, renders the prompt and packs the gold fields (the
+scorer reward's dataset columns) into one JSON string (`gold`), and writes `data.jsonl` plus an lm-eval YAML config that reads it
 with `dataset_path: json`. The config names Rufus's filter and metric (rufus_eval/metrics.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import yaml
 from rufus_data.errors import RufusError
 from rufus_data.hub import warn_if_unpinned
 from rufus_data.paths import data_root
-from rufus_data.rewards.extract import extract_gsm8k
+from rufus_eval.bfcl import bfcl_rows
 from rufus_eval.suite import Suite, Task
 
 ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
@@ -30,8 +30,6 @@ def source_rows(task: Task) -> list[dict]:
     """The task's rows, from where its data source says; errors say what to do."""
     src = task.data
     if src.wheel:
-        from rufus_eval.bfcl import bfcl_rows
-
         return bfcl_rows(src.wheel, src.category)
     if src.hub and not src.local_path:
         return _hub_rows(task)
@@ -57,7 +55,7 @@ def _hub_rows(task: Task) -> list[dict]:
     src = task.data
     warn_if_unpinned(f"task {task.name}", src.hub, src.revision, "the number can move when the dataset does")
     try:
-        import datasets
+        import datasets  # heavy (pyarrow, fsspec): only hub tasks load it
 
         ds = datasets.load_dataset(src.hub, src.config, revision=src.revision, split=src.split)
     except Exception as err:  # noqa: BLE001 - offline, gated, or missing: all mean "not reachable"
@@ -93,8 +91,6 @@ def task_rows(task: Task) -> list[dict]:
         if missing:
             raise RufusError(f"task {task.name}: row {index} has no gold field(s) {missing} (fields: {sorted(row)})")
         gold = {field: row[field] for field in task.gold_fields}
-        if task.scorer.name == "gsm8k" and isinstance(gold.get("answer"), str) and "####" in gold["answer"]:
-            gold["answer"] = extract_gsm8k(gold["answer"])
         gold["rufus_prompt"] = prompt
         out.append({"rufus_id": row_id(row, index), "prompt": prompt, "gold": json.dumps(gold, ensure_ascii=False)})
     if not out:
@@ -136,7 +132,7 @@ def write_task(suite: Suite, task: Task, folder: Path) -> dict:
                 "metric": f"rufus_{kind}",
                 "aggregation": "mean",
                 "higher_is_better": True,
-                "scorer": task.scorer.model_dump(),
+                "scorer": task.scorer.spec,
                 "k": k,
                 "at": at,
             }

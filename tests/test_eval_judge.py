@@ -41,7 +41,7 @@ tasks:
     data: {{path: gsm8k/test.jsonl}}
     prompt: "{{question}}"
     gold_fields: [answer]
-    scorer: {{name: judge, judge_model: {judge_model}, judge_base_url: "{base_url}", judge_max_tokens: {judge_tokens}}}
+    scorer: {{name: llm_judge, model: {judge_model}, base_url: "{base_url}", max_tokens: {judge_tokens}}}
     metric: avg@k
 """)
     return suite
@@ -72,7 +72,7 @@ def test_judge_is_pinned_in_results_and_store(judged_run, vllm_server):
     # the lm-eval config the metric reads names the same judge, explicitly
     config = yaml.safe_load((work / "run" / "tasks" / "judged.yaml").read_text())
     scorer = config["metric_list"][0]["scorer"]
-    assert (scorer["judge_base_url"], scorer["judge_model"], scorer["judge_reference"]) == (
+    assert (scorer["base_url"], scorer["model"], scorer["reference_column"]) == (
         f"{vllm_server.base_url}/v1", "smollm2-135m", "answer")
     assert env_after == env_before  # the connection went through arguments, not the process environment
     with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
@@ -104,7 +104,7 @@ def test_real_judge_scores_are_in_range_or_excluded(judged_run):
     (what the 135M judge does in practice: it rarely ends with "Score: N")."""
     record, work, _, _ = judged_run
     config = yaml.safe_load((work / "run" / "tasks" / "judged.yaml").read_text())
-    scorer = {**config["metric_list"][0]["scorer"], "judge_max_tokens": 64}
+    scorer = {**config["metric_list"][0]["scorer"], "max_tokens": 64}
     sample = json.loads(Path(record["tasks"]["judged"]["samples_file"]).read_text().splitlines()[0])
     result = rufus_avg([sample["doc"]["gold"]], [sample["resps"][0]], scorer=scorer, k=K)
     assert result["unscored"] in (0.0, 0.5, 1.0)
@@ -131,12 +131,12 @@ def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_roo
                              db_path=tmp_path / "runs.duckdb"))
     message = str(err.value)
     assert "suite judged, task judged" in message and f"{url} is not reachable" in message
-    assert "start the judge server" in message and "judge_base_url" in message
+    assert "start the judge server" in message and "scorer's base_url" in message
     assert not out.exists() and not (tmp_path / "runs.duckdb").exists()  # nothing half-written
 
 
 @pytest.mark.vllm
 def test_judge_model_not_served_is_a_clear_error(tmp_path, vllm_server, data_root, builtin_model):
-    with pytest.raises(RufusError, match=r"serves \['smollm2-135m'\], not judge_model 'Qwen/Qwen3-32B'"):
+    with pytest.raises(RufusError, match=r"serves \['smollm2-135m'\], not the scorer's model 'Qwen/Qwen3-32B'"):
         run_suite(RunRequest(suite=str(judged_suite(tmp_path, vllm_server.base_url, "Qwen/Qwen3-32B")),
                              checkpoint=builtin_model, limit=DOCS, out=tmp_path / "run"))

@@ -137,7 +137,7 @@ def test_reasoning_is_stripped_and_unclosed_counted():
     # even though an empty text would "follow" a no-comma instruction
     gold = json.dumps({"instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}], "rufus_prompt": "x"})
     answers = [Answer("no commas here"), answer_of("<think>never closed, ever")]
-    result = rufus_avg([gold], [answers], scorer={"name": "ifeval", "strict": True}, k=2)
+    result = rufus_avg([gold], [answers], scorer={"name": "ifeval", "mode": "strict"}, k=2)
     assert result == {"avg@2": 0.5, "unclosed_think": 0.5, "unscored": 0.0}
 
 

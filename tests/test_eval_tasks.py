@@ -10,14 +10,16 @@ import pytest
 import yaml
 
 from rufus_data.errors import RufusError
-from rufus_eval.bfcl import bfcl_rows, parse_calls, score_bfcl
+from rufus_data.rewards import build_reward
+from rufus_data.rewards.bfcl import parse_calls, score_bfcl
+from rufus_eval.bfcl import bfcl_rows
 from rufus_eval.metrics import rufus_maj, score_answers
 from rufus_eval.suite import load_suite
 from rufus_eval.tasks import task_rows, write_task
 
 
 def test_aime_answers_compare_as_integers():
-    scores = score_answers({"name": "boxed", "compare": "integer"},
+    scores = score_answers({"name": "string_match", "extractor": "boxed", "compare": "integer", "answer_column": "answer"},
                            ["so \\boxed{25}", "\\boxed{025}", "\\boxed{24}", "no box", "\\boxed{25.0}"], {"answer": "025"})
     assert scores == [1.0, 1.0, 0.0, 0.0, 1.0]
 
@@ -61,11 +63,81 @@ def test_bfcl_ast_checker_from_the_wheel_only():
     assert not any(m.startswith(("bfcl_eval.model_handler", "anthropic", "cohere", "mistralai")) for m in sys.modules)
 
 
+def test_bfcl_ast_reward_through_the_registry():
+    """The BFCL checker is a registry reward (`bfcl_ast`): the row's function, ground_truth and category
+    are its dataset columns; reasoning is stripped first; a row without them is unscored (None)."""
+    rows = bfcl_rows("bfcl-eval==2026.3.23", "multiple")[:2]
+    reward = build_reward({"name": "bfcl_ast", "wheel": "bfcl-eval==2026.3.23"})
+    right = [first_accepted_call(row["ground_truth"][0]) for row in rows]
+    columns = {c: [row[c] for row in rows] for c in ("function", "ground_truth", "category")}
+    assert reward(completions=[f"<think>which one?</think>{right[0]}", right[1]], **columns) == [1.0, 1.0]
+    assert reward(completions=[right[1], "I cannot call anything."], **columns) == [0.0, 0.0]
+    assert reward(completions=[right[0]], function=[rows[0]["function"]], ground_truth=[None],
+                  category=["multiple"]) == [None]
+    gold = {c: rows[0][c] for c in ("function", "ground_truth", "category")}
+    assert score_answers("bfcl_ast", [right[0], right[1]], gold) == [1.0, 0.0]
+
+
+def first_accepted_call(ground_truth: dict) -> str:
+    """One call that BFCL's possible answers accept: the first allowed value of each argument."""
+    (name, arguments), = ground_truth.items()
+    values = {key: allowed[0] for key, allowed in arguments.items() if allowed and allowed[0] != ""}
+    return f"[{name}({', '.join(f'{key}={value!r}' for key, value in values.items())})]"
+
+
+def test_scorer_is_a_registry_reward_spec(tmp_path):
+    """A suite's scorer is the spec train and filter write; the old eval names, weights and maj@ on a
+    reward that extracts no answer are refused at load, before any model or data."""
+    task = """name: s
+tasks:
+  - name: t
+    kind: rufus
+    role: validation
+    data: {{path: x.jsonl}}
+    prompt: "{{q}}"
+    gold_fields: [answer]
+    scorer: {scorer}
+    metric: {metric}
+"""
+    for scorer, metric, message in [
+        ("{name: boxed}", "avg@k", "unknown reward 'boxed'.*use one of string_match"),
+        ("string_match:nope", "avg@k", "unknown extractor 'nope'"),
+        ("{name: string_match, weight: 2}", "avg@k", "a scorer has no weight"),
+        ("ifeval", "maj@k", "maj@ needs an answer to vote on; reward ifeval extracts none"),
+        ("{name: llm_judge, reference_column: target}", "avg@k", "reference_column 'target' must be one of gold_fields"),
+    ]:
+        path = tmp_path / "s.yaml"
+        path.write_text(task.format(scorer=scorer, metric=metric))
+        with pytest.raises(RufusError, match=message):
+            load_suite(str(path))
+    path.write_text(task.format(scorer="{name: llm_judge, model: m}", metric="avg@k"))
+    judged = load_suite(str(path)).tasks[0]
+    assert judged.scorer.spec == {"name": "llm_judge", "model": "m", "reference_column": "answer"}  # first gold field
+    path.write_text(task.format(scorer="string_match:boxed", metric="maj@k"))
+    assert load_suite(str(path)).tasks[0].scorer.model_dump() == {"name": "string_match", "extractor": "boxed"}
+
+
+def test_gsm8k_gold_is_read_by_the_reward_and_votes_on_its_extractor(data_root):
+    """The quick suite's GSM8K gold is the row's worked answer, unchanged: the reward reads it after `####`;
+    maj@ votes on the reward's own extractor (last_number)."""
+    task = {t.name: t for t in load_suite("quick").tasks}["gsm8k"]
+    task.data.path = "gsm8k/test.jsonl"
+    row = task_rows(task)[0]
+    gold = json.loads(row["gold"])
+    assert gold["answer"].endswith("#### 18")
+    answers = ["She makes 18 dollars.", "It is 17", "<think>9 + 9</think>18", "so 17"]
+    assert score_answers(task.scorer.spec, answers, gold) == [1.0, 0.0, 1.0, 0.0]
+    votes = ["17", "18", "18", "17", "18"]
+    assert rufus_maj([row["gold"]], [votes], scorer=task.scorer.spec, k=5, at=5)["maj@5"] == 1.0
+    assert rufus_maj([row["gold"]], [votes], scorer=task.scorer.spec, k=5, at=1)["maj@1"] == 0.0
+
+
 def test_majority_vote_scores_the_most_frequent_answer():
     gold = json.dumps({"answer": "12", "rufus_prompt": "q"})
     answers = ["\\boxed{12}", "\\boxed{7}", "\\boxed{7}", "\\boxed{12}", "\\boxed{7}"]
-    assert rufus_maj([gold], [answers], scorer={"name": "boxed"}, k=5, at=5)["maj@5"] == 0.0
-    assert rufus_maj([gold], [answers], scorer={"name": "boxed"}, k=5, at=1)["maj@1"] == 1.0
+    scorer = {"name": "string_match", "extractor": "boxed", "answer_column": "answer"}
+    assert rufus_maj([gold], [answers], scorer=scorer, k=5, at=5)["maj@5"] == 0.0
+    assert rufus_maj([gold], [answers], scorer=scorer, k=5, at=1)["maj@1"] == 1.0
 
 
 def test_vibe_answers_side_by_side(tmp_path, builtin_model):

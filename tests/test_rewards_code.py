@@ -16,6 +16,7 @@ from conftest import read_jsonl
 from rufus_data.rewards import (
     CodeExecutionReward,
     SandboxConfig,
+    build_reward,
     namespaces_available,
     run_many,
     run_python,
@@ -68,6 +69,22 @@ def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root)
     last_lines = [res.stderr.strip().splitlines()[-1] if res.stderr.strip() else "" for res in results]
     not_assertion = [(r["task_id"], line) for r, line in zip(rows, last_lines) if not line.startswith("AssertionError")]
     assert not_assertion == []
+
+
+def test_prompt_imports_go_before_the_answers_code(data_root):
+    """HumanEval prompts import `typing` etc.; an answer that repeats only the function lacks those
+    imports. `prompt_imports` puts the import lines of the prompt the model saw before the code."""
+    rows = [r for r in read_jsonl(data_root / "humaneval" / "HumanEval.jsonl") if "from typing import" in r["prompt"]][:6]
+    assert len(rows) == 6
+    # the function alone (the prompt minus its import lines) plus the canonical body
+    answers = ["```python\n" + "\n".join(line for line in r["prompt"].splitlines() if not line.startswith(("import ", "from ")))
+               + "\n" + r["canonical_solution"] + "```" for r in rows]
+    columns = {"test": [r["test"] for r in rows], "entry_point": [r["entry_point"] for r in rows]}
+    chat_prompts = [[{"role": "user", "content": f"Complete:\n```python\n{r['prompt']}```"}] for r in rows]
+    assert CodeExecutionReward(workers=WORKERS)(prompts=chat_prompts, completions=answers, **columns) == [0.0] * 6
+    reward = build_reward({"name": "code_execution", "workers": WORKERS, "prompt_imports": True})
+    assert reward(prompts=chat_prompts, completions=answers, **columns) == [1.0] * 6
+    assert reward(prompts=[r["prompt"] for r in rows], completions=answers, **columns) == [1.0] * 6  # plain text
 
 
 def test_mbpp_reference_solutions_pass(data_root):

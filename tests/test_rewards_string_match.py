@@ -81,6 +81,29 @@ def test_gsm8k_and_last_number_edge_cases():
     assert reward(completions=["the 2023-2024 season", "3,50", "total: 1,234."], answer=["2024", "50", "1234"]) == [1.0, 0.0, 1.0]
 
 
+def test_integer_comparison_and_gold_extractor_options(data_root):
+    """AIME golds compare as integers ("025" == 25); GSM8K's worked gold answers are read after `####`
+    while the completions give their last number; both through the registry, as the suites name them."""
+    aime = build_reward({"name": "string_match", "extractor": "boxed", "compare": "integer", "answer_column": "answer"})
+    answers = ["so \\boxed{25}", "\\boxed{025}", "\\boxed{24}", "no box", "\\boxed{25.0}", "\\boxed{2.5}"]
+    assert aime(completions=answers, answer=["025"] * 6) == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+    assert aime(completions=["\\boxed{25}"], answer=["twenty-five"]) == [None]  # no integer gold: unscored
+    assert StringMatchReward("boxed")(completions=["\\boxed{25}"], solution=["025"]) == [0.0]  # strings differ
+    rows = read_jsonl(data_root / "gsm8k" / "test.jsonl", limit=20)
+    golds = [row["answer"] for row in rows]
+    finals = [extract_gsm8k(gold) for gold in golds]
+    gsm8k = build_reward({"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
+                          "answer_column": "answer"})
+    assert gsm8k(completions=[f"So the answer is {final}." for final in finals], answer=golds) == [1.0] * 20
+    # and the gold is the `####` answer, not the last number of the worked text: off by one scores 0.0
+    wrong = [f"The answer is {int(final.replace(',', '')) + 1}" for final in finals]
+    assert gsm8k(completions=wrong, answer=golds) == [0.0] * 20
+    with pytest.raises(RufusError, match="compare must be one of string, integer"):
+        build_reward({"name": "string_match", "compare": "float"})
+    with pytest.raises(RufusError, match="unknown extractor 'hash'"):
+        build_reward({"name": "string_match", "gold_extractor": "hash"})
+
+
 def test_normalisation_list():
     assert normalize_answer("  1,234 ") == "1234"
     assert normalize_answer("$5$") == "5"

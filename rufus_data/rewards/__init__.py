@@ -4,6 +4,7 @@ Every reward follows TRL's reward-function contract (see `contract.py`) and retu
 (= not scored) per completion. Pick rewards in configs by name through `build_reward(s)`.
 """
 
+from rufus_data.rewards.bfcl import BFCLASTReward, parse_calls, score_bfcl
 from rufus_data.rewards.code_execution import CodeExecutionReward, extract_code
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.extract import (
@@ -43,6 +44,7 @@ __all__ = [
     "EXTRACTORS",
     "REWARDS",
     "RUFUS_RESPONSE_TEMPLATE",
+    "BFCLASTReward",
     "CodeExecutionReward",
     "GroupOutcome",
     "IFEvalReward",
@@ -72,11 +74,13 @@ __all__ = [
     "namespaces_available",
     "normalize_answer",
     "overlong_penalty",
+    "parse_calls",
     "parse_response",
     "parse_score",
     "parse_spec",
     "run_many",
     "run_python",
+    "score_bfcl",
     "split_reasoning",
     "strip_reasoning",
 ]

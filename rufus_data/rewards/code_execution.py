@@ -5,6 +5,8 @@ Test formats (dataset columns):
 - MBPP: `test_list` (assert statements), with `test_imports` prepended;
 - stdin/stdout (LiveCodeBench / APPS): `input_output` ({"inputs": [...], "outputs": [...]}, or its JSON)
   or `test_cases` ([{"input":..., "output":...}], or its JSON); one sandbox run per case.
+`prompt_imports=True` puts the import lines of the prompt the model saw before the answer's code
+(HumanEval prompts import `typing` etc., and an answer that repeats only the function lacks them).
 HumanEval/MBPP programs run under harness.py inside the sandbox: it passes only if it exits 0 AND prints a
 per-run random marker that the harness writes after the tests ran. The marker reaches the harness on a
 file descriptor it reads and closes before the model's code runs, so the model's code cannot read it
@@ -56,6 +58,13 @@ class _Job:
         return (HARNESS, self.stdin, inputs)
 
 
+def prompt_import_lines(prompt) -> str:
+    """The lines of a prompt (text, or chat messages) that start with `import ` or `from `."""
+    if isinstance(prompt, (list, tuple)):
+        prompt = "\n".join(str(m.get("content") or "") for m in prompt if isinstance(m, dict))
+    return "\n".join(line for line in str(prompt or "").splitlines() if line.startswith(("import ", "from ")))
+
+
 def _humaneval_source(code: str, test: str, entry_point: str) -> str:
     return f"{code}\n\n{test}\n\ncheck({entry_point})\n"
 
@@ -102,12 +111,14 @@ class CodeExecutionReward(RewardFunction):
         memory_mb: int = 1024,
         only_label: str | None = None,
         isolation: str = "auto",
+        prompt_imports: bool = False,
     ):
         self.workers = workers
         self.pass_fraction = pass_fraction
         self.timeout_s = timeout_s
         self.memory_mb = memory_mb
         self.isolation = isolation
+        self.prompt_imports = prompt_imports
         self.name = "code_execution"
         super().__init__(only_label=only_label)
 
@@ -134,8 +145,11 @@ class CodeExecutionReward(RewardFunction):
     def score_rows(self, prompts, texts, closed, rows, log_metric):
         scores: list[float | None] = [None] * len(texts)
         jobs: list[_Job] = []
-        for index, (text, ok, row) in enumerate(zip(texts, closed, rows)):
-            row_jobs = self.jobs_for(index, extract_code(text), row)
+        for index, (prompt, text, ok, row) in enumerate(zip(prompts, texts, closed, rows)):
+            code = extract_code(text)
+            if self.prompt_imports and (imports := prompt_import_lines(prompt)):
+                code = f"{imports}\n{code}"
+            row_jobs = self.jobs_for(index, code, row)
             if row_jobs is None:
                 continue
             if not ok:

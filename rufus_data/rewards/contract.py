@@ -54,6 +54,9 @@ class RewardFunction:
 
     name = "reward"
     strip_think = True
+    # What the reward compares, extracted from an answer text: majority voting (rufus-eval's maj@N)
+    # votes on it. None for a reward that compares no single extracted answer (code, instructions, a judge).
+    answer_extractor: Callable[[str], str | None] | None = None
 
     def __init__(self, only_label: str | None = None):
         self.only_label = only_label

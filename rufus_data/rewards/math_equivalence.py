@@ -9,9 +9,15 @@ from __future__ import annotations
 import threading
 
 from rufus_data.rewards.contract import RewardFunction, is_missing
+from rufus_data.rewards.extract import extract_boxed
 
 
 class MathEquivalenceReward(RewardFunction):
+    """1.0 when math-verify finds the answer equivalent to the gold one, else 0.0; None when unscorable."""
+
+    # math-verify reads the answer from the last box first; votes (maj@N) go to that box
+    answer_extractor = staticmethod(extract_boxed)
+
     def __init__(self, answer_column: str = "solution", only_label: str | None = None, timeout_s: int = 5):
         self.answer_column = answer_column
         self.timeout_s = timeout_s
@@ -20,7 +26,7 @@ class MathEquivalenceReward(RewardFunction):
 
     def score_rows(self, prompts, texts, closed, rows, log_metric):
         self.warn_missing_column(rows, self.answer_column, "the gold answer; set answer_column to the column that holds it")
-        from math_verify import parse, verify
+        from math_verify import parse, verify  # sympy and antlr: loaded on first use, not with the registry
 
         timeout = self.timeout_s if threading.current_thread() is threading.main_thread() else None
         scores: list[float | None] = []

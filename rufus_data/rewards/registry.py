@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.bfcl import BFCLASTReward
 from rufus_data.rewards.code_execution import CodeExecutionReward
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.ifeval import IFEvalReward
@@ -29,6 +30,7 @@ REWARDS: dict[str, type[RewardFunction]] = {
     "code_execution": CodeExecutionReward,
     "llm_judge": LLMJudgeReward,
     "overlong_penalty": OverlongPenalty,
+    "bfcl_ast": BFCLASTReward,
 }
 
 
