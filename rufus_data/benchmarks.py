@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from rufus_data.errors import RufusError
 from rufus_data.hub import warn_if_unpinned
+from rufus_data.jsonl import read_jsonl
 from rufus_data.paths import data_root
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
@@ -181,15 +182,7 @@ def resolve_names(registry: Registry, against: list[str], registry_path: Path | 
 def _read_rows(path: Path) -> list[dict]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        rows = []
-        with open(path, encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as err:
-                        raise RufusError(f"{path} line {lineno} is not valid JSON: {err.msg}") from None
-        return rows
+        return list(read_jsonl(path, "benchmark file"))
     if suffix == ".json":
         data = json.loads(path.read_text(encoding="utf-8"))
         return data if isinstance(data, list) else data.get("data", [])

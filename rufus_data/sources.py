@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rufus_data.catalog import Kind, SourceSpec
 from rufus_data.errors import RufusError
+from rufus_data.jsonl import read_jsonl
 
 CANONICAL = ("id", "source", "label", "messages", "prompt", "expected_output", "chosen", "rejected", "origin_id")
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
@@ -69,7 +70,7 @@ def read_raw_rows(spec: SourceSpec) -> Iterator[dict]:
         raise RufusError(f"source '{spec.name}': file {path} does not exist; fix `path:` in the catalog")
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        yield from _read_jsonl(path, spec.name)
+        yield from read_jsonl(path, f"source '{spec.name}'")
     elif suffix == ".json":
         yield from _read_json(path, spec.name)
     elif suffix == ".parquet":
@@ -87,27 +88,6 @@ def read_raw_rows(spec: SourceSpec) -> Iterator[dict]:
         raise RufusError(
             f"source '{spec.name}': cannot read {path.name}: supported files are .jsonl, .json, .parquet, .csv"
         )
-
-
-def _read_jsonl(path: Path, name: str) -> Iterator[dict]:
-    with open(path, "rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise RufusError(
-                    f"source '{name}': {path} line {number} is not valid UTF-8 ({err.reason} at byte {err.start}); "
-                    "re-encode the file as UTF-8 or drop that line"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise RufusError(f"source '{name}': {path} line {number} is not valid JSON ({err.msg}); fix or remove it") from None
-            if not isinstance(record, dict):
-                raise RufusError(f"source '{name}': {path} line {number} is a JSON {type(record).__name__}, not an object")
-            yield record
 
 
 def _read_json(path: Path, name: str) -> Iterator[dict]:

@@ -11,6 +11,7 @@ import json
 import zipfile
 
 from rufus_data.errors import RufusError
+from rufus_data.jsonl import parse_jsonl
 from rufus_data.rewards.bfcl import wheel_path
 
 SYSTEM_PROMPT = (
@@ -27,10 +28,10 @@ SYSTEM_PROMPT = (
 
 def _jsonl_member(zf: zipfile.ZipFile, member: str) -> list[dict]:
     try:
-        text = zf.read(member).decode()
+        data = zf.read(member)
     except KeyError:
         raise RufusError(f"the bfcl-eval wheel has no {member}: check the category name") from None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return list(parse_jsonl(data.splitlines(), f"{zf.filename}:{member}"))
 
 
 def bfcl_rows(requirement: str, category: str) -> list[dict]:

@@ -15,6 +15,7 @@ import yaml
 
 from rufus_data.errors import RufusError
 from rufus_data.hub import warn_if_unpinned
+from rufus_data.jsonl import read_jsonl
 from rufus_data.paths import data_root
 from rufus_eval.bfcl import bfcl_rows
 from rufus_eval.suite import Suite, Task
@@ -40,15 +41,7 @@ def source_rows(task: Task) -> list[dict]:
     if not path.exists():
         hint = " (it needs the hub: download it where the hub is reachable and set data.local_path)" if task.needs_hub else ""
         raise RufusError(f"task {task.name}: data file {path} does not exist{hint}")
-    rows = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise RufusError(f"task {task.name}: {path} line {number} is not JSON ({err})") from None
-    return rows
+    return list(read_jsonl(path, f"task {task.name}"))
 
 
 def _hub_rows(task: Task) -> list[dict]:

@@ -7,35 +7,37 @@ of them run offline. Each builder writes canonical rows (see rufus_data/shards.p
     preference   prompt / chosen (gold answer) / rejected (the same answer, final number changed)
     kto          prompt / completion / desirable (bool, its own column; `label` stays the source's)
     rl           prompt = [user question], expected_output = final number
+
+The rejected answers are `rufus-data pairs`' perturbation (`perturb_final_answer`), seeded per row.
 """
 
 from __future__ import annotations
 
 import json
+import random
 import re
+from itertools import islice
 from pathlib import Path
 
 import pyarrow as pa
 
+from rufus_data.errors import RufusError
+from rufus_data.jsonl import read_jsonl
+from rufus_data.pairs import perturb_final_answer
+from rufus_data.rewards.extract import extract_gsm8k
 from rufus_data.shards import write_manifest, write_shards
 
 GSM8K_SYSTEM = None  # use the template's default system prompt
 
 
-def _read_jsonl(path: Path, start: int, limit: int) -> list[dict]:
-    rows = []
-    with open(path) as fh:
-        for i, line in enumerate(fh):
-            if i < start:
-                continue
-            if len(rows) >= limit:
-                break
-            rows.append({**json.loads(line), "_index": i})
-    return rows
+def _read_rows(path: Path, start: int, limit: int) -> list[dict]:
+    """Rows `start` to `start + limit` of a JSONL file, each with its row number as `_index`."""
+    return [{**row, "_index": i} for i, row in islice(enumerate(read_jsonl(path)), start, start + limit)]
 
 
 def gsm8k_final(answer: str) -> str:
-    return answer.split("####")[-1].strip().replace(",", "")
+    """The `####` answer of a GSM8K solution, thousands commas dropped (the rl shards' expected_output)."""
+    return (extract_gsm8k(answer) or "").replace(",", "")
 
 
 def gsm8k_reply(answer: str) -> str:
@@ -46,14 +48,13 @@ def gsm8k_reply(answer: str) -> str:
     return f"{body}\n#### {final.strip()}"
 
 
-def _change_final_number(reply: str, final: str) -> str:
-    """The rejected answer of a synthetic pair: the same reply with the final `#### N` number changed."""
-    try:
-        wrong = str(int(float(final)) + 1 + len(final) % 3)
-    except ValueError:
-        wrong = final + "1"
-    body, _, _ = reply.rpartition("#### ")
-    return f"{body}#### {wrong}"
+def _wrong_final(reply: str, row_id: str) -> str:
+    """The rejected answer of a synthetic pair: the same reply with its final `#### N` number moved
+    (seeded by the row id, so a shard is the same on every run)."""
+    wrong = perturb_final_answer(reply, random.Random(row_id))
+    if wrong is None:  # GSM8K replies end in `#### N`: never without a number
+        raise RufusError(f"{row_id}: no final number to change in {reply[-80:]!r}")
+    return wrong
 
 
 def _write(out: Path, rows: list[dict], kind: str, source: str, split: str = "train") -> Path:
@@ -68,7 +69,7 @@ def gsm8k_rows(
 ) -> list[dict]:
     """GSM8K rows from `start`; with `max_chars`, only problems whose question + answer are that
     short (tiny CPU runs keep the whole answer, including the final number, inside max_length)."""
-    rows = _read_jsonl(Path(data_root) / "gsm8k" / f"{split}.jsonl", start, limit if max_chars is None else 10**9)
+    rows = _read_rows(Path(data_root) / "gsm8k" / f"{split}.jsonl", start, limit if max_chars is None else 10**9)
     if max_chars is not None:
         rows = [r for r in rows if len(r["question"]) + len(r["answer"]) <= max_chars][:limit]
     return rows
@@ -85,23 +86,23 @@ def gsm8k_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_c
                 {"role": "assistant", "content": gsm8k_reply(r["answer"])},
             ],
         }
-        for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars))
+        for r in gsm8k_rows(data_root, "train", start, limit, max_chars)
     ]
     return _write(out, rows, "sft", "gsm8k/train.jsonl")
 
 
 def gsm8k_preference(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
     rows = []
-    for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars)):
-        reply, final = gsm8k_reply(r["answer"]), gsm8k_final(r["answer"])
+    for r in gsm8k_rows(data_root, "train", start, limit, max_chars):
+        reply, row_id = gsm8k_reply(r["answer"]), f"gsm8k-{r['_index']}"
         rows.append(
             {
-                "id": f"gsm8k-{r['_index']}",
+                "id": row_id,
                 "source": "gsm8k",
                 "label": "math",
                 "prompt": [{"role": "user", "content": r["question"]}],
                 "chosen": [{"role": "assistant", "content": reply}],
-                "rejected": [{"role": "assistant", "content": _change_final_number(reply, final)}],
+                "rejected": [{"role": "assistant", "content": _wrong_final(reply, row_id)}],
             }
         )
     return _write(out, rows, "preference", "gsm8k/train.jsonl")
@@ -111,15 +112,15 @@ def gsm8k_kto(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_c
     """Unpaired rows: even rows keep the gold answer (desirable), odd rows get a wrong final number."""
     rows = []
     for i, r in enumerate(gsm8k_rows(data_root, "train", start, limit, max_chars)):
-        reply, final = gsm8k_reply(r["answer"]), gsm8k_final(r["answer"])
+        reply, row_id = gsm8k_reply(r["answer"]), f"gsm8k-{r['_index']}"
         good = i % 2 == 0
         rows.append(
             {
-                "id": f"gsm8k-{r['_index']}",
+                "id": row_id,
                 "source": "gsm8k",
                 "label": "math",
                 "prompt": [{"role": "user", "content": r["question"]}],
-                "completion": [{"role": "assistant", "content": reply if good else _change_final_number(reply, final)}],
+                "completion": [{"role": "assistant", "content": reply if good else _wrong_final(reply, row_id)}],
                 "desirable": good,
             }
         )
@@ -137,14 +138,14 @@ def gsm8k_rl(
             "prompt": [{"role": "user", "content": r["question"]}],
             "expected_output": gsm8k_final(r["answer"]),
         }
-        for i, r in enumerate(gsm8k_rows(data_root, split, start, limit, max_chars))
+        for r in gsm8k_rows(data_root, split, start, limit, max_chars)
     ]
     return _write(out, rows, "rl", f"gsm8k/{split}.jsonl")
 
 
 def code_alpaca_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0) -> Path:
     rows = []
-    for i, r in enumerate(_read_jsonl(Path(data_root) / "code_alpaca_2k" / "code_alpaca_2k.jsonl", start, limit)):
+    for r in _read_rows(Path(data_root) / "code_alpaca_2k" / "code_alpaca_2k.jsonl", start, limit):
         question = r["instruction"] + (f"\n\n{r['input']}" if r.get("input") else "")
         rows.append(
             {

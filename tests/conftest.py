@@ -3,11 +3,13 @@ converted once per test session."""
 
 from __future__ import annotations
 
-import json
 import os
+from itertools import islice
 from pathlib import Path
 
 import pytest
+
+from rufus_data import jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 # Before torch loads anywhere in the session: the suite shares 2 cores with a vLLM server, and
@@ -35,13 +37,7 @@ def data_root() -> Path:
 
 
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            rows.append(json.loads(line))
-            if limit is not None and len(rows) >= limit:
-                break
-    return rows
+    return list(islice(jsonl.read_jsonl(path), limit))
 
 
 @pytest.fixture(scope="session")
