@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rufus_data.decontam.semantic_evidence import Evidence
+
 
 @dataclass
 class Candidate:
@@ -19,6 +21,13 @@ class Candidate:
     answer_grams: dict[int, str] = field(default_factory=dict)
     containment: float = 0.0  # MinHash stage, exact on shingle sets
     short_answer_hit: bool = False
+    # semantic stage: the best matching field (or window) of the row for this item
+    similarity: float = 0.0  # cosine of the embeddings
+    evidence: Evidence | None = None  # what of the item the text keeps
+    semantic_passed: bool = False  # the evidence rule's verdict
+    semantic_text: str = ""  # the matching field or window (normalised words), for the judge
+    semantic_field: str = ""
+    judge: str = ""  # the LLM judge's verdict: "yes", "no", "failed" ("" = not asked)
 
 
 class Candidates:

@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rufus_data.embedding import DEFAULT_MODEL
+
 
 class DecontamConfig(BaseModel):
     """Every knob of decontam; the defaults are the measured ones in docs/decontam.md."""
@@ -28,10 +30,27 @@ class DecontamConfig(BaseModel):
     max_row_fraction: float = Field(0.01, gt=0, le=1, description="an n-gram matched in more than this share of rows is boilerplate")
     min_rows_boilerplate: int = Field(50, ge=1, description="...but never below this many rows")
     max_shingle_item_fraction: float = Field(0.02, gt=0, le=1, description="shingles in more eval items than this share are ignored")
+    # stage 3, semantic (off by default; docs/decontam.md says when to switch it on and what it costs)
+    semantic: bool = Field(False, description="run the semantic stage: embedding retrieval + evidence (+ judge)")
+    semantic_model: str = Field(DEFAULT_MODEL, description="`wordllama` (ships in its wheel) or a sentence-transformers model")
+    semantic_top_k: int = Field(5, ge=1, description="nearest eval items checked per field or window")
+    semantic_min_cosine: float = Field(0.6, ge=-1, le=1, description="pairs below this cosine are not considered")
+    semantic_min_quantities: int = Field(2, ge=1, description="items with this many quantities are judged by them")
+    semantic_quantity_share: float = Field(0.75, ge=0, le=1, description="share of the item's quantities the text keeps")
+    semantic_word_share: float = Field(0.3, ge=0, le=1, description="rarity-weighted share of the item's content words kept")
+    semantic_few_quantities_cosine: float = Field(0.8, ge=-1, le=1, description="cosine needed by items with fewer quantities")
+    semantic_few_quantities_word_share: float = Field(0.5, ge=0, le=1, description="word share needed by items with fewer quantities")
+    semantic_window: int = Field(128, ge=8, description="fields longer than this many words are embedded in windows")
+    semantic_clustered_from: int = Field(20_000, ge=1, description="eval items from which the search is clustered (approximate)")
+    semantic_batch_spans: int = Field(4096, ge=1, description="fields/windows embedded and searched at once")
+    judge_url: str | None = Field(None, description="OpenAI-compatible server of an LLM judge for semantic pairs (off: None)")
+    judge_model: str | None = Field(None, description="the judge's model (default: the server's first)")
+    judge_min_cosine: float = Field(0.75, ge=-1, le=1, description="the judge also reads pairs the rule refused from this cosine")
     batch_rows: int = Field(2000, ge=1)
     workers: int = Field(0, ge=0, description="processes; 0 = one per CPU (in-process below 20k rows)")
     engine: Literal["local", "ray"] = "local"
     seed: int = 1
 
 
-RUN_ONLY = frozenset({"batch_rows", "workers", "engine"})  # settings that do not change the eval index
+# settings that do not change the eval index
+RUN_ONLY = frozenset({"batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model"})

@@ -1,0 +1,151 @@
+"""Stage 3 (semantic, off by default): training texts that restate an eval item in other words.
+
+1. Retrieve: every eval problem and every training text field is embedded
+   (rufus_data/embedding.py); a field longer than `semantic_window` words is cut into windows of
+   that many words (stride half a window), so an item inside a long prompt is compared with a
+   window about its size. Each field or window gets its `semantic_top_k` nearest eval items by
+   cosine (rufus_data/vector_search.py: exact, or clustered where the eval side is large).
+2. Decide with evidence (semantic_evidence.py): a pair at or above `semantic_min_cosine` is a
+   hit when the text keeps what a paraphrase keeps. An item with at least
+   `semantic_min_quantities` quantities needs `semantic_quantity_share` of them and
+   `semantic_word_share` of its rarity-weighted content words; an item with fewer quantities
+   (code, instructions) needs `semantic_few_quantities_cosine`, `semantic_few_quantities_word_share`
+   and every quantity it has.
+3. Optionally an LLM judge reads the pairs (semantic_judge.py, in the parent) and its verdict
+   decides.
+
+The thresholds are the ones measured by bench/decontam_semantic_bench.py (docs/decontam.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from rufus_data.benchmarks import EvalItem
+from rufus_data.decontam.candidates import Candidates
+from rufus_data.decontam.config import DecontamConfig
+from rufus_data.decontam.semantic_evidence import (
+    Evidence,
+    EvidenceModel,
+    ItemEvidence,
+    compare,
+    content_words,
+    quantity_keys,
+)
+from rufus_data.decontam.texts import FieldBatch
+from rufus_data.embedding import Embedder, load_embedder
+from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
+
+
+def decide(config: DecontamConfig, item: ItemEvidence, similarity: float, evidence: Evidence) -> bool:
+    """The evidence rule (step 2 of the module docstring)."""
+    if similarity < config.semantic_min_cosine:
+        return False
+    if len(item.quantities) >= config.semantic_min_quantities:
+        return (evidence.quantities_kept >= config.semantic_quantity_share * len(item.quantities)
+                and evidence.word_share >= config.semantic_word_share)
+    return (similarity >= config.semantic_few_quantities_cosine
+            and evidence.word_share >= config.semantic_few_quantities_word_share
+            and evidence.quantities_kept == len(item.quantities))
+
+
+@dataclass
+class SemanticIndex:
+    """The eval side: one vector and one set of evidence per item, and the search over the vectors."""
+
+    model: str
+    vectors: np.ndarray
+    evidence: list[ItemEvidence]
+    search: ExactSearch | ClusteredSearch
+
+    def stats(self) -> dict:
+        return {"semantic_model": self.model, "semantic_dim": int(self.vectors.shape[1]),
+                "semantic_search": type(self.search).__name__}
+
+
+def build_semantic_index(items: list[EvalItem], config: DecontamConfig) -> SemanticIndex:
+    """Embed every eval item's problem text and learn the evidence of each item."""
+    texts = ["\n".join(item.problems) for item in items]
+    vectors = load_embedder(config.semantic_model).embed(texts)
+    return SemanticIndex(config.semantic_model, vectors, EvidenceModel(texts).items(texts),
+                         vector_search(vectors, config.semantic_clustered_from))
+
+
+@dataclass
+class SemanticMatch:
+    """A (training field, eval item) pair at or above the cosine floor, with its evidence."""
+
+    field: int  # index of the field in the batch
+    item: int
+    similarity: float
+    evidence: Evidence
+    passed: bool  # the evidence rule's verdict
+    text: str  # the field or window that matched (normalised words), for the judge
+
+
+def spans(offsets: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Windows over every field: (field of each span, start, stop) in flat word positions. A field
+    of at most `window` words is one span; a longer one is cut every window/2 words, the last
+    window ending at the field's end."""
+    lengths = np.diff(offsets)
+    stride = max(1, window // 2)
+    counts = np.where(lengths <= window, 1, -(-(lengths - window) // stride) + 1)
+    counts[lengths == 0] = 0
+    field = np.repeat(np.arange(len(lengths)), counts)
+    rank = np.arange(len(field)) - np.repeat(np.cumsum(counts) - counts, counts)
+    first, end = offsets[:-1][field], offsets[1:][field]
+    start = np.minimum(first + rank * stride, np.maximum(first, end - window))  # the last window is a full one
+    return field, start, np.minimum(start + window, end)
+
+
+def span_vectors(embedder: Embedder, tokens: pa.Array, ids: np.ndarray, start: np.ndarray, stop: np.ndarray) -> np.ndarray:
+    """Vectors of word spans of the flat token array (wordllama's fast path, else the joined words)."""
+    if hasattr(embedder, "embed_spans"):
+        return embedder.embed_spans(tokens, ids, start, stop)
+    words = tokens.to_pylist()
+    return embedder.embed([" ".join(words[a:b]) for a, b in zip(start.tolist(), stop.tolist())])
+
+
+def match_fields(tokens: pa.Array, ids: np.ndarray, offsets: np.ndarray, index: SemanticIndex,
+                 config: DecontamConfig, keep_failed: bool = False) -> list[SemanticMatch]:
+    """Steps 1 and 2 for a batch of fields (normalised words `tokens`, their hashes `ids`; field t
+    is `[offsets[t], offsets[t+1])`). Returns the best span of each (field, item) pair that
+    passed the rule and, with `keep_failed`, the best of those that did not (for the judge)."""
+    embedder = load_embedder(index.model)
+    field, start, stop = spans(offsets, config.semantic_window)
+    best: dict[tuple[int, int], SemanticMatch] = {}
+    for lo in range(0, len(field), config.semantic_batch_spans):
+        hi = min(lo + config.semantic_batch_spans, len(field))
+        vectors = span_vectors(embedder, tokens, ids, start[lo:hi], stop[lo:hi])
+        queries, found, similarity = index.search.search(vectors, config.semantic_top_k, config.semantic_min_cosine)
+        sides: dict[int, tuple[list[str], set[str], set[str]]] = {}  # per span: its words, quantities, content words
+        for q, item, sim in zip(queries.tolist(), found.tolist(), similarity.tolist()):
+            s = lo + q
+            key = (int(field[s]), item)
+            old = best.get(key)
+            if old is not None and old.passed and old.similarity >= sim:
+                continue
+            if s not in sides:
+                words = tokens.slice(int(start[s]), int(stop[s] - start[s])).to_pylist()
+                sides[s] = (words, quantity_keys(words), content_words(words))
+            words, quantities, stems = sides[s]
+            evidence = compare(index.evidence[item], quantities, stems)
+            passed = decide(config, index.evidence[item], sim, evidence)
+            if old is None or (passed, sim) > (old.passed, old.similarity):
+                best[key] = SemanticMatch(key[0], item, round(sim, 4), evidence, passed, " ".join(words))
+    return [m for m in best.values() if m.passed or keep_failed]
+
+
+def scan_semantic(batch: FieldBatch, index: SemanticIndex, config: DecontamConfig, found: Candidates) -> None:
+    """Stage 3 for one batch of rows: record the best semantic match of each (row, item) pair. With
+    a judge, pairs the rule turned down but at or above `judge_min_cosine` travel too."""
+    judged = config.judge_url is not None
+    for m in match_fields(batch.tokens, batch.ids, batch.offsets, index, config, keep_failed=judged):
+        if not m.passed and m.similarity < config.judge_min_cosine:
+            continue
+        c = found.at(int(batch.row_of[m.field]), m.item)
+        if c.evidence is None or (m.passed, m.similarity) > (c.semantic_passed, c.similarity):
+            c.similarity, c.evidence, c.semantic_passed, c.semantic_text = m.similarity, m.evidence, m.passed, m.text
+            c.semantic_field = batch.names[m.field]
