@@ -12,28 +12,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from rufus_data.errors import RufusError
 from rufus_data.hub import warn_if_unpinned
 from rufus_data.jsonl import read_jsonl
 from rufus_data.paths import data_root
+from rufus_data.yaml_config import StrictModel
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class HubSource(_Strict):
+class HubSource(StrictModel):
     id: str
     config: str | None = None
     split: str
     revision: str
 
 
-class BenchmarkSpec(_Strict):
+class BenchmarkSpec(StrictModel):
     description: str = ""
     hub: HubSource | None = None
     local: str | None = None  # relative to $RUFUS_DATA_ROOT
@@ -46,7 +43,7 @@ class BenchmarkSpec(_Strict):
     # holds more than the hub split (MBPP sanitized: all 427 rows; split test = task ids 11-510)
     id_range: list[int] | None = None
     problem_fields: list[str]
-    answer_fields: list[str] = []
+    answer_fields: list[str] = Field(default_factory=list)
 
     @field_validator("problem_fields")
     @classmethod
@@ -63,15 +60,15 @@ class BenchmarkSpec(_Strict):
         return value
 
 
-class Registry(_Strict):
+class Registry(StrictModel):
     version: int = 1
     benchmarks: dict[str, BenchmarkSpec]
-    sets: dict[str, list[str]] = {}
+    sets: dict[str, list[str]] = Field(default_factory=dict)
     # eval-suite task name -> the benchmarks that hold its items (a task named like a benchmark
     # maps to it without an entry here); used by `--against-suite`
-    suite_tasks: dict[str, list[str]] = {}
+    suite_tasks: dict[str, list[str]] = Field(default_factory=dict)
     # eval-suite task name -> why it cannot be checked (no problem text here); reported, not skipped silently
-    not_decontaminable: dict[str, str] = {}
+    not_decontaminable: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)

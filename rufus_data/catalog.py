@@ -10,10 +10,10 @@ import math
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import load_yaml_model
+from rufus_data.yaml_config import StrictModel, load_yaml_model
 
 Kind = Literal["sft", "rl", "preference"]
 Format = Literal[
@@ -22,11 +22,7 @@ Format = Literal[
 SHARE_TOLERANCE = 1e-6
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SourceSpec(Strict):
+class SourceSpec(StrictModel):
     """One source of a mixture: where its rows come from and how many tokens it gets."""
 
     name: str
@@ -56,7 +52,7 @@ class SourceSpec(Strict):
         return self.label or self.path or self.hub or self.name
 
 
-class MixtureCatalog(Strict):
+class MixtureCatalog(StrictModel):
     """A token-share mixture (see catalogs/sft.yaml for a commented example)."""
 
     kind: Kind

@@ -21,17 +21,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datasketch import MinHashLSH
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
 from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
+from rufus_data.yaml_config import StrictModel
 
 
-class DedupConfig(BaseModel):
+class DedupConfig(StrictModel):
     """Every knob of dedup (settable with `rufus-data dedup --config FILE.yaml`)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     threshold: float = Field(0.8, gt=0, le=1, description="exact Jaccard of shingle sets to call two rows duplicates")
     shingle: int = Field(3, ge=1, description="word shingle length")

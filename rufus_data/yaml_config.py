@@ -1,6 +1,6 @@
 """Strict YAML configs: pydantic validation whose errors name the file, the line and the key,
 and suggest the nearest valid key. Catalogs, benchmark registries, stages and suites all load
-through `load_yaml_model`."""
+through `load_yaml_model`, and every config model derives from `StrictModel`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,23 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from rufus_data.errors import RufusError
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """The base of every Rufus config model. Unknown keys are errors (a typo must not be dropped
+    silently), and assignments are validated too: catalogs, suites and stage configs are adjusted
+    after loading (resolved paths, CLI overrides), and they must stay valid when they are.
+    Validators that set a field of their own model use `object.__setattr__` (an assignment there
+    would run the validators again). Not frozen, for the same adjustments; not strict, because
+    YAML reads `learning_rate: 1e-5` as the text "1e-5" (a field that must not be coerced says so
+    itself, as a source's `share` does)."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:

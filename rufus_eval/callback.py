@@ -39,11 +39,12 @@ import warnings
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from transformers import TrainerCallback
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.yaml_config import StrictModel
 
 STAGING = "_eval_staging"
 EVAL_LOGS = "eval_logs"
@@ -58,10 +59,8 @@ DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROU
 DISTRIBUTED_ENV_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_", "TORCH_NCCL_", "NCCL_ASYNC")
 
 
-class CheckpointEvalConfig(BaseModel):
+class CheckpointEvalConfig(StrictModel):
     """The `eval` block of a stage config."""
-
-    model_config = ConfigDict(extra="forbid")
 
     eval_on_checkpoint: bool = False
     eval_baseline: bool = True

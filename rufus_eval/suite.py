@@ -15,22 +15,18 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
+from pydantic import Field, model_serializer, model_validator
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
-from rufus_data.yaml_config import load_yaml_model
+from rufus_data.yaml_config import StrictModel, load_yaml_model
 
 SUITES_DIR = Path(__file__).resolve().parents[1] / "catalogs" / "suites"
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Sampling(Strict):
+class Sampling(StrictModel):
     """Sampling of the k answers; temperature 0 with k > 1 is refused (k equal answers)."""
 
     temperature: float = Field(0.6, ge=0)
@@ -38,7 +34,7 @@ class Sampling(Strict):
     max_tokens: int = Field(1024, ge=1)
 
 
-class DataSource(Strict):
+class DataSource(StrictModel):
     """Exactly one of `path` (relative to $RUFUS_DATA_ROOT, or absolute), `hub`, `wheel`."""
 
     path: str | None = None
@@ -62,7 +58,7 @@ class DataSource(Strict):
         return self
 
 
-class Scorer(Strict):
+class Scorer(StrictModel):
     """The reward that scores each sample: a registry reward spec (rufus_data/rewards/registry.py), the same
     `string_match:boxed` or `{name: llm_judge, model: ...}` that train and filter take, written as the spec
     itself. The task's gold fields reach the reward as its dataset columns. `name` and `options` are the
@@ -100,7 +96,7 @@ class Scorer(Strict):
         return Scorer.model_validate({**self.spec, **options})
 
 
-class Task(Strict):
+class Task(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9_]+$")
     kind: Literal["rufus", "lm_eval"]
     role: Literal["validation", "test"]
@@ -146,7 +142,7 @@ class Task(Strict):
         return self
 
 
-class Suite(Strict):
+class Suite(StrictModel):
     name: str
     description: str = ""
     samples: int = Field(4, ge=1)  # default k

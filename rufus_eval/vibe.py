@@ -7,17 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
 from rich.table import Table
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import read_yaml
+from rufus_data.yaml_config import StrictModel, read_yaml
 
 
-class VibePrompt(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class VibePrompt(StrictModel):
     user: str
     system: str | None = None
 

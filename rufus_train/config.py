@@ -17,21 +17,17 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import format_validation_error, read_yaml
+from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.callback import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class LoraSettings(Strict):
+class LoraSettings(StrictModel):
     """LoRA adapter: rank 4 on the attention projections by default; the base stays frozen."""
 
     enabled: bool = True
@@ -52,7 +48,7 @@ class LoraSettings(Strict):
         return self.alpha if self.alpha is not None else 2 * self.r
 
 
-class StageConfig(Strict):
+class StageConfig(StrictModel):
     """Keys every stage has. Subclasses set the learning-rate defaults and the TRL config class."""
 
     # Learning rate when none is given: full fine-tuning vs LoRA (about 10x higher).

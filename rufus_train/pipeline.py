@@ -16,12 +16,12 @@ from pydantic import Field
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import format_validation_error, read_yaml
-from rufus_train.config import Strict, _expand_env, load_stage_config, stages_dir
+from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
+from rufus_train.config import _expand_env, load_stage_config, stages_dir
 from rufus_train.stages import get_stage
 
 
-class StageEval(Strict):
+class StageEval(StrictModel):
     """Which rufus-eval suite scores each stage, and how much of it (small: it runs 1 + N times)."""
 
     suite: str = Field("quick", description="suite name in catalogs/suites/ or a suite YAML path")
@@ -33,7 +33,7 @@ class StageEval(Strict):
     batch_size: int = Field(16, ge=1, description="hf backend batch size")
 
 
-class PipelineConfig(Strict):
+class PipelineConfig(StrictModel):
     name: str
     model: str = "smollm2-135m"
     output_dir: str = "runs/{name}"

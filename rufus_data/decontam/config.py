@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rufus_data.embedding import DEFAULT_MODEL
+from rufus_data.yaml_config import StrictModel
 
 
-class DecontamConfig(BaseModel):
+class DecontamConfig(StrictModel):
     """Every knob of decontam; the defaults are the measured ones in docs/decontam.md."""
-
-    model_config = ConfigDict(extra="forbid")
 
     ngram: int = Field(8, ge=1, description="word n-gram length of the exact stage")
     shingle: int = Field(2, ge=1, description="word shingle length of the MinHash stage")

@@ -7,15 +7,14 @@ import hashlib
 import json
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rufus_data.generate import BackendConfig, SamplingParams
 from rufus_data.generate.prompts import content_fingerprint
+from rufus_data.yaml_config import StrictModel
 
 
-class GenerationOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class GenerationOptions(StrictModel):
     backend: str = "hf"  # hf | vllm | server
     max_tokens: int = Field(512, ge=1)
     temperature: float = 1.0

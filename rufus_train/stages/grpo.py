@@ -21,13 +21,14 @@ from pydantic import Field, model_validator
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_train.config import StageConfig, Strict
+from rufus_data.yaml_config import StrictModel
+from rufus_train.config import StageConfig
 from rufus_train.stages.base import Stage, StageContext, conversational
 
 TRL_DEFAULT_SERVER = "http://localhost:8000"
 
 
-class DeviceRoles(Strict):
+class DeviceRoles(StrictModel):
     """GPU ids (CUDA_VISIBLE_DEVICES style) of each role; trainer null = this process's CUDA_VISIBLE_DEVICES."""
 
     trainer: str | None = None
