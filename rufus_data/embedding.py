@@ -36,6 +36,7 @@ WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIM = 256
 # wordllama releases whose wheel layout this loader was checked against (see _wordllama_files)
 WORDLLAMA_CHECKED = ("0.4.0.post1",)
+SLOT_MASK = np.uint64((1 << 21) - 1)  # the word cache's direct-address table: 2M slots (8 MB)
 
 
 class Embedder(Protocol):
@@ -118,43 +119,87 @@ class WordLlamaEmbedder:
         self.version = metadata.version("wordllama")
         self.max_cached_words = max_cached_words
         self._hasher = TokenHasher()
-        self._keys = np.empty(0, np.uint64)  # sorted word hashes
+        self._keys = np.empty(0, np.uint64)  # cached word hashes, in the order they came
         self._sums = np.empty((0, self.dim), np.float32)  # token-vector sum of each cached word
         self._counts = np.empty(0, np.float32)  # its token count
+        self._slots = np.full(int(SLOT_MASK) + 1, -1, np.int32)  # hash low bits -> cache row
+        self._spill_keys = np.empty(0, np.uint64)  # keys whose slot was taken, sorted
+        self._spill_rows = np.empty(0, np.int64)
 
-    def _word_vectors(self, words: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """Token-vector sum and token count of each word (a sparse words x vocabulary product:
-        no (tokens x dim) array is ever gathered)."""
-        encoded = self.tokenizer.encode_batch(words, add_special_tokens=False)
-        lengths = np.fromiter((len(e.ids) for e in encoded), np.int64, len(encoded))
-        ids = np.fromiter((i for e in encoded for i in e.ids), np.int64, int(lengths.sum()))
+    def _word_vectors(self, words: list[str], chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+        """Token-vector sum and token count of each word (a sparse words x vocabulary product: no
+        (tokens x dim) array is ever gathered). Words are tokenised a chunk at a time, joined by
+        spaces (as in a text), and each token goes to the word its last character is in (the
+        space before a word counts as the word's: Llama splits `▁` from a leading digit)."""
+        if not words:
+            return np.empty((0, self.dim), np.float32), np.empty(0, np.float32)
+        ids, owners = [], []
+        for lo in range(0, len(words), chunk):
+            part = words[lo : lo + chunk]
+            spaces = np.cumsum([0] + [len(w) + 1 for w in part[:-1]]) - 1  # the space before each word
+            for encoding in self.tokenizer.encode_batch([" ".join(part)], add_special_tokens=False):
+                ends = np.fromiter((end for _, end in encoding.offsets), np.int64, len(encoding.offsets))
+                ids.append(np.asarray(encoding.ids, np.int64))
+                owners.append(lo + np.searchsorted(spaces, ends - 1, side="right") - 1)
+        ids, owners = np.concatenate(ids), np.concatenate(owners)
         np.clip(ids, 0, len(self.table) - 1, out=ids)
-        indptr = np.concatenate(([0], np.cumsum(lengths)))
-        tokens = sparse.csr_matrix((np.ones(len(ids), np.float32), ids, indptr), shape=(len(words), len(self.table)))
-        return np.asarray(tokens @ self.table, dtype=np.float32), lengths.astype(np.float32)
+        tokens = sparse.csr_matrix((np.ones(len(ids), np.float32), (owners, ids)), shape=(len(words), len(self.table)))
+        counts = np.bincount(owners, minlength=len(words)).astype(np.float32)
+        return np.asarray(tokens @ self.table, dtype=np.float32), counts
 
-    def _lookup(self, flat: pa.Array, hashes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(sums, counts) of the batch's distinct words and each word's index into them."""
-        distinct, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-        where = np.searchsorted(self._keys, distinct)
-        known = where < len(self._keys)
-        known[known] = self._keys[where[known]] == distinct[known]
-        sums = np.empty((len(distinct), self.dim), np.float32)
-        counts = np.empty(len(distinct), np.float32)
-        sums[known], counts[known] = self._sums[where[known]], self._counts[where[known]]
-        new = np.flatnonzero(~known)
-        if len(new):
-            new_sums, new_counts = self._word_vectors(flat.take(pa.array(first[new])).to_pylist())
-            sums[new], counts[new] = new_sums, new_counts
-            room = self.max_cached_words - len(self._keys)
-            if room > 0:  # beyond the cap, rare words are computed per batch (a Zipf tail)
-                add = new[:room]
-                keys = np.concatenate((self._keys, distinct[add]))
-                order = np.argsort(keys, kind="stable")
-                self._keys = keys[order]
-                self._sums = np.concatenate((self._sums, sums[add]))[order]
-                self._counts = np.concatenate((self._counts, counts[add]))[order]
-        return sums, counts, inverse.ravel()
+    def _find(self, hashes: np.ndarray) -> np.ndarray:
+        """Cache row of each word hash, -1 where the word is not cached: a direct-address table on
+        the hash's low bits (one gather per word), and a sorted spill list for the few keys whose
+        slot was taken."""
+        if not len(self._keys):
+            return np.full(len(hashes), -1, np.int64)
+        slot = self._slots[(hashes & SLOT_MASK).astype(np.int64)].astype(np.int64)
+        hit = (slot >= 0) & (self._keys[np.maximum(slot, 0)] == hashes)
+        found = np.where(hit, slot, -1)
+        rest = np.flatnonzero(~hit)
+        if len(rest) and len(self._spill_keys):
+            where = np.minimum(np.searchsorted(self._spill_keys, hashes[rest]), len(self._spill_keys) - 1)
+            ok = self._spill_keys[where] == hashes[rest]
+            found[rest[ok]] = self._spill_rows[where[ok]]
+        return found
+
+    def _cache(self, keys: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
+        """Add new words (distinct, none cached yet) to the cache."""
+        first_row = len(self._keys)
+        self._keys = np.concatenate((self._keys, keys))
+        self._sums = np.concatenate((self._sums, sums))
+        self._counts = np.concatenate((self._counts, counts))
+        slots = (keys & SLOT_MASK).astype(np.int64)
+        free = np.flatnonzero(self._slots[slots] < 0)
+        _, first = np.unique(slots[free], return_index=True)  # two new keys on one free slot: the first gets it
+        placed = free[first]
+        self._slots[slots[placed]] = first_row + placed
+        spilled = np.setdiff1d(np.arange(len(keys)), placed)
+        if len(spilled):
+            spill_keys = np.concatenate((self._spill_keys, keys[spilled]))
+            spill_rows = np.concatenate((self._spill_rows, first_row + spilled))
+            order = np.argsort(spill_keys, kind="stable")
+            self._spill_keys, self._spill_rows = spill_keys[order], spill_rows[order]
+
+    def _columns(self, words: pa.Array, hashes: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sums, counts, column of each word at `positions` of the flat `words` and their `hashes`):
+        the cached words first, then this batch's words that did not fit in the cache (a Zipf tail
+        past the cap)."""
+        hashes = hashes[positions]
+        found = self._find(hashes)
+        missing = np.flatnonzero(found < 0)
+        if not len(missing):
+            return self._sums, self._counts, found
+        distinct, first = np.unique(hashes[missing], return_index=True)
+        new_sums, new_counts = self._word_vectors(words.take(pa.array(positions[missing[first]])).to_pylist())
+        room = max(0, self.max_cached_words - len(self._keys))
+        if room:
+            self._cache(distinct[:room], new_sums[:room], new_counts[:room])
+            found = self._find(hashes)
+            if room >= len(distinct):
+                return self._sums, self._counts, found
+        columns = np.where(found >= 0, found, len(self._keys) + np.searchsorted(distinct, hashes))
+        return (np.concatenate((self._sums, new_sums)), np.concatenate((self._counts, new_counts)), columns)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -168,15 +213,16 @@ class WordLlamaEmbedder:
         lengths = np.maximum(np.asarray(stop) - np.asarray(start), 0)
         if not lengths.sum():
             return np.zeros((len(lengths), self.dim), np.float32)
+        position = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(start, lengths)
         used = np.zeros(len(hashes), bool)
-        owner = np.repeat(np.arange(len(lengths)), lengths)
-        position = np.arange(len(owner)) - np.repeat(np.cumsum(lengths) - lengths, lengths) + np.repeat(start, lengths)
         used[position] = True
         kept = np.flatnonzero(used)
-        sums, counts, word = self._lookup(words.take(pa.array(kept)), hashes[kept])
+        sums, counts, word = self._columns(words, hashes, kept)
         column = np.empty(len(hashes), np.int64)
         column[kept] = word
-        bag = sparse.csr_matrix((np.ones(len(owner), np.float32), (owner, column[position])),
+        # spans are consecutive runs of `position`: the bag of words is a CSR matrix as it stands
+        indptr = np.concatenate(([0], np.cumsum(lengths)))
+        bag = sparse.csr_matrix((np.ones(len(position), np.float32), column[position], indptr),
                                 shape=(len(lengths), len(sums)))
         vectors = bag @ sums
         vectors /= np.maximum(bag @ counts, 1.0)[:, None]

@@ -27,7 +27,9 @@ def top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
 def top_k_above(scores: np.ndarray, k: int, floor: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row, column, score) of each row's k largest scores that reach `floor`: only the few
     scores above the floor are sorted, not every row."""
-    rows, cols = np.nonzero(scores >= floor)
+    some = np.flatnonzero(scores.max(axis=1) >= floor)  # most rows have nothing near: skip them whole
+    rows, cols = np.nonzero(scores[some] >= floor)
+    rows = some[rows]
     values = scores[rows, cols]
     order = np.lexsort((-values, rows))
     rows, cols, values = rows[order], cols[order], values[order]

@@ -70,3 +70,21 @@ def test_importing_wordllama_leaves_logging_alone():
               "root = logging.getLogger(); print(len(root.handlers), root.level)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", str(logging.WARNING)]
+
+
+def test_a_full_word_cache_gives_the_same_vectors(embedder):
+    """Past `max_cached_words`, the remaining words of a batch are computed for that batch only."""
+    texts = gsm8k_texts(20)
+    small = WordLlamaEmbedder(max_cached_words=50)
+    assert np.allclose(small.embed(texts[:5]), embedder.embed(texts[:5]), atol=1e-6)
+    assert np.allclose(small.embed(texts), embedder.embed(texts), atol=1e-6)
+    assert len(small._keys) == 50
+
+
+def test_word_cache_lookup_survives_slot_collisions():
+    cache = WordLlamaEmbedder(max_cached_words=10)
+    keys = np.array([5, 5 + (1 << 21), 5 + (1 << 22), 7], np.uint64)  # three share their low 21 bits
+    cache._cache(keys, np.eye(4, cache.dim, dtype=np.float32), np.ones(4, np.float32))
+    cache._cache(np.array([5 + (1 << 23)], np.uint64), np.zeros((1, cache.dim), np.float32), np.ones(1, np.float32))
+    probe = np.array([5 + (1 << 22), 7, 9, 5, 5 + (1 << 23), 5 + (1 << 21)], np.uint64)
+    assert cache._find(probe).tolist() == [2, 3, -1, 0, 4, 1]

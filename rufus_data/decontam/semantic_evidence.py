@@ -4,7 +4,8 @@ An embedding says two texts are about the same thing; it cannot tell a restated 
 from another problem of the same kind ("a bakery sells cupcakes..."). A paraphrase changes the
 wording but keeps what makes the item *that* item:
 
-- its quantities: `3 inch heels` and `three inches`, `$1,000` and `1000 dollars`, `2 hours` and
+- its quantities, weighted by how rare each number is among the eval items (a `2` says little,
+  a `64` much): `3 inch heels` and `three inches`, `$1,000` and `1000 dollars`, `2 hours` and
   `120 minutes` are the same quantity (numbers are read from digits, from written-out words,
   fractions and percentages, and a number followed by a unit also counts in the unit's base);
 - its rare content words: the words of the item weighted by how rare they are among all the
@@ -234,36 +235,40 @@ def capitalised_words(text: str) -> set[str]:
 class ItemEvidence:
     """What one eval item brings to a comparison (computed once per item)."""
 
-    quantities: tuple[tuple[str, frozenset[str]], ...]  # (value, keys that keep it)
+    quantities: tuple[tuple[str, frozenset[str], float], ...]  # (value, keys that keep it, rarity)
     words: dict[str, float]  # content stem -> weight (rarity)
     entities: frozenset[str]
     total_weight: float  # of all its content words
+    quantity_weight: float  # of all its quantities
 
 
 class EvidenceModel:
-    """Word rarities and entity detection learned from the eval items themselves."""
+    """Word and number rarities and entity detection learned from the eval items themselves."""
 
     def __init__(self, texts: list[str]):
         self.docs = len(texts)
-        self.df: Counter[str] = Counter()
+        self.df: Counter[str] = Counter()  # content stems and quantity values (`#<value>`)
         self._words = _normalised(texts)
+        self._quantities = [item_quantities(words) for words in self._words]
         lower_seen: set[str] = set()
-        for text, words in zip(texts, self._words):
+        for text, words, quantities in zip(texts, self._words, self._quantities):
             self.df.update(content_words(words))
+            self.df.update(f"#{value}" for value, _ in quantities)
             lower_seen.update(stem(w) for w in _WORD.findall(text) if w[0].islower())
         self._lower_seen = lower_seen
 
-    def weight(self, stem_: str) -> float:
+    def weight(self, key: str) -> float:
         """Inverse document frequency over the eval corpus (an unseen word is as rare as can be)."""
-        return math.log((self.docs + 1) / (self.df.get(stem_, 0) + 1))
+        return math.log((self.docs + 1) / (self.df.get(key, 0) + 1))
 
     def items(self, texts: list[str]) -> list[ItemEvidence]:
         """The evidence of each eval text (the texts the model was made from, in order)."""
         out = []
-        for text, words in zip(texts, self._words):
+        for text, words, found in zip(texts, self._words, self._quantities):
             weights = {w: self.weight(w) for w in content_words(words)}
             entities = frozenset(w for w in capitalised_words(text) if w not in self._lower_seen and w in weights)
-            out.append(ItemEvidence(item_quantities(words), weights, entities, sum(weights.values())))
+            quantities = tuple((value, keys, self.weight(f"#{value}")) for value, keys in found)
+            out.append(ItemEvidence(quantities, weights, entities, sum(weights.values()), sum(q[2] for q in quantities)))
         return out
 
 
@@ -280,14 +285,11 @@ class Evidence:
 
     quantities_kept: int
     quantities_total: int
+    quantity_share: float  # rarity-weighted share of the item's quantities found (0 when it has none)
     word_share: float  # rarity-weighted share of the item's content words found
     entities_kept: int
     entities_total: int
     shared_words: tuple[str, ...]  # the rarest shared content words, for a reader
-
-    @property
-    def quantity_share(self) -> float | None:
-        return self.quantities_kept / self.quantities_total if self.quantities_total else None
 
     @property
     def entity_share(self) -> float | None:
@@ -297,9 +299,11 @@ class Evidence:
 def compare(item: ItemEvidence, row_quantities: set[str], row_words: set[str]) -> Evidence:
     """How much of `item`'s evidence a training text keeps, given the text's `quantity_keys` and
     `content_words`."""
-    kept = sum(1 for _, keys in item.quantities if not keys.isdisjoint(row_quantities))
+    kept = [weight for _, keys, weight in item.quantities if not keys.isdisjoint(row_quantities)]
+    quantity_share = sum(kept) / item.quantity_weight if item.quantity_weight else 0.0
     shared = sorted(row_words.intersection(item.words), key=item.words.__getitem__, reverse=True)
     total = item.total_weight
     share = sum(item.words[w] for w in shared) / total if total else 0.0
     entities = len(item.entities.intersection(row_words))
-    return Evidence(kept, len(item.quantities), round(share, 4), entities, len(item.entities), tuple(shared[:8]))
+    return Evidence(len(kept), len(item.quantities), round(quantity_share, 4), round(share, 4), entities,
+                    len(item.entities), tuple(shared[:8]))

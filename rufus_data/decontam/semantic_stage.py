@@ -1,14 +1,14 @@
 """Stage 3 (semantic, off by default): training texts that restate an eval item in other words.
 
-1. Retrieve: every eval problem and every training text field is embedded
-   (rufus_data/embedding.py); a field longer than `semantic_window` words is cut into windows of
+1. Retrieve: every eval problem and every training text field of at least `semantic_min_words`
+   words is embedded (rufus_data/embedding.py); a field longer than `semantic_window` words is cut into windows of
    that many words (stride half a window), so an item inside a long prompt is compared with a
    window about its size. Each field or window gets its `semantic_top_k` nearest eval items by
    cosine (rufus_data/vector_search.py: exact, or clustered where the eval side is large).
 2. Decide with evidence (semantic_evidence.py): a pair at or above `semantic_min_cosine` is a
    hit when the text keeps what a paraphrase keeps. An item with at least
    `semantic_min_quantities` quantities needs `semantic_quantity_share` of them and
-   `semantic_word_share` of its rarity-weighted content words; an item with fewer quantities
+   `semantic_word_share` of its content words (both weighted by rarity among the eval items); an item with fewer quantities
    (code, instructions) needs `semantic_few_quantities_cosine`, `semantic_few_quantities_word_share`
    and every quantity it has.
 3. Optionally an LLM judge reads the pairs (semantic_judge.py, in the parent) and its verdict
@@ -44,7 +44,7 @@ def decide(config: DecontamConfig, item: ItemEvidence, similarity: float, eviden
     if similarity < config.semantic_min_cosine:
         return False
     if len(item.quantities) >= config.semantic_min_quantities:
-        return (evidence.quantities_kept >= config.semantic_quantity_share * len(item.quantities)
+        return (evidence.quantity_share >= config.semantic_quantity_share
                 and evidence.word_share >= config.semantic_word_share)
     return (similarity >= config.semantic_few_quantities_cosine
             and evidence.word_share >= config.semantic_few_quantities_word_share
@@ -85,14 +85,14 @@ class SemanticMatch:
     text: str  # the field or window that matched (normalised words), for the judge
 
 
-def spans(offsets: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def spans(offsets: np.ndarray, window: int, min_words: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windows over every field: (field of each span, start, stop) in flat word positions. A field
     of at most `window` words is one span; a longer one is cut every window/2 words, the last
-    window ending at the field's end."""
+    window ending at the field's end. Fields under `min_words` words get none."""
     lengths = np.diff(offsets)
     stride = max(1, window // 2)
     counts = np.where(lengths <= window, 1, -(-(lengths - window) // stride) + 1)
-    counts[lengths == 0] = 0
+    counts[lengths < max(1, min_words)] = 0
     field = np.repeat(np.arange(len(lengths)), counts)
     rank = np.arange(len(field)) - np.repeat(np.cumsum(counts) - counts, counts)
     first, end = offsets[:-1][field], offsets[1:][field]
@@ -114,7 +114,7 @@ def match_fields(tokens: pa.Array, ids: np.ndarray, offsets: np.ndarray, index: 
     is `[offsets[t], offsets[t+1])`). Returns the best span of each (field, item) pair that
     passed the rule and, with `keep_failed`, the best of those that did not (for the judge)."""
     embedder = load_embedder(index.model)
-    field, start, stop = spans(offsets, config.semantic_window)
+    field, start, stop = spans(offsets, config.semantic_window, config.semantic_min_words)
     best: dict[tuple[int, int], SemanticMatch] = {}
     for lo in range(0, len(field), config.semantic_batch_spans):
         hi = min(lo + config.semantic_batch_spans, len(field))
