@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from rufus_data.errors import RufusError
+from rufus_data.shards import Kind
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
-Kind = Literal["sft", "rl", "preference"]
 Format = Literal[
     "auto", "messages", "alpaca", "sharegpt", "prompt_completion", "question_answer", "preference", "prompt_only"
 ]
@@ -93,8 +94,6 @@ def load_catalog(path: str | Path) -> MixtureCatalog:
 
 def resolve_source_path(value: str, base: Path) -> Path:
     """`path:` values: absolute, relative to the catalog, or `$RUFUS_DATA_ROOT/...`."""
-    import os
-
     expanded = os.path.expandvars(os.path.expanduser(value))
     if "$" in expanded:
         raise RufusError(f"source path {value} uses an unset environment variable: set it or give a plain path")

@@ -17,6 +17,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +26,24 @@ from rufus_data.errors import RufusError
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
+
+# The columns of a canonical row. Every row has ROW_COLUMNS (a stable id, its source's name and
+# label), then the columns of its kind (a catalog's `kind:`); a mixed row also keeps the id it
+# had before a repeat was renamed in ORIGIN_COLUMN. A row's other columns pass through as read.
+Kind = Literal["sft", "rl", "preference"]
+ROW_COLUMNS = ("id", "source", "label")
+KIND_COLUMNS: dict[Kind, tuple[str, ...]] = {
+    "sft": ("messages",),
+    "rl": ("prompt", "expected_output"),
+    "preference": ("prompt", "chosen", "rejected"),
+}
+ORIGIN_COLUMN = "origin_id"
+CANONICAL_COLUMNS = (*ROW_COLUMNS, *dict.fromkeys(c for cols in KIND_COLUMNS.values() for c in cols), ORIGIN_COLUMN)
+
+
+def kind_columns_hint() -> str:
+    """'sft: messages; rl: prompt, expected_output; ...': which kind of data has which columns."""
+    return "; ".join(f"{kind}: {', '.join(columns)}" for kind, columns in KIND_COLUMNS.items())
 
 
 @contextlib.contextmanager

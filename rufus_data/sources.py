@@ -1,9 +1,9 @@
 """Sources: read rows from local files or the hub and turn them into canonical rows.
 
 Canonical rows carry `id` (source name + row number: stable across runs), `source`, `label`,
-then by catalog kind: `messages` (sft); `prompt` + `expected_output` (rl); `prompt`, `chosen`,
-`rejected` (preference). Every column the format does not consume passes through untouched
-(a column that would clash with a canonical name is kept as `orig_<name>`)."""
+then the columns of the catalog's kind (`rufus_data.shards.KIND_COLUMNS`). Every column the
+format does not consume passes through untouched (a column that would clash with a canonical
+name is kept as `orig_<name>`)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.catalog import Kind, SourceSpec
+from rufus_data.catalog import SourceSpec
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import read_jsonl
+from rufus_data.shards import CANONICAL_COLUMNS, Kind
 
-CANONICAL = ("id", "source", "label", "messages", "prompt", "expected_output", "chosen", "rejected", "origin_id")
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
 
@@ -179,7 +179,7 @@ class Canonicalizer:
         for key, value in record.items():
             if key in self.consumed:
                 continue
-            row[f"orig_{key}" if key in CANONICAL else key] = value
+            row[f"orig_{key}" if key in CANONICAL_COLUMNS else key] = value
         return row
 
     # --- shapes -------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rufus_data.catalog import Kind
 from rufus_data.errors import RufusError
+from rufus_data.shards import Kind
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 

@@ -11,15 +11,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rufus_data.catalog import load_catalog
 from rufus_data.errors import RufusError
-from rufus_data.shards import read_shards, shard_files
-
-CATALOG_COLUMNS = {
-    "sft": {"messages"},
-    "rl": {"prompt", "expected_output"},
-    "preference": {"prompt", "chosen", "rejected"},
-}
-KIND_HINT = "sft: messages; rl: prompt; preference: prompt/chosen/rejected"
+from rufus_data.mix import mix
+from rufus_data.shards import KIND_COLUMNS, ROW_COLUMNS, kind_columns_hint, read_shards, shard_files
 
 
 def is_catalog(entry: str) -> bool:
@@ -30,8 +25,6 @@ def check_data(entries: list[str], stage: str) -> None:
     """Every entry is a shard folder with shards, or a valid mixture catalog."""
     if not entries:
         raise RufusError(f"stage {stage} has no `data`: set `data: [SHARD_FOLDER or CATALOG.yaml, ...]`")
-    from rufus_data.catalog import load_catalog
-
     for entry in entries:
         if is_catalog(entry):
             load_catalog(entry)  # strict validation, names file/line/key
@@ -40,10 +33,9 @@ def check_data(entries: list[str], stage: str) -> None:
 
 
 def columns_of(entry: str) -> set[str]:
+    """The columns the entry's rows have: a shard folder's schema, or what its catalog's kind makes."""
     if is_catalog(entry):
-        from rufus_data.catalog import load_catalog
-
-        return {"id", "source", "label"} | CATALOG_COLUMNS[load_catalog(entry).kind]
+        return {*ROW_COLUMNS, *KIND_COLUMNS[load_catalog(entry).kind]}
     return set(pq.read_schema(shard_files(entry)[0]).names)
 
 
@@ -57,14 +49,12 @@ def check_columns(entries: list[str], required: tuple, stage: str) -> None:
                 wanted = " or ".join(f"'{o}'" for o in options)
                 raise RufusError(
                     f"stage {stage} reads column {wanted}, but the data in {entry} has {sorted(names)}: "
-                    f"give data of the right kind ({KIND_HINT})"
+                    f"give data of the right kind ({kind_columns_hint()})"
                 )
 
 
 def materialise(entries: list[str], output_dir: Path) -> list[str]:
     """Shard folders for every entry: catalogs are mixed into OUT/data/NAME/ (rebuilt each run)."""
-    from rufus_data.mix import mix
-
     folders = []
     for entry in entries:
         if is_catalog(entry):

@@ -12,7 +12,7 @@ import yaml
 from conftest import read_jsonl
 
 from rufus_data.mix import mix
-from rufus_data.shards import read_shards, shard_files
+from rufus_data.shards import KIND_COLUMNS, ORIGIN_COLUMN, ROW_COLUMNS, read_shards, shard_files
 
 
 def write_catalog(folder: Path, body: dict) -> Path:
@@ -392,11 +392,13 @@ def test_template_without_generation_markers(tmp_path, data_root, builtin_model,
 
 def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, builtin_tokenizer):
     """rl shares count prompt tokens (with the generation prompt); preference shares count prompt
-    plus chosen. Both recounted here with the chat template directly."""
+    plus chosen. Both recounted here with the chat template directly. Each kind's rows carry
+    the columns the shard contract names for it."""
     rl = write_catalog(tmp_path, {"kind": "rl", "name": "rl", "budget": 60000, "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 0.7},
         {"name": "math", "path": str(data_root / "math500/test.jsonl"), "share": 0.3}]})
     result = mix(rl, out=tmp_path / "rl", show_progress=False)
+    assert {*ROW_COLUMNS, *KIND_COLUMNS["rl"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     tokens: dict[str, int] = {}
     for row in read_shards(result.out).to_pylist():
         n = len(builtin_tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
@@ -410,6 +412,7 @@ def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, b
     pref = write_catalog(tmp_path, {"kind": "preference", "name": "pref", "budget": 40000, "sources": [
         {"name": "hh", "path": str(data_root / "hh_rlhf_harmless_base/test.jsonl"), "share": 1.0}]})
     result = mix(pref, out=tmp_path / "pref", show_progress=False)
+    assert {*ROW_COLUMNS, *KIND_COLUMNS["preference"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     total = 0
     for row in read_shards(result.out).to_pylist():
         n = len(builtin_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True,

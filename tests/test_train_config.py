@@ -187,7 +187,9 @@ def test_data_may_name_a_mixture_catalog(tmp_path):
 
     sft_catalog = str(REPO / "catalogs" / "sft.yaml")
     check_config(load("sft", data=[sft_catalog], output_dir=str(tmp_path / "a")))
-    with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*catalogs/sft\.yaml has"):
+    with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*catalogs/sft\.yaml has "
+                       r"\['id', 'label', 'messages', 'source'\]: give data of the right kind "
+                       r"\(sft: messages; rl: prompt, expected_output; preference: prompt, chosen, rejected\)"):
         check_config(load("dpo", data=[sft_catalog], output_dir=str(tmp_path / "b")))
     bad = tmp_path / "bad.yaml"
     bad.write_text("kind: sft\nname: x\nsourcez: []\n")

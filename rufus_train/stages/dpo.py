@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
+from rufus_data.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
 from rufus_train.stages.base import Stage, StageContext, conversational
 
@@ -33,13 +34,13 @@ class DPOStageConfig(StageConfig):
 def preference_dataset(rows: pa.Table):
     from datasets import Dataset
 
-    return Dataset.from_dict({col: conversational(rows, col) for col in ("prompt", "chosen", "rejected")})
+    return Dataset.from_dict({col: conversational(rows, col) for col in KIND_COLUMNS["preference"]})
 
 
 class PreferenceStage(Stage):
     """Stages that train on prompt / chosen / rejected rows (dpo, orpo)."""
 
-    required_columns: ClassVar[tuple] = ("prompt", "chosen", "rejected")
+    required_columns: ClassVar[tuple] = KIND_COLUMNS["preference"]
 
     def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer):
         return preference_dataset(rows)

@@ -10,6 +10,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from rufus_data.errors import RufusError
+from rufus_data.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
 from rufus_train.stages.base import Stage, StageContext, conversational
 
@@ -44,7 +45,7 @@ class SFTStage(Stage):
     name = "sft"
     description = "supervised fine-tuning (SFTTrainer): loss on assistant tokens only, packing switchable"
     config_class = SFTStageConfig
-    required_columns: ClassVar[tuple] = ("messages",)
+    required_columns: ClassVar[tuple] = KIND_COLUMNS["sft"]
 
     def check(self, config: SFTStageConfig) -> None:
         if config.assistant_only_loss and config.packing and config.trainer.get("padding_free") is False:
