@@ -8,6 +8,7 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
+from openai_stub import OpenAIStub
 
 from rufus_data import jsonl
 
@@ -38,6 +39,22 @@ def data_root() -> Path:
 
 def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
     return list(islice(jsonl.read_jsonl(path), limit))
+
+
+@pytest.fixture
+def openai_stub():
+    """Start stand-in OpenAI servers (tests/openai_stub.py): `openai_stub(respond, **options)`
+    returns a started OpenAIStub; every one started is stopped after the test."""
+    started: list[OpenAIStub] = []
+
+    def start(respond=None, **options) -> OpenAIStub:
+        stub = OpenAIStub(respond, **options).start()
+        started.append(stub)
+        return stub
+
+    yield start
+    for stub in started:
+        stub.stop()
 
 
 @pytest.fixture(scope="session")

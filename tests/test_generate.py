@@ -3,18 +3,18 @@ the launcher's process-group cleanup."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
+from openai_stub import OpenAIStub, Reply, Request, Traffic
 
 from rufus_data.errors import RufusError
 from rufus_data.generate import (
@@ -126,78 +126,26 @@ def test_skipped_context_check_says_why(builtin_model, capsys):
 
 
 # --- the server client against small real OpenAI-style stand-in servers -------------------------
-class Traffic:
-    """Requests seen by one or more stand-in servers (in flight together, at most, in total)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.in_flight = 0
-        self.max_in_flight = 0
-
-
 OPENAI_FIELDS = {"model", "messages", "n", "max_tokens", "temperature", "top_p", "seed", "logprobs"}
 
 
+def samples(request: Request) -> Reply:
+    """n choices of three tokens each: "sample I of SEED" (its token ids and logprobs when asked)."""
+    n = request.body["n"]
+    return Reply([f"sample {i} of {request.body['seed']}" for i in range(n)], token_ids=[1, 2, 3],
+                 logprobs=[-0.1] * 3, completion_tokens=3 * n)
+
+
 @pytest.fixture
-def chat_server():
+def chat_server(openai_stub):
     """Start stand-in /v1/chat/completions servers on 127.0.0.1 (stopped after the test):
     `fail_first` requests answer 503, `strict` ones answer 400 on fields OpenAI does not know."""
-    servers = []
 
-    def start(traffic: Traffic, fail_first: int = 0, strict: bool = False, delay_s: float = 0.03):
-        state = {"requests": 0, "answered": 0, "failed": 0, "bodies": []}
+    def start(traffic: Traffic, fail_first: int = 0, strict: bool = False, delay_s: float = 0.03) -> OpenAIStub:
+        return openai_stub(samples, traffic=traffic, fail_first=fail_first, delay_s=delay_s,
+                           known_fields=OPENAI_FIELDS if strict else None)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with traffic.lock:
-                    traffic.in_flight += 1
-                    traffic.max_in_flight = max(traffic.max_in_flight, traffic.in_flight)
-                    state["requests"] += 1
-                    state["bodies"].append(body)
-                    fail = state["failed"] < fail_first
-                    state["failed"] += fail
-                try:
-                    time.sleep(delay_s)
-                    unknown = sorted(set(body) - OPENAI_FIELDS)
-                    if strict and unknown:
-                        self.reply(400, {"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}"}})
-                    elif fail:
-                        self.reply(503, {"error": {"message": "busy"}})
-                    else:
-                        n = body["n"]
-                        choices = [{"index": i, "finish_reason": "stop",
-                                    "message": {"role": "assistant", "content": f"sample {i} of {body['seed']}"},
-                                    **({"token_ids": [1, 2, 3]} if body.get("return_token_ids") else {}),
-                                    **({"logprobs": {"content": [{"logprob": -0.1}] * 3}} if body.get("logprobs") else {})}
-                                   for i in range(n)]
-                        self.reply(200, {"choices": choices, "usage": {"completion_tokens": 3 * n}})
-                        state["answered"] += 1
-                finally:
-                    with traffic.lock:
-                        traffic.in_flight -= 1
-
-            def reply(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        state["url"] = f"http://127.0.0.1:{server.server_address[1]}"
-        return state
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return start
 
 
 def _prompts(count: int) -> list[Prompt]:
@@ -208,36 +156,36 @@ def test_server_client_retries_drops_a_dead_url_spreads_and_bounds_concurrency(c
     traffic = Traffic()
     busy, calm = chat_server(traffic, fail_first=2), chat_server(traffic)
     dead = f"http://127.0.0.1:{free_port()}"
-    gen = ServerGenerator(ServerConfig(base_urls=[dead, busy["url"], f"{calm['url']}/v1"], model="m", concurrency=3,
+    gen = ServerGenerator(ServerConfig(base_urls=[dead, busy.base_url, calm.v1_url], model="m", concurrency=3,
                                        backoff_s=0.01))
     results = gen.generate(_prompts(24), SamplingParams(n=2, max_tokens=8, seed=5))
     assert [len(r.completions) for r in results] == [2] * 24
     assert results[0].completions[1].text == f"sample 1 of {prompt_seed(5, 'p0')}"
     assert results[0].completions[0].token_ids == [1, 2, 3] and results[0].num_tokens == 6
     # the two 503s and every refused connection were retried; the dead URL was dropped after 3
-    assert busy["failed"] == 2 and busy["answered"] + calm["answered"] == 24
+    assert busy.failed == 2 and busy.answered + calm.answered == 24
     assert dead not in gen.live and 3 <= gen.sent[dead] <= 3 + 3
     assert gen.retries == 2 + gen.sent[dead]
     assert f"dropping {dead}: 3 connection failures in a row" in " ".join(capsys.readouterr().err.split())
     # never more than `concurrency` requests in flight, and both live servers shared the work
     assert 2 <= traffic.max_in_flight <= 3
-    assert min(busy["answered"], calm["answered"]) >= 6, (busy["answered"], calm["answered"])
+    assert min(busy.answered, calm.answered) >= 6, (busy.answered, calm.answered)
 
 
 def test_server_client_gives_up_after_max_retries(chat_server):
     always_busy = chat_server(Traffic(), fail_first=100, delay_s=0)
-    gen = ServerGenerator(ServerConfig(base_urls=[always_busy["url"]], model="m", max_retries=2, backoff_s=0.01))
+    gen = ServerGenerator(ServerConfig(base_urls=[always_busy.base_url], model="m", max_retries=2, backoff_s=0.01))
     with pytest.raises(RufusError, match=r"did not answer after 3 attempts \(last error: .*HTTP 503"):
         gen.generate(_prompts(1), SamplingParams(max_tokens=4))
-    assert always_busy["requests"] == 3
+    assert len(always_busy.requests) == 3
 
 
 def test_server_client_leaves_out_return_token_ids_for_a_strict_endpoint(chat_server, capsys):
     strict = chat_server(Traffic(), strict=True, delay_s=0)
-    gen = ServerGenerator(ServerConfig(base_urls=[strict["url"]], model="m", concurrency=1))
+    gen = ServerGenerator(ServerConfig(base_urls=[strict.base_url], model="m", concurrency=1))
     results = gen.generate(_prompts(3), SamplingParams(n=2, max_tokens=8, seed=0))
-    assert strict["requests"] == 4, "one refusal, then every request without the field"
-    assert ["return_token_ids" in b for b in strict["bodies"]] == [True, False, False, False]
+    assert len(strict.requests) == 4, "one refusal, then every request without the field"
+    assert ["return_token_ids" in b for b in strict.bodies] == [True, False, False, False]
     assert gen.send_token_ids is False
     for result in results:
         assert [c.token_ids for c in result.completions] == [[], []]
@@ -275,23 +223,19 @@ def test_server_command_weight_sync_and_lora_options():
 
 # --- the launcher's cleanup, with a small real stand-in server -----------------------------------
 STAND_IN = textwrap.dedent(
-    """
-    import http.server, json, os, subprocess, sys, time
+    f"""
+    import json, os, subprocess, sys, time
+    sys.path.insert(0, {str(Path(__file__).resolve().parent)!r})
+    from openai_stub import OpenAIStub
     port = int(sys.argv[sys.argv.index("--port") + 1])
     mode = os.environ.get("STAND_IN_MODE", "serve")
-    open(os.environ["STAND_IN_ENV_FILE"], "w").write(json.dumps({"cvd": os.environ.get("CUDA_VISIBLE_DEVICES")}))
+    open(os.environ["STAND_IN_ENV_FILE"], "w").write(json.dumps({{"cvd": os.environ.get("CUDA_VISIBLE_DEVICES")}}))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # an 'engine worker'
     if mode == "crash":
         sys.exit(3)
     if mode == "hang":
         time.sleep(600)
-    class Models(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": "stand-in", "max_model_len": 64}]}).encode()
-            self.send_response(200); self.end_headers(); self.wfile.write(body)
-        def log_message(self, *args):
-            pass
-    http.server.HTTPServer(("127.0.0.1", port), Models).serve_forever()
+    OpenAIStub(models=["stand-in"], max_model_len=64, port=port).serve_forever()
     """
 )
 

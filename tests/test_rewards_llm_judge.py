@@ -3,77 +3,35 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from openai_stub import Reply, Request
 
 from rufus_data.rewards import LLMJudgeReward, parse_score
 
 
 class ScriptedJudge:
-    """An OpenAI-compatible server whose answer depends on a `[[case:NAME]]` tag in the graded answer."""
+    """The judge's answers, scripted by a `[[case:NAME]]` tag in the graded answer, served by a
+    stand-in OpenAI server (tests/openai_stub.py) that records every request."""
 
-    def __init__(self):
+    def __init__(self, openai_stub):
         self.attempts: dict[str, int] = {}
-        self.bodies: list[dict] = []
-        self.headers: list[str] = []
-        self.in_flight = 0
-        self.max_in_flight = 0
         self.lock = threading.Lock()
-        judge = self
+        self.stub = openai_stub(self.respond, models=["judge-model", "other"])
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client gave up (timeout)
-
-            def do_GET(self):
-                if self.path.endswith("/models"):
-                    self._send(200, {"object": "list", "data": [{"id": "judge-model"}, {"id": "other"}]})
-                else:
-                    self._send(404, {"error": "not found"})
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with judge.lock:
-                    judge.in_flight += 1
-                    judge.max_in_flight = max(judge.max_in_flight, judge.in_flight)
-                    judge.bodies.append(body)
-                    judge.headers.append(self.headers.get("Authorization"))
-                    case = re.search(r"\[\[case:(\w+)\]\]", body["messages"][0]["content"]).group(1)
-                    attempt = judge.attempts[case] = judge.attempts.get(case, 0) + 1
-                try:
-                    status, text, delay = judge.script(case, attempt)
-                    if case == "busy":  # hold requests until 16 are in flight (or 5 s), then a little longer
-                        deadline = time.monotonic() + 5
-                        while judge.in_flight < 16 and time.monotonic() < deadline:
-                            time.sleep(0.01)
-                    time.sleep(delay)
-                    if status != 200:
-                        self._send(status, {"error": "scripted failure"})
-                    else:
-                        self._send(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": text}}]})
-                finally:
-                    with judge.lock:
-                        judge.in_flight -= 1
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+    def respond(self, request: Request) -> Reply:
+        with self.lock:
+            case = re.search(r"\[\[case:(\w+)\]\]", request.body["messages"][0]["content"]).group(1)
+            attempt = self.attempts[case] = self.attempts.get(case, 0) + 1
+        status, text, delay = self.script(case, attempt)
+        if case == "busy":  # hold requests until 16 are in flight (or 5 s), then a little longer
+            deadline = time.monotonic() + 5
+            while self.stub.traffic.in_flight < 16 and time.monotonic() < deadline:
+                time.sleep(0.01)
+        return Reply(text, status=status, delay_s=delay)
 
     @staticmethod
     def script(case: str, attempt: int) -> tuple[int, str, float]:
@@ -93,19 +51,28 @@ class ScriptedJudge:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        return self.stub.v1_url
+
+    @property
+    def bodies(self) -> list[dict]:
+        return self.stub.bodies
+
+    @property
+    def headers(self) -> list[str | None]:
+        return [request.headers.get("Authorization") for request in self.stub.requests]
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.stub.max_in_flight
 
 
 @pytest.fixture
-def judge_server(monkeypatch):
-    server = ScriptedJudge()
-    server.thread.start()
+def judge_server(openai_stub, monkeypatch):
+    server = ScriptedJudge(openai_stub)
     monkeypatch.setenv("JUDGE_BASE_URL", server.url)
     monkeypatch.delenv("JUDGE_MODEL", raising=False)
     monkeypatch.delenv("JUDGE_API_KEY", raising=False)
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
+    return server
 
 
 class RecordingSleep:

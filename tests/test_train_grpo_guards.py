@@ -3,10 +3,8 @@ tools and the dynamic-sampling building blocks. Nothing here loads the model."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import pickle
-import threading
 import warnings
 
 import pytest
@@ -127,25 +125,9 @@ def test_serve_command_matches_what_trl_needs():
 
 
 @pytest.fixture
-def models_server():
+def models_server(openai_stub):
     """A real HTTP server on 127.0.0.1 answering GET /v1/models like vLLM (max_model_len 64)."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = json.dumps({"data": [{"id": "tiny", "max_model_len": 64}]}).encode()
-            self.send_response(200 if self.path == "/v1/models" else 404)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    return openai_stub(models=["tiny"], max_model_len=64).base_url
 
 
 def test_completion_length_vs_server(models_server):

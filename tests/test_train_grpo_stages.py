@@ -6,12 +6,10 @@ sequence-classification reward-model checkpoint."""
 
 from __future__ import annotations
 
-import http.server
-import json
 import re
-import threading
 
 import pytest
+from openai_stub import Request
 from rl_stage_data import (
     arithmetic_rows,
     easy_code_rows,
@@ -100,38 +98,19 @@ def test_search_agent_over_local_duckdb_index(rl_shards, tmp_path):
 
 
 @pytest.fixture
-def judge_server():
+def judge_server(openai_stub):
     """A real OpenAI-compatible judge on 127.0.0.1: 'Score: 9' when the graded answer has an even
     number of characters, else 'Score: 3' (so scores vary inside a group)."""
     seen = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def _reply(self, payload):
-            body = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+    def grade(request: Request) -> str:
+        answer = re.search(r"\[Answer to grade\]\n(.*?)\n\nReply with", request.text, re.DOTALL).group(1)
+        seen.append(answer)
+        score = 9 if len(answer) % 2 == 0 else 3
+        return f"Fine.\nScore: {score}"
 
-        def do_GET(self):
-            self._reply({"data": [{"id": "judge", "max_model_len": 4096}]})
-
-        def do_POST(self):
-            request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            content = request["messages"][0]["content"]
-            answer = re.search(r"\[Answer to grade\]\n(.*?)\n\nReply with", content, re.DOTALL).group(1)
-            seen.append(answer)
-            score = 9 if len(answer) % 2 == 0 else 3
-            self._reply({"choices": [{"message": {"role": "assistant", "content": f"Fine.\nScore: {score}"}}]})
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    server.shutdown()
+    server = openai_stub(grade, models=["judge"], max_model_len=4096)
+    return server.v1_url, seen
 
 
 @pytest.fixture(scope="session")
