@@ -1,5 +1,6 @@
 """Where the answers come from: `hf` (in-process transformers), `vllm` (a server Rufus starts with
-the generation launcher), `server` (an OpenAI-compatible endpoint the user runs).
+the generation launcher), `server` (an OpenAI-compatible endpoint the user runs); configured by
+the generation package's BackendConfig, mapped here onto lm-eval's model classes.
 
 Both lm-eval model classes below give each of a document's k samples its own seed. lm-eval
 clones a request k times and the OpenAI backend sends one fixed `seed` with every request, so
@@ -16,13 +17,17 @@ import contextlib
 import dataclasses
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
+import httpx
+import torch  # lm-eval's hf model has loaded it already
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 
 from rufus_data.errors import RufusError
+from rufus_data.generate import BackendConfig
+from rufus_data.generate.context import server_max_model_len
+from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
 
 
@@ -58,8 +63,6 @@ class SeededHFLM(HFLM):
         self.rufus_seed = int(seed)
 
     def generate_until(self, requests, disable_tqdm: bool = False):
-        import torch
-
         indices = sample_indices(requests)
         results: list[str | None] = [None] * len(requests)
         for index in sorted(set(indices)):
@@ -71,66 +74,39 @@ class SeededHFLM(HFLM):
         return results
 
 
-@dataclass
-class BackendConfig:
-    """What `open_backend` needs. `devices` go verbatim into the vLLM server's CUDA_VISIBLE_DEVICES."""
-
-    kind: str = "hf"  # hf | vllm | server
-    model: str = ""  # a model folder (hf, vllm) or the served model name (server)
-    name: str | None = None  # served model name (vllm); default: the folder name
-    base_url: str | None = None  # server
-    tokenizer: str | None = None  # server: tokenizer folder (default: model)
-    devices: str | None = None  # vllm: e.g. "0,1"; None = the launcher's default (CPU build without GPUs)
-    data_parallel_size: int = 1
-    max_model_len: int | None = None
-    batch_size: int = 16  # hf
-    concurrency: int = 8  # vllm / server: requests in flight
-    seed: int = 0
-    extra_server_args: list[str] = field(default_factory=list)
+# requests in flight against a vllm/server backend when rufus-eval builds the BackendConfig
+CONCURRENCY = 8
 
 
 @contextlib.contextmanager
-def open_backend(cfg: BackendConfig) -> Iterator[tuple[str, dict, dict]]:
-    """Yield (lm-eval model name, model args, facts for the results) and clean up afterwards."""
-    if cfg.kind == "hf":
-        args = {"pretrained": cfg.model, "device": "cuda" if _has_cuda() else "cpu", "dtype": "auto" if _has_cuda() else "float32",
-                "batch_size": cfg.batch_size, "seed": cfg.seed}
+def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tuple[str, dict, dict]]:
+    """Yield (lm-eval model name, model args, facts for the results) for `model` - a model folder
+    (hf, vllm) or the name a server knows it by - and clean up afterwards."""
+    if cfg.backend == "hf":
+        cuda = _has_cuda()
+        args = {"pretrained": model, "device": "cuda" if cuda else "cpu",
+                "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": cfg.batch_size, "seed": seed}
         if cfg.max_model_len:
             args["max_length"] = cfg.max_model_len
         yield "rufus-hf", args, {"backend": "hf"}
-    elif cfg.kind == "vllm":
-        from rufus_data.generate.launcher import LaunchConfig, launch
-
-        extra = list(cfg.extra_server_args)
-        if cfg.data_parallel_size > 1:
-            extra += ["--data-parallel-size", str(cfg.data_parallel_size)]
-        launch_cfg = LaunchConfig(
-            model=cfg.model,
-            served_model_name=cfg.name or cfg.model,
-            devices=cfg.devices,
-            max_model_len=cfg.max_model_len,
-            extra_args=extra,
-        )
-        with launch(launch_cfg) as server:
-            yield "rufus-completions", _api_args(cfg, server.base_url, server.model, cfg.model), {
+    elif cfg.backend == "vllm":
+        with launch(cfg.launch_config(model, model)) as server:
+            yield "rufus-completions", _api_args(cfg, server.base_url, server.model, model, seed), {
                 "backend": "vllm",
                 "server_pgid": server.pgid,
                 "server_version": server_version(server.base_url),
             }
-    elif cfg.kind == "server":
-        if not cfg.base_url:
-            raise RufusError("--backend server needs --base-url (the OpenAI-compatible endpoint, e.g. http://host:8000)")
-        yield "rufus-completions", _api_args(cfg, cfg.base_url, cfg.model, cfg.tokenizer or cfg.model), {
-            "backend": "server",
-            "server_version": server_version(cfg.base_url),
-        }
     else:
-        raise RufusError(f"unknown backend {cfg.kind!r}: use hf, vllm or server")
+        if len(cfg.base_urls) != 1:
+            raise RufusError(f"rufus-eval talks to one endpoint; give one --base-url, not {len(cfg.base_urls)}")
+        base_url = cfg.base_urls[0]
+        yield "rufus-completions", _api_args(cfg, base_url, cfg.served_model_name or model, cfg.tokenizer or model, seed), {
+            "backend": "server",
+            "server_version": server_version(base_url),
+        }
 
 
-def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str) -> dict:
-    from rufus_data.generate.context import server_max_model_len
-
+def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str, seed: int) -> dict:
     root = base_url.rstrip("/").removesuffix("/v1")
     max_len = server_max_model_len(root, model) or cfg.max_model_len or 2048
     return {
@@ -142,15 +118,13 @@ def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str) -> 
         "max_length": max_len,
         "num_concurrent": cfg.concurrency,
         "max_retries": 3,
-        "seed": cfg.seed,
+        "seed": seed,
         "timeout": 600,
     }
 
 
 def server_version(base_url: str) -> str | None:
     """The version a vLLM server reports (`GET /version`), kept with the results."""
-    import httpx
-
     root = base_url.rstrip("/").removesuffix("/v1")
     with contextlib.suppress(httpx.HTTPError, ValueError):
         response = httpx.get(f"{root}/version", timeout=5.0)
@@ -162,6 +136,4 @@ def server_version(base_url: str) -> str | None:
 def _has_cuda() -> bool:
     if shutil.which("nvidia-smi") is None:
         return False
-    import torch
-
     return torch.cuda.is_available()

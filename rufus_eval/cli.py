@@ -1,7 +1,5 @@
 """`rufus-eval`: lm-eval suites with avg@k, run comparison, and side-by-side vibe tests."""
 
-
-
 from __future__ import annotations
 
 import signal
@@ -11,6 +9,7 @@ from pathlib import Path
 import typer
 
 from rufus_data.console import cli_errors
+from rufus_data.generate import BackendConfig
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus evaluation suites.")
 
@@ -47,13 +46,15 @@ def suite(
     db: Path = typer.Option(None, help="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)"),
 ) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml."""
-    from rufus_eval.backends import BackendConfig
+    # lm-eval (and torch) load with these, not for `compare` or `vibe`
+    from rufus_eval.backends import CONCURRENCY
     from rufus_eval.runner import RunRequest, run_suite
 
     _exit_on_sigterm()
     cfg = BackendConfig(
-        kind=backend, model=ckpt, name=run_name, base_url=base_url, tokenizer=tokenizer, devices=devices,
-        data_parallel_size=data_parallel_size,
+        backend=backend, base_urls=[base_url] if base_url else [], tokenizer=tokenizer, devices=devices,
+        served_model_name=run_name if backend == "vllm" else None,  # the server Rufus starts carries the run's name
+        data_parallel_size=data_parallel_size, concurrency=CONCURRENCY,
     )
     run_suite(RunRequest(
         suite=name, checkpoint=ckpt, backend=cfg, limit=limit, out=out, final=final, step=step,

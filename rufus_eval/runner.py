@@ -17,7 +17,8 @@ from pathlib import Path
 
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
-from rufus_eval.backends import BackendConfig, open_backend
+from rufus_data.generate import BackendConfig
+from rufus_eval.backends import CONCURRENCY, open_backend
 from rufus_eval.results import store_run, write_results
 from rufus_eval.suite import load_suite
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
@@ -29,7 +30,7 @@ STEP_RE = re.compile(r"checkpoint-(\d+)$")
 class RunRequest:
     suite: str
     checkpoint: str
-    backend: BackendConfig = field(default_factory=BackendConfig)
+    backend: BackendConfig = field(default_factory=lambda: BackendConfig(concurrency=CONCURRENCY))
     limit: int | None = None
     out: Path | None = None
     final: bool = False
@@ -130,10 +131,8 @@ def run_suite(req: RunRequest) -> dict:
         include_defaults=any(t.kind == "lm_eval" for t in tasks),
     )
 
-    backend = req.backend
-    if backend.kind in ("hf", "vllm"):
-        backend = BackendConfig(**{**backend.__dict__, "model": prepare_model(backend.model or req.checkpoint)})
-    backend.seed = suite.seed
+    # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
+    model = prepare_model(req.checkpoint) if req.backend.backend in ("hf", "vllm") else req.checkpoint
 
     record = {
         "run": run_name,
@@ -147,7 +146,7 @@ def run_suite(req: RunRequest) -> dict:
         "tasks": {},
         "judges": judges,
     }
-    with open_backend(backend) as (model_name, model_args, facts):
+    with open_backend(model, req.backend, seed=suite.seed) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
         lm = get_model(model_name).create_from_arg_obj(model_args)
         with progress("tasks") as bar:

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.generate import BackendConfig
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_train.config import _expand_env, load_stage_config, stages_dir
 from rufus_train.stages import get_stage
@@ -113,14 +114,15 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
 
 def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:
     """Run the suite on one model; returns {task: metric value, ..., eval_s} for the table."""
-    from rufus_eval.backends import BackendConfig
+    # lm-eval (and torch) load with these: only when the pipeline evaluates
+    from rufus_eval.backends import CONCURRENCY
     from rufus_eval.runner import RunRequest, run_suite
 
     started = time.time()
     record = run_suite(RunRequest(
         suite=settings.suite,
         checkpoint=model_ref,
-        backend=BackendConfig(kind=settings.backend, model=model_ref, batch_size=settings.batch_size),
+        backend=BackendConfig(backend=settings.backend, batch_size=settings.batch_size, concurrency=CONCURRENCY),
         limit=settings.limit,
         out=out / "eval" / tag,
         run_name=f"{out.name}-{tag}",

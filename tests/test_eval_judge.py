@@ -18,7 +18,7 @@ import yaml
 from conftest import read_jsonl
 
 from rufus_data.errors import RufusError
-from rufus_eval.backends import BackendConfig
+from rufus_data.generate import BackendConfig
 from rufus_eval.metrics import rufus_avg
 from rufus_eval.runner import RunRequest, run_suite
 
@@ -53,7 +53,7 @@ def judged_run(vllm_server, data_root, builtin_model, tmp_path_factory):
     env_before = {k: v for k, v in os.environ.items() if k.startswith("JUDGE_")}
     record = run_suite(RunRequest(
         suite=str(judged_suite(work, vllm_server.base_url)), checkpoint=builtin_model,
-        backend=BackendConfig(kind="hf"), limit=DOCS, out=work / "run", run_name="judged-hf", step=5,
+        backend=BackendConfig(backend="hf"), limit=DOCS, out=work / "run", run_name="judged-hf", step=5,
         db_path=work / "runs.duckdb",
     ))
     env_after = {k: v for k, v in os.environ.items() if k.startswith("JUDGE_")}

@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from rufus_data.errors import RufusError
+from rufus_data.generate import BackendConfig
 from rufus_data.rewards.extract import strip_reasoning
 from rufus_data.rewards.ifeval import IFEvalReward
-from rufus_eval.backends import BackendConfig
 from rufus_eval.compare import compare_runs
 from rufus_eval.metrics import Answer, answer_of, pass_at, rufus_avg
 from rufus_eval.results import query_runs
@@ -67,7 +67,7 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quick_hf(work, data_root, builtin_model):
-    req = RunRequest(suite="quick", checkpoint=builtin_model, backend=BackendConfig(kind="hf"), limit=1,
+    req = RunRequest(suite="quick", checkpoint=builtin_model, backend=BackendConfig(backend="hf"), limit=1,
                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf",
                      db_path=work / "runs.duckdb")
     return run_suite(req)
@@ -75,7 +75,7 @@ def quick_hf(work, data_root, builtin_model):
 
 @pytest.fixture(scope="module")
 def vary_hf(work, data_root, builtin_model):
-    req = RunRequest(suite=str(vary_suite(work)), checkpoint=builtin_model, backend=BackendConfig(kind="hf"),
+    req = RunRequest(suite=str(vary_suite(work)), checkpoint=builtin_model, backend=BackendConfig(backend="hf"),
                      out=work / "vary-hf", step=20, run_name="vary-hf", db_path=work / "runs.duckdb")
     return run_suite(req)
 
@@ -163,8 +163,7 @@ def test_suite_catalogs_load_and_bad_input(tmp_path, data_root):
 def test_quick_suite_against_real_vllm_server(vllm_server, work, data_root, builtin_model):
     """The same suite through lm-eval's OpenAI-compatible backend against the shared vLLM CPU
     server; per-sample seeds make the k samples differ (a fixed seed would return k copies)."""
-    backend = BackendConfig(kind="server", model=vllm_server.model, base_url=vllm_server.base_url,
-                            tokenizer=builtin_model)
+    backend = BackendConfig(backend="server", base_urls=[vllm_server.base_url], tokenizer=builtin_model)
     record = run_suite(RunRequest(suite="quick", checkpoint=vllm_server.model, backend=backend, limit=1, samples=2,
                                   max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm",
                                   db_path=work / "vllm.duckdb"))
@@ -194,7 +193,7 @@ def test_vllm_backend_launches_and_stops_its_own_server(work, data_root, builtin
 
     if not (CPU_VENV / ".installed").exists():
         pytest.skip("vLLM CPU build not installed: run `make vllm-venv`")
-    backend = BackendConfig(kind="vllm", model=builtin_model, name="quick-launch", max_model_len=2048)
+    backend = BackendConfig(backend="vllm", served_model_name="quick-launch", max_model_len=2048)
     record = run_suite(RunRequest(suite="quick", checkpoint=builtin_model, backend=backend, limit=1, samples=2,
                                   max_tokens=16, out=work / "quick-launch", run_name="quick-launch",
                                   db_path=work / "launch.duckdb"))

@@ -68,6 +68,7 @@ class VLLMServerArgs:
     port: int | None = None  # None: vLLM's default (the launcher fills in a free port)
     devices: str | None = None  # e.g. "0,1"
     tensor_parallel_size: int | None = None
+    data_parallel_size: int | None = None
     max_model_len: int | None = None
     dtype: str | None = None  # default: bfloat16 on CPU
     gpu_memory_utilization: float | None = None
@@ -107,6 +108,7 @@ def _argv(args: VLLMServerArgs, cpu: bool) -> list[str]:
     options = {
         "--port": args.port,
         "--tensor-parallel-size": args.tensor_parallel_size,
+        "--data-parallel-size": args.data_parallel_size,
         "--dtype": args.dtype or ("bfloat16" if cpu else None),
         "--max-model-len": args.max_model_len,
         "--gpu-memory-utilization": args.gpu_memory_utilization,
