@@ -108,7 +108,7 @@ class WordLlamaEmbedder:
 
     name = DEFAULT_MODEL
 
-    def __init__(self, max_cached_words: int = 200_000):
+    def __init__(self, max_cached_words: int = 100_000):  # 100 MB of word sums at most
         _, tokenizer_file = _wordllama_files()
         model = _import_wordllama().WordLlama.load(WORDLLAMA_CONFIG, cache_dir=_wordllama_cache(tokenizer_file),
                                                    dim=WORDLLAMA_DIM, disable_download=True)
@@ -116,12 +116,17 @@ class WordLlamaEmbedder:
         self.tokenizer.no_padding()
         self.table = np.ascontiguousarray(model.embedding, dtype=np.float32)
         self.dim = self.table.shape[1]
+        self._starts_word = np.zeros(len(self.table), bool)  # token ids that begin a word ("▁...")
+        for token, i in self.tokenizer.get_vocab().items():
+            if i < len(self.table) and token.startswith("\u2581"):
+                self._starts_word[i] = True
         self.version = metadata.version("wordllama")
         self.max_cached_words = max_cached_words
         self._hasher = TokenHasher()
         self._keys = np.empty(0, np.uint64)  # cached word hashes, in the order they came
         self._sums = np.empty((0, self.dim), np.float32)  # token-vector sum of each cached word
         self._counts = np.empty(0, np.float32)  # its token count
+        self._key_store, self._sum_store, self._count_store = self._keys, self._sums, self._counts  # (with room)
         self._slots = np.full(int(SLOT_MASK) + 1, -1, np.int32)  # hash low bits -> cache row
         self._spill_keys = np.empty(0, np.uint64)  # keys whose slot was taken, sorted
         self._spill_rows = np.empty(0, np.int64)
@@ -129,20 +134,23 @@ class WordLlamaEmbedder:
     def _word_vectors(self, words: list[str], chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
         """Token-vector sum and token count of each word (a sparse words x vocabulary product: no
         (tokens x dim) array is ever gathered). Words are tokenised a chunk at a time, joined by
-        spaces (as in a text), and each token goes to the word its last character is in (the
-        space before a word counts as the word's: Llama splits `▁` from a leading digit)."""
-        if not words:
-            return np.empty((0, self.dim), np.float32), np.empty(0, np.float32)
-        ids, owners = [], []
+        spaces as in a text; the tokenizer turns each space into `▁` and never merges across it,
+        so each word's tokens start at the next token that starts with `▁`."""
+        words_in = words
+        spaced = [i for i, w in enumerate(words) if " " in w]  # rare: each is tokenised alone
+        if spaced:
+            words = [w.replace(" ", "_") for w in words]  # a stand-in of one word
+        ids = []
         for lo in range(0, len(words), chunk):
-            part = words[lo : lo + chunk]
-            spaces = np.cumsum([0] + [len(w) + 1 for w in part[:-1]]) - 1  # the space before each word
-            for encoding in self.tokenizer.encode_batch([" ".join(part)], add_special_tokens=False):
-                ends = np.fromiter((end for _, end in encoding.offsets), np.int64, len(encoding.offsets))
-                ids.append(np.asarray(encoding.ids, np.int64))
-                owners.append(lo + np.searchsorted(spaces, ends - 1, side="right") - 1)
-        ids, owners = np.concatenate(ids), np.concatenate(owners)
-        np.clip(ids, 0, len(self.table) - 1, out=ids)
+            ids += self.tokenizer.encode(" ".join(words[lo : lo + chunk]), add_special_tokens=False).ids
+        ids = np.clip(np.asarray(ids, np.int64), 0, len(self.table) - 1)
+        owners = np.cumsum(self._starts_word[ids]) - 1
+        if spaced:  # drop the stand-ins' tokens, add each spaced word's own
+            keep = ~np.isin(owners, spaced)
+            ids, owners = ids[keep], owners[keep]
+            for i, encoding in zip(spaced, self.tokenizer.encode_batch([words_in[i] for i in spaced], add_special_tokens=False)):
+                ids = np.concatenate((ids, np.clip(np.asarray(encoding.ids, np.int64), 0, len(self.table) - 1)))
+                owners = np.concatenate((owners, np.full(len(encoding.ids), i)))
         tokens = sparse.csr_matrix((np.ones(len(ids), np.float32), (owners, ids)), shape=(len(words), len(self.table)))
         counts = np.bincount(owners, minlength=len(words)).astype(np.float32)
         return np.asarray(tokens @ self.table, dtype=np.float32), counts
@@ -165,16 +173,19 @@ class WordLlamaEmbedder:
 
     def _cache(self, keys: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
         """Add new words (distinct, none cached yet) to the cache."""
-        first_row = len(self._keys)
-        self._keys = np.concatenate((self._keys, keys))
-        self._sums = np.concatenate((self._sums, sums))
-        self._counts = np.concatenate((self._counts, counts))
+        first_row, size = len(self._keys), len(self._keys) + len(keys)
+        if size > len(self._key_store):  # grow the stores geometrically: no copy of the cache per batch
+            room = min(max(size, 2 * len(self._key_store), 4096), max(size, self.max_cached_words))
+            self._key_store = np.concatenate((self._keys, np.zeros(room - first_row, np.uint64)))
+            self._sum_store = np.concatenate((self._sums, np.zeros((room - first_row, self.dim), np.float32)))
+            self._count_store = np.concatenate((self._counts, np.zeros(room - first_row, np.float32)))
+        self._key_store[first_row:size], self._sum_store[first_row:size], self._count_store[first_row:size] = keys, sums, counts
+        self._keys, self._sums, self._counts = self._key_store[:size], self._sum_store[:size], self._count_store[:size]
         slots = (keys & SLOT_MASK).astype(np.int64)
-        free = np.flatnonzero(self._slots[slots] < 0)
-        _, first = np.unique(slots[free], return_index=True)  # two new keys on one free slot: the first gets it
-        placed = free[first]
-        self._slots[slots[placed]] = first_row + placed
-        spilled = np.setdiff1d(np.arange(len(keys)), placed)
+        rows = first_row + np.arange(len(keys))
+        free = self._slots[slots] < 0
+        self._slots[slots[free]] = rows[free]  # two new keys on one free slot: one of them gets it
+        spilled = np.flatnonzero(self._slots[slots] != rows)
         if len(spilled):
             spill_keys = np.concatenate((self._spill_keys, keys[spilled]))
             spill_rows = np.concatenate((self._spill_rows, first_row + spilled))

@@ -88,3 +88,14 @@ def test_word_cache_lookup_survives_slot_collisions():
     cache._cache(np.array([5 + (1 << 23)], np.uint64), np.zeros((1, cache.dim), np.float32), np.ones(1, np.float32))
     probe = np.array([5 + (1 << 22), 7, 9, 5, 5 + (1 << 23), 5 + (1 << 21)], np.uint64)
     assert cache._find(probe).tolist() == [2, 3, -1, 0, 4, 1]
+
+
+def test_word_vectors_equal_tokenising_each_word_alone(embedder):
+    """Words are tokenised a chunk at a time; the sums must equal tokenising each word alone."""
+    pieces = words(" ".join(gsm8k_texts(40))) + ["<<48/2=24>>24", "½", "٣", "🙂", "中文", "x^2+1", "a b", "y "]
+    vocab = sorted(set(pieces))
+    sums, counts = embedder._word_vectors(vocab)
+    for word, total, count in zip(vocab, sums, counts):
+        ids = embedder.tokenizer.encode(word, add_special_tokens=False).ids
+        assert count == len(ids), word
+        assert np.allclose(total, embedder.table[ids].sum(axis=0), atol=1e-5), word

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from threadpoolctl import threadpool_limits
 
 from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.index import EvalIndex
@@ -59,11 +60,15 @@ _WORKER_INDEX: EvalIndex | None = None
 _WORKER_HASHER: TokenHasher | None = None
 
 
-def _init_worker(index_bytes: bytes | None) -> None:
+def _init_worker(index_bytes: bytes | None, one_cpu: bool = False) -> None:
+    """Set up a worker; `one_cpu` for a pool or cluster worker: there is one per CPU, so BLAS (the
+    semantic stage's matrix products) gets one thread, not one per core spinning against the others."""
     global _WORKER_INDEX, _WORKER_HASHER
     if index_bytes is not None:
         _WORKER_INDEX = pickle.loads(index_bytes)
     _WORKER_HASHER = TokenHasher()
+    if one_cpu:
+        threadpool_limits(1)
 
 
 def _run_task(task: ScanTask) -> tuple[ScanTask, list[Candidate]]:
@@ -86,9 +91,9 @@ def scan_local(tasks: list[ScanTask], index: EvalIndex, workers: int, on_done: O
             on_done(task)
         return found
     if "fork" in mp.get_all_start_methods():  # workers inherit the index: nothing to pickle
-        _WORKER_INDEX, ctx, initargs = index, mp.get_context("fork"), (None,)
+        _WORKER_INDEX, ctx, initargs = index, mp.get_context("fork"), (None, True)
     else:
-        ctx, initargs = mp.get_context("spawn"), (pickle.dumps(index),)
+        ctx, initargs = mp.get_context("spawn"), (pickle.dumps(index), True)
     gc.freeze()  # forked workers would otherwise copy every page the garbage collector walks
     try:
         with ctx.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
@@ -113,7 +118,7 @@ def scan_ray(tasks: list[ScanTask], index: EvalIndex, on_done: OnDone) -> list[C
 
     class ScanTasks:
         def __init__(self):
-            _init_worker(index_bytes)
+            _init_worker(index_bytes, one_cpu=True)
 
         def __call__(self, batch: dict) -> dict:
             return {"result": [pickle.dumps(_run_task(pickle.loads(blob))) for blob in batch["task"]]}
