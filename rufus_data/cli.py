@@ -244,15 +244,20 @@ def decontam_command(
     min_answer_words: int = typer.Option(None, "--min-answer-words", help="answers this long count on their own (default 8)"),
     engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
     workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
+    semantic: bool = typer.Option(None, "--semantic", help="also run the semantic stage: paraphrased items (slower; docs/decontam.md)"),
+    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
+    judge_url: str = typer.Option(None, "--judge-url", help="OpenAI-compatible LLM judge server for the semantic pairs (needs --semantic)"),
+    judge_model: str = typer.Option(None, "--judge-model", help="the judge's model (default: the server's first)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
-    """Find training rows that contain benchmark items (exact n-grams + MinHash) and drop them."""
+    """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
     from rufus_data.decontam import DecontamConfig, decontaminate
     from rufus_data.yaml_config import config_from_cli
 
     config = config_from_cli(DecontamConfig, config_file, {
         "ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
-        "workers": workers})
+        "workers": workers, "semantic": semantic, "semantic_model": semantic_model, "judge_url": judge_url,
+        "judge_model": judge_model})
     result = decontaminate(shards, against or [], out, benchmarks_file=benchmarks, skip_missing=skip_missing,
                            dry_run=dry_run, overwrite=overwrite, config=config, suites=against_suite or [])
     for name, why in result.missing.items():

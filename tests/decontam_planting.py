@@ -104,3 +104,34 @@ KINDS = {
     "number_changed": number_changed,
     "sentence_reworded": sentence_reworded,
 }
+
+
+NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
+                "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty")
+
+
+def paraphrased(text: str, rng: random.Random) -> str:
+    """A reworded leak that neither n-grams nor MinHash can see: the question moved to the front,
+    every known word swapped for its synonym and one other word in three dropped or changed, small
+    numbers written out and hours given in minutes (the quantities stay the same quantities)."""
+    text = re.sub(r"\b(\d+) hours\b", lambda m: f"{int(m.group(1)) * 60} minutes", text)
+    sentences = re.split(r"(?<=[.?!])\s+", text.strip())
+    if len(sentences) > 1:
+        sentences = [sentences[-1], *sentences[:-1]]
+    out = []
+    for sentence in sentences:
+        words_out = []
+        for i, word in enumerate(sentence.split(" ")):
+            core = word.strip(".,?!")
+            tail = word[len(word.rstrip(".,?!")):]
+            if core.isdigit() and int(core) < len(NUMBER_WORDS):
+                words_out.append(NUMBER_WORDS[int(core)] + tail)
+            elif core.lower() in SYNONYMS:
+                words_out.append(SYNONYMS[core.lower()] + tail)
+            elif (i % 3 == 2 and not any(ch.isdigit() for ch in core) and core[:1].islower()
+                  and core.lower() not in NUMBER_WORDS):
+                words_out.append(rng.choice(["really", "then", "also"]) + tail)
+            else:
+                words_out.append(word)
+        out.append(" ".join(words_out))
+    return "Here is a question I got: " + " ".join(out)

@@ -8,6 +8,9 @@ The package is a pipeline of small steps, one job per module:
     texts.py          the tokenised eval texts and training fields every stage sees
     exact_stage.py    stage 1: exact word n-grams (n=8) of problems and distinctive answers
     minhash_stage.py  stage 2: near duplicates, MinHash + LSH, re-checked by exact containment
+    semantic_stage.py stage 3 (--semantic): embedding retrieval, decided by the evidence a paraphrase keeps
+    semantic_evidence.py  that evidence: quantities, rare content words, entities
+    semantic_judge.py the optional LLM judge of stage 3, run in the parent
     index.py          the eval side: one index per stage, built once per process
     candidates.py     what a stage reports: (training row, eval item) candidates and their evidence
     scan.py           one batch of rows through every stage
@@ -40,6 +43,7 @@ from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_i
 from rufus_data.decontam.report import DecontamResult, render_report, source_benchmark_counts, summary_table
 from rufus_data.decontam.rules import HIT_SCHEMA, finalize
 from rufus_data.decontam.scan import scan_table
+from rufus_data.decontam.semantic_judge import judge_candidates
 from rufus_data.errors import RufusError
 from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, split_files, write_manifest
 
@@ -58,6 +62,9 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
     """Scan every split of a shard folder against benchmarks (names, sets, and the tasks of eval
     `suites`); write clean shards + provenance unless `dry_run`."""
     config = config or DecontamConfig()
+    if config.judge_url and not config.semantic:
+        raise RufusError("--judge-url judges the pairs of the semantic stage: add --semantic (or `semantic: true` "
+                         "in --config), or drop --judge-url")
     started = time.time()
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
@@ -90,10 +97,15 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
         else:
             cands = scan_local(tasks, index, workers, done)
     hits, boiler = finalize(cands, index, rows_in)
+    verdicts = {}
+    if config.judge_url:  # the judge reads the pairs that only the semantic stage found, then the rules run again
+        verdicts = judge_candidates(cands, index, _flagged_by_text(hits, index))
+        hits, boiler = finalize(cands, index, rows_in)
     hits, splits = _with_splits(hits, by_split, tasks)
     flagged = set(hits.column("row").to_pylist())
     result = DecontamResult(hits, rows_in, rows_in - len(flagged), flagged, loaded.missing, loaded.sources, boiler,
-                            index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits)
+                            index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits,
+                            judge=verdicts)
     if not dry_run:
         with atomic_output_dir(out, overwrite) as tmp:
             (tmp / "data").mkdir()
@@ -115,14 +127,23 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                 "inputs": {str(p): file_sha256(p) for p in files}, "benchmarks": loaded.sources,
                 "skipped_benchmarks": loaded.missing, "rows_in": rows_in, "rows_out": result.rows_out,
                 "rows_dropped": len(flagged), "hits": hits.num_rows, "index": result.index_stats,
-                "boilerplate_train_grams": boiler[:100], "seconds": round(result.seconds, 2),
-                "versions": package_versions("datasketch", "pyarrow", "numpy"),
+                "boilerplate_train_grams": boiler[:100], "seconds": round(result.seconds, 2), "judge": verdicts,
+                "versions": package_versions("datasketch", "pyarrow", "numpy",
+                                             *(("wordllama", "sentence-transformers") if config.semantic else ())),
             })
         result.out = Path(out)
     result.seconds = time.time() - started
     if show_progress:
         console.print(summary_table(result))
     return result
+
+
+def _flagged_by_text(hits: pa.Table, index: EvalIndex) -> set[tuple[int, int]]:
+    """(row, item index) of the hits of the exact and MinHash stages."""
+    item_of = {(it.benchmark, it.item_id): i for i, it in enumerate(index.items)}
+    return {(row, item_of[(bench, item)])
+            for row, bench, item, method in zip(*(hits.column(c).to_pylist() for c in ("row", "benchmark", "eval_item_id", "method")))
+            if method != "semantic"}
 
 
 def _with_splits(hits: pa.Table, by_split: dict[str, list[Path]], tasks: list[ScanTask]) -> tuple[pa.Table, dict]:

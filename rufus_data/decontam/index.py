@@ -11,6 +11,7 @@ from rufus_data.benchmarks import EvalItem, LoadedBenchmarks
 from rufus_data.decontam.config import RUN_ONLY, DecontamConfig
 from rufus_data.decontam.exact_stage import ExactIndex, build_exact_index
 from rufus_data.decontam.minhash_stage import MinHashIndex, build_minhash_index
+from rufus_data.decontam.semantic_stage import SemanticIndex, build_semantic_index
 from rufus_data.decontam.texts import EvalTexts
 from rufus_data.textnorm import TokenHasher
 
@@ -25,16 +26,19 @@ class EvalIndex:
     items: list[EvalItem]
     exact: ExactIndex
     minhash: MinHashIndex
+    semantic: SemanticIndex | None = None  # only with `semantic: true`
 
     def stats(self) -> dict:
         return {"eval_items": len(self.items), "boilerplate_eval_grams": self.exact.boilerplate_grams,
-                "common_shingles": self.minhash.common_shingles, "indexed_grams": len(self.exact.postings)}
+                "common_shingles": self.minhash.common_shingles, "indexed_grams": len(self.exact.postings),
+                **(self.semantic.stats() if self.semantic else {})}
 
 
 def build_eval_index(items: list[EvalItem], config: DecontamConfig) -> EvalIndex:
     """Tokenise every eval text once (the normalisation of the training side), then build each stage's index."""
     texts = EvalTexts.of(items, TokenHasher())
-    return EvalIndex(config, items, build_exact_index(texts, config), build_minhash_index(texts, config))
+    semantic = build_semantic_index(items, config) if config.semantic else None
+    return EvalIndex(config, items, build_exact_index(texts, config), build_minhash_index(texts, config), semantic)
 
 
 _CACHE: dict[str, EvalIndex] = {}

@@ -12,11 +12,18 @@ import pyarrow as pa
 from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.index import EvalIndex
 
+EVIDENCE_TYPE = pa.struct([
+    ("quantities_kept", pa.int64()), ("quantities_total", pa.int64()), ("quantity_share", pa.float64()),
+    ("word_share", pa.float64()),
+    ("entities_kept", pa.int64()), ("entities_total", pa.int64()), ("shared_words", pa.list_(pa.string())),
+])
 HIT_SCHEMA = pa.schema([
     ("row_id", pa.string()), ("row", pa.int64()), ("source", pa.string()), ("benchmark", pa.string()),
     ("eval_item_id", pa.string()), ("method", pa.string()), ("fields", pa.list_(pa.string())),
     ("matched_ngrams", pa.list_(pa.string())), ("n_matched", pa.int64()), ("containment", pa.float64()),
     ("answer_hit", pa.bool_()),
+    # the semantic stage's view of the pair (null where it did not run or found nothing)
+    ("similarity", pa.float64()), ("evidence", EVIDENCE_TYPE), ("judge", pa.string()),
 ])
 
 
@@ -28,8 +35,15 @@ def may_count(c: Candidate, index: EvalIndex) -> bool:
         return True
     if len(c.problem_grams) >= min(cfg.min_matched_grams, max(1, int(exact.item_grams[c.item]))):
         return True
+    if c.evidence is not None:  # the semantic stage keeps only pairs that passed, or that a judge will read
+        return True
     answers = int(exact.answer_grams[c.item])
     return len(c.answer_grams) >= min(max(cfg.min_matched_grams, cfg.answer_min_share * answers), max(1, answers))
+
+
+def semantic_verdict(c: Candidate) -> bool:
+    """The judge's verdict where it gave one, else the evidence rule's."""
+    return c.judge == "yes" if c.judge in ("yes", "no") else c.semantic_passed
 
 
 def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa.Table, list[str]]:
@@ -63,10 +77,23 @@ def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa
             score = max(score, c.containment)
         elif c.containment >= cfg.containment:
             method, matched, score = "minhash", [], c.containment
+        elif c.evidence is not None and semantic_verdict(c):
+            method, matched, score = "semantic", list(c.evidence.shared_words), c.containment
         else:
             continue
+        fields = c.fields | ({c.semantic_field} if method == "semantic" else set())
         out.append({"row_id": c.row_id, "row": c.row, "source": c.source, "benchmark": item.benchmark,
-                    "eval_item_id": item.item_id, "method": method, "fields": sorted(c.fields),
+                    "eval_item_id": item.item_id, "method": method, "fields": sorted(fields),
                     "matched_ngrams": matched[:20], "n_matched": len(problem) + len(answer), "containment": round(score, 4),
-                    "answer_hit": bool(answer) or c.short_answer_hit})
+                    "answer_hit": bool(answer) or c.short_answer_hit, **_semantic_columns(c)})
     return pa.Table.from_pylist(out, schema=HIT_SCHEMA), sorted(gram_text[g] for g in boiler)
+
+
+def _semantic_columns(c: Candidate) -> dict:
+    if c.evidence is None:
+        return {"similarity": None, "evidence": None, "judge": None}
+    e = c.evidence
+    return {"similarity": c.similarity, "judge": c.judge or None,
+            "evidence": {"quantities_kept": e.quantities_kept, "quantities_total": e.quantities_total,
+                         "quantity_share": e.quantity_share, "word_share": e.word_share, "entities_kept": e.entities_kept,
+                         "entities_total": e.entities_total, "shared_words": list(e.shared_words)}}

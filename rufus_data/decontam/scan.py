@@ -12,6 +12,7 @@ from rufus_data.decontam.exact_stage import scan_exact
 from rufus_data.decontam.index import EvalIndex
 from rufus_data.decontam.minhash_stage import scan_minhash
 from rufus_data.decontam.rules import may_count
+from rufus_data.decontam.semantic_stage import scan_semantic
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.textnorm import TokenHasher
 
@@ -27,18 +28,21 @@ def scan_table(table: pa.Table, index: EvalIndex, first_row: int, hasher: TokenH
     found = Candidates(first_row, row_ids, sources)
     scan_exact(batch, index.exact, found)
     scan_minhash(batch, index.minhash, index.config, found)
+    if index.semantic is not None:
+        scan_semantic(batch, index.semantic, index.config, found)
     _short_answers(batch, index, found)
     return [c for c in found.found.values() if may_count(c, index)]
 
 
 def _short_answers(batch: FieldBatch, index: EvalIndex, found: Candidates) -> None:
-    """A short answer ("42") counts only in a row where the same item's problem hit (exactly or by MinHash)."""
+    """A short answer ("42") counts only in a row where the same item's problem hit (exactly, by
+    MinHash, or by the semantic rule)."""
     short = index.exact.short_answers
     if not short:
         return
     row_tokens: dict[int, np.ndarray] = {}
     for (row, item), c in found.found.items():
-        if item in short and (c.problem_grams or c.containment >= index.config.containment):
+        if item in short and (c.problem_grams or c.containment >= index.config.containment or c.semantic_passed):
             if row not in row_tokens:
                 row_tokens[row] = batch.row_token_ids(row)
             c.short_answer_hit = any(_contains(row_tokens[row], answer) for answer in short[item])
