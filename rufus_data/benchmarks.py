@@ -1,40 +1,30 @@
 """The benchmark registry (catalogs/benchmarks.yaml): which eval sets exist, where their rows
-come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision), which
+come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision, loaded by
+rufus_data.dataset_source like every catalog source), which
 fields hold the problem and the answer, and how the eval suites' tasks map onto them.
 decontam loads eval items through here."""
 
 from __future__ import annotations
 
 import difflib
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 from pydantic import Field, ValidationError, field_validator
 
+from rufus_data.dataset_source import DatasetSource, DatasetUnavailable, HubDataset, IdRange, load_rows
 from rufus_data.errors import RufusError
-from rufus_data.hub import warn_if_unpinned
-from rufus_data.jsonl import read_jsonl
-from rufus_data.paths import data_root
 from rufus_data.yaml_config import StrictModel
 
 DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
 
 
-class HubSource(StrictModel):
-    id: str
-    config: str | None = None
-    split: str
-    revision: str
+class BenchmarkSpec(DatasetSource):
+    """One eval set: where it loads from (`path`, relative to the registry file; `local`, under
+    $RUFUS_DATA_ROOT; `hub` at a pinned revision: rufus_data.dataset_source) and its fields."""
 
-
-class BenchmarkSpec(StrictModel):
     description: str = ""
-    hub: HubSource | None = None
-    local: str | None = None  # relative to $RUFUS_DATA_ROOT
-    path: str | None = None  # a file of your own; relative to the registry file
     id_field: str | list[str] | None = None  # None: the 0-based row index
     # items with the same value here are one family (GSM-Plus: the perturbations of one seed
     # question); the eval-side boilerplate rule counts families, not items
@@ -113,7 +103,7 @@ def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
         hint = ""
         if first["type"] == "extra_forbidden":
             key = str(first["loc"][-1])
-            model = {1: Registry, 3: BenchmarkSpec, 4: HubSource}.get(len(first["loc"]), BenchmarkSpec)
+            model = {1: Registry, 3: BenchmarkSpec, 4: HubDataset}.get(len(first["loc"]), BenchmarkSpec)
             hint = _nearest(key, model.model_fields)
         raise RufusError(f"benchmark registry {path}: `{loc}`: {first['msg']}{hint}") from None
     for set_name, members in registry.sets.items():
@@ -176,57 +166,21 @@ def resolve_names(registry: Registry, against: list[str], registry_path: Path | 
     return names
 
 
-def _read_rows(path: Path) -> list[dict]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        return list(read_jsonl(path, "benchmark file"))
-    if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return data if isinstance(data, list) else data.get("data", [])
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return pq.read_table(path).to_pylist()
-    raise RufusError(f"{path}: benchmark files must be .jsonl, .json or .parquet")
-
-
 def _locate(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[dict], dict]:
-    """Rows of one benchmark and where they came from; RufusError if none of its sources works."""
-    from rufus_data.shards import file_sha256
-
-    tried = []
-    if spec.path:
-        path = Path(spec.path)
-        path = path if path.is_absolute() else registry_path.parent / path
-        if not path.exists():
-            raise RufusError(f"benchmark `{name}`: path {path} (from {registry_path}) does not exist")
-        return _read_rows(path), {"from": str(path), "fingerprint": f"sha256:{file_sha256(path)}"}
-    root = data_root(required=False)
-    if spec.local:
-        if root is not None and (root / spec.local).exists():
-            path = root / spec.local
-            return _read_rows(path), {"from": str(path), "fingerprint": f"sha256:{file_sha256(path)}"}
-        tried.append(f"$RUFUS_DATA_ROOT/{spec.local}" + (" (RUFUS_DATA_ROOT is not set)" if root is None else " (not there)"))
-    if spec.hub and os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        tried.append(f"hub {spec.hub.id}@{spec.hub.revision} (HF_HUB_OFFLINE is set)")
-    elif spec.hub:
-        hub = spec.hub
-        warn_if_unpinned(f"benchmark `{name}`", hub.id, hub.revision, "its items can change when the dataset does",
-                         f" in {registry_path.name}")
-        try:
-            import datasets
-
-            ds = datasets.load_dataset(hub.id, hub.config, split=hub.split, revision=hub.revision)
-            return ds.to_list(), {"from": f"hub:{hub.id}", "fingerprint": f"revision:{hub.revision}"}
-        except Exception as err:  # noqa: BLE001 -- no hub access, gated repo, bad revision: all end the same way
-            tried.append(f"hub {hub.id} ({hub.config or 'default'}/{hub.split}@{hub.revision}): "
-                         f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}")
-    where = f"$RUFUS_DATA_ROOT/{spec.local}" if spec.local else "a local file"
-    raise RufusError(
-        f"benchmark `{name}` could not be loaded; tried: {'; '.join(tried) or 'no source declared'}. "
-        f"Point it at a local copy: put the file at {where}, or set `path:` for `{name}` in a copy of "
-        f"{registry_path.name} and pass it with --benchmarks; or pass --skip-missing to go on without it "
-        f"(the report lists it)")
+    """Rows of one benchmark (its `id_range` applied) and where they came from; RufusError if none of
+    its places loads."""
+    source = spec
+    if spec.id_range:
+        if not isinstance(spec.id_field, str):
+            raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {registry_path}")
+        source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=tuple(spec.id_range))})
+    try:
+        loaded = load_rows(source, f"benchmark `{name}`", base=registry_path.parent, pin_hint=f" in {registry_path.name}")
+    except DatasetUnavailable as err:
+        raise RufusError(
+            f"{err}. To use a copy of your own, set `path:` for `{name}` in a copy of {registry_path.name} and pass "
+            "it with --benchmarks; or pass --skip-missing to go on without it (the report lists it)") from None
+    return list(loaded.rows), loaded.provenance
 
 
 def _item_id(name: str, spec: BenchmarkSpec, row: dict, index: int) -> str:
@@ -275,9 +229,6 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
             missing[name] = str(err)
             continue
         _check_fields(name, spec, rows, source, path)
-        if spec.id_range:
-            first, last = spec.id_range
-            rows = [r for r in rows if first <= int(r[spec.id_field]) <= last]
         seen: set[str] = set()
         for index, row in enumerate(rows):
             item_id = _item_id(name, spec, row, index)
@@ -308,10 +259,3 @@ def _check_fields(name: str, spec: BenchmarkSpec, rows: list[dict], source: dict
             raise RufusError(f"benchmark `{name}` ({source['from']}): {key.removesuffix('s')} "
                              f"{absent[0]!r} is not in its rows (fields seen: {', '.join(sorted(rows[0]))}); "
                              f"fix `{key}` in {path}")
-    if spec.id_range:
-        if len(ids) != 1:
-            raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {path}")
-        bad = next((r[ids[0]] for r in rows if not isinstance(r.get(ids[0]), int)), None)
-        if bad is not None:
-            raise RufusError(f"benchmark `{name}` ({source['from']}): id_range needs integer ids, "
-                             f"but `{ids[0]}` is {bad!r}; fix `id_range` in {path}")

@@ -9,10 +9,12 @@ import hashlib
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from rufus_data.builders import BUILDERS
+from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.shards import Kind
 from rufus_data.yaml_config import StrictModel, load_yaml_model
@@ -23,34 +25,56 @@ Format = Literal[
 SHARE_TOLERANCE = 1e-6
 
 
-class SourceSpec(StrictModel):
-    """One source of a mixture: where its rows come from and how many tokens it gets."""
+class SourceRows(DatasetSource):
+    """Where a source's rows come from (`path`, `local`, `hub`: rufus_data.dataset_source), an
+    optional builder step that makes its training rows from them (rufus_data.builders), and how
+    the rows read (`format`, `fields`)."""
 
-    name: str
-    path: str | None = None
-    hub: str | None = None
-    config: str | None = None
-    split: str = "train"
-    revision: str | None = None
+    build: str | None = Field(default=None, description="a builder step of rufus_data.builders")
     format: Format = "auto"
     fields: dict[str, str] = Field(default_factory=dict, description="canonical field -> column in the source")
-    share: float = Field(strict=True, gt=0, le=1, description="fraction of the budget's tokens, a number (0.25, not \"0.25\")")
     label: str | None = None
+
+    @field_validator("build")
+    @classmethod
+    def _known_builder(cls, value: str | None) -> str | None:
+        if value is not None and value not in BUILDERS:
+            raise ValueError(f"unknown builder {value!r}; the builders are: {', '.join(sorted(BUILDERS))}")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _hub_keys_inside_hub(cls, data: Any) -> Any:
+        if isinstance(data, dict) and {"config", "split", "revision"} & set(data):
+            raise ValueError("`config`, `split` and `revision` go inside `hub:` "
+                             "(hub: {id: ORG/NAME, config: ..., split: ..., revision: COMMIT})")
+        return data
+
+
+class SourceSpec(SourceRows):
+    """One source of a mixture: where its rows come from, what stands in when they cannot load
+    (`fallback:`, e.g. the closest data under $RUFUS_DATA_ROOT), and how many tokens it gets."""
+
+    name: str
+    share: float = Field(strict=True, gt=0, le=1, description="fraction of the budget's tokens, a number (0.25, not \"0.25\")")
     system: str | None = None
     max_tokens_per_example: int | None = Field(default=None, gt=0)
     strip_past_reasoning: bool = True
     upsample: bool = False
     holdout: int | None = Field(default=None, ge=0)
+    fallback: SourceRows | None = None
 
     @model_validator(mode="after")
-    def _one_origin(self) -> SourceSpec:
-        if (self.path is None) == (self.hub is None):
-            raise ValueError(f"source '{self.name}' needs exactly one of `path:` (local file) or `hub:` (dataset id)")
+    def _some_origin(self) -> SourceSpec:
+        for rows, where in ((self, ""), (self.fallback, "fallback of ")):
+            if rows is not None and rows.written_origin() is None:
+                raise ValueError(f"{where}source '{self.name}' needs `path:` (a file), `local:` (a path under "
+                                 "$RUFUS_DATA_ROOT) or `hub:` {id, config, split, revision}")
         return self
 
     @property
     def default_label(self) -> str:
-        return self.label or self.path or self.hub or self.name
+        return self.label or self.written_origin() or self.name
 
 
 class MixtureCatalog(StrictModel):
@@ -81,14 +105,18 @@ class MixtureCatalog(StrictModel):
 
 
 def load_catalog(path: str | Path) -> MixtureCatalog:
-    """Read and validate a mixture catalog; relative source paths resolve against the catalog's folder."""
+    """Read and validate a mixture catalog; relative source paths resolve against the catalog's
+    folder. Labels default to the origin as written (a fallback's own, unless the source sets one)."""
     path = Path(path)
     catalog = load_yaml_model(path, MixtureCatalog)
     for source in catalog.sources:
+        given = source.label
         source.label = source.default_label  # the path as written, before it is resolved
-        if source.path is not None:
-            resolved = resolve_source_path(source.path, path.parent)
-            source.path = str(resolved)
+        if source.fallback is not None:
+            source.fallback.label = source.fallback.label or given or source.fallback.written_origin()
+        for rows in (source, source.fallback):
+            if rows is not None and rows.path is not None:
+                rows.path = str(resolve_source_path(rows.path, path.parent))
     return catalog
 
 

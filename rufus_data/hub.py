@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import socket
 import warnings
+from urllib.parse import urlparse
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
+OFFLINE_VALUES = ("1", "true", "yes", "on")
+PROBE_TIMEOUT_S = 3.0
 
 
 def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: str, where: str = "") -> None:
@@ -14,8 +20,9 @@ def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: st
         return
     from rufus_data.console import console
 
-    message = (f"{what}: revision {revision!r} of {repo} is a branch or tag, not a commit: {consequence}; pin a "
-               f"commit sha{where} (https://huggingface.co/datasets/{repo}/commits/main)")
+    state = f"revision {revision!r} of {repo} is a branch or tag, not a commit" if revision else f"{repo} has no revision"
+    message = (f"{what}: {state}: {consequence}; pin a commit sha{where} "
+               f"(https://huggingface.co/datasets/{repo}/commits/main)")
     console.print(f"[yellow]WARNING:[/] {message}", highlight=False)
     warnings.warn(message, stacklevel=3)
 
@@ -29,3 +36,22 @@ def hub_commit(repo: str, revision: str | None) -> str | None:
         return HfApi().dataset_info(repo, revision=revision, timeout=10).sha
     except Exception:  # noqa: BLE001 - any failure means "unknown", never a crash
         return None
+
+
+def offline_mode() -> bool:
+    """HF_HUB_OFFLINE / HF_DATASETS_OFFLINE: the datasets cache is used, the network never."""
+    return any(os.environ.get(v, "").lower() in OFFLINE_VALUES for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+@functools.cache
+def hub_unreachable() -> str | None:
+    """Why the hub cannot be reached from here (None: it answers). Asked once per process with a
+    short TCP connect, because `datasets` retries a dead network for about 25 s per dataset."""
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    url = urlparse(endpoint)
+    host, port = url.hostname or endpoint, url.port or (443 if url.scheme != "http" else 80)
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError as err:
+        return f"{host}:{port} cannot be reached ({err.strerror or type(err).__name__})"
+    return None

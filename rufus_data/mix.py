@@ -21,11 +21,17 @@ import pyarrow.parquet as pq
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, progress
 from rufus_data.errors import RufusError
-from rufus_data.hub import hub_commit
 from rufus_data.materialise import read_holdout, unified_schema, write_train
 from rufus_data.report import bar_chart, markdown_table
-from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, write_manifest, write_shards
-from rufus_data.sources import BadRow, Canonicalizer, detect_format, read_raw_rows, resolve_columns
+from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
+from rufus_data.sources import (
+    BadRow,
+    Canonicalizer,
+    OpenedSource,
+    detect_format,
+    open_source,
+    resolve_columns,
+)
 from rufus_data.tokens import TokenCounter
 
 BATCH_ROWS = 1024
@@ -84,15 +90,13 @@ def mix(
     out = Path(out) if out is not None else Path("outputs") / catalog_path.stem
     if out.exists() and not overwrite:
         raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
-    for spec in catalog.sources:  # fail before the tokenizer loads
-        if spec.path is not None and not Path(spec.path).is_file():
-            raise RufusError(f"source '{spec.name}': file {spec.path} does not exist; fix `path:` in {catalog_path}")
+    opened = [open_source(spec) for spec in catalog.sources]  # find every source's rows before the tokenizer loads
     counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
     _check_trainable_spans(catalog, counter)
     with atomic_output_dir(out, overwrite=overwrite) as tmp:
         parts_dir = tmp / "_parts"
         counted = [
-            _count_source(spec, catalog, counter, parts_dir, on_bad_row, show_progress) for spec in catalog.sources
+            _count_source(source, catalog, counter, parts_dir, on_bad_row, show_progress) for source in opened
         ]
         selections = _select(catalog, counted, holdout)
         schema, clashing = unified_schema([part for c in counted for part in c.parts])
@@ -143,20 +147,21 @@ def _read_template(catalog: MixtureCatalog, catalog_path: Path) -> str | None:
 
 
 def _count_source(
-    spec: SourceSpec,
+    source: OpenedSource,
     catalog: MixtureCatalog,
     counter: TokenCounter,
     parts_dir: Path,
     on_bad_row: OnBadRow,
     show_progress: bool,
 ) -> SourceCounts:
-    counts = SourceCounts(spec=spec, fingerprint=_fingerprint(spec))
+    spec = source.spec
+    counts = SourceCounts(spec=spec, fingerprint=source.provenance)
     folder = parts_dir / spec.name
     folder.mkdir(parents=True)
-    records = read_raw_rows(spec)
+    records = source.rows
     first = next(records, None)
     if first is None:
-        raise RufusError(f"source '{spec.name}' ({spec.path or spec.hub}) is empty: it has no rows")
+        raise RufusError(f"source '{spec.name}' ({source.provenance['from']}) is empty: it has no rows")
     counts.format = detect_format(spec, first, catalog.kind)
     columns = resolve_columns(spec, counts.format, first)
     canonicalize = Canonicalizer(spec, catalog.kind, counts.format, columns)
@@ -178,14 +183,14 @@ def _count_source(
             yield batch
 
     with progress("rows", tokens_column) as bar:
-        task = bar.add_task(f"{spec.name}", total=_row_count_hint(spec), visible=show_progress)
+        task = bar.add_task(f"{spec.name}", total=source.count, visible=show_progress)
         for batch, measured in counter.count_batches(batches(), catalog.kind):
             _flush(batch, measured, counts, folder, tokens_column)
             bar.update(task, completed=index)
         bar.update(task, completed=index, total=index)
     counts.rows_in = index
     if counts.bad_rows:
-        _report_bad_rows(spec, counts, on_bad_row)
+        _report_bad_rows(spec, counts, on_bad_row, source.provenance["from"])
     if not counts.total:
         raise RufusError(f"source '{spec.name}': none of its {index} rows is usable (see the reasons above)")
     return counts
@@ -230,34 +235,15 @@ def _flush(batch, measured, counts, folder, tokens_column) -> None:
         counts.parts.append(path)
 
 
-def _report_bad_rows(spec: SourceSpec, counts: SourceCounts, on_bad_row: OnBadRow) -> None:
+def _report_bad_rows(spec: SourceSpec, counts: SourceCounts, on_bad_row: OnBadRow, origin: str) -> None:
     first = ", ".join(f"row {n} ({why})" for n, why in counts.bad_rows[:BAD_ROW_EXAMPLES])
     message = (
-        f"source '{spec.name}' ({spec.path or spec.hub}): {len(counts.bad_rows)} of {counts.rows_in} rows lack what "
+        f"source '{spec.name}' ({origin}): {len(counts.bad_rows)} of {counts.rows_in} rows lack what "
         f"the {counts.format} format needs; first: {first}"
     )
     if on_bad_row == "error":
         raise RufusError(message + ". Fix the rows, map the columns with `fields:`, or pass --on-bad-row skip")
     console.print(f"[yellow]warning:[/] {message}; skipped (--on-bad-row skip)")
-
-
-def _row_count_hint(spec: SourceSpec) -> int | None:
-    if spec.path is None:
-        return None
-    path = Path(spec.path)
-    if path.suffix == ".parquet":
-        return pq.ParquetFile(path).metadata.num_rows
-    if path.suffix in (".jsonl", ".ndjson", ".csv"):
-        with open(path, "rb") as fh:
-            return sum(1 for line in fh if line.strip()) - (1 if path.suffix == ".csv" else 0)
-    return None
-
-
-def _fingerprint(spec: SourceSpec) -> dict:
-    if spec.path is not None:
-        return {"path": spec.path, "sha256": file_sha256(spec.path)}
-    return {"hub": spec.hub, "config": spec.config, "split": spec.split, "revision": spec.revision or "unpinned",
-            "commit": hub_commit(spec.hub, spec.revision)}
 
 
 # --- pass 2: choose rows by token share ---------------------------------------------------

@@ -1,4 +1,5 @@
-"""Sources: read rows from local files or the hub and turn them into canonical rows.
+"""Sources: open a catalog source (rufus_data.dataset_source finds where its rows are; a
+fallback and a builder step may stand in) and turn its rows into canonical rows.
 
 Canonical rows carry `id` (source name + row number: stable across runs), `source`, `label`,
 then the columns of the catalog's kind (`rufus_data.shards.KIND_COLUMNS`). Every column the
@@ -7,16 +8,16 @@ name is kept as `orig_<name>`)."""
 
 from __future__ import annotations
 
-import csv
-import json
 import re
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-from rufus_data.catalog import SourceSpec
+from rufus_data.builders import BUILDERS, build_rows
+from rufus_data.catalog import SourceRows, SourceSpec
+from rufus_data.console import console
+from rufus_data.dataset_source import DatasetUnavailable, load_rows
 from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl
 from rufus_data.shards import CANONICAL_COLUMNS, Kind
 
 THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
@@ -50,71 +51,48 @@ class BadRow(ValueError):
 
 
 @dataclass
-class LoadedSource:
-    """What a source contributed: canonical rows plus counts of what was skipped and why."""
+class OpenedSource:
+    """A source ready to read: the spec it loads as (its fallback's places, build, format and
+    fields when the fallback stood in), its raw rows, and where they came from."""
 
     spec: SourceSpec
-    format: str
-    fingerprint: dict
-    rows_in: int = 0
-    bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    rows: Iterator[dict]
+    provenance: dict  # rufus_data.dataset_source provenance, plus `fallback` and `build` when used
+    count: int | None = None  # raw rows to expect (None: unknown until read)
 
 
-def read_raw_rows(spec: SourceSpec) -> Iterator[dict]:
-    """Yield the raw records of a source, in file order."""
-    if spec.hub is not None:
-        yield from _read_hub(spec)
-        return
-    path = Path(spec.path)
-    if not path.exists():
-        raise RufusError(f"source '{spec.name}': file {path} does not exist; fix `path:` in the catalog")
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        yield from read_jsonl(path, f"source '{spec.name}'")
-    elif suffix == ".json":
-        yield from _read_json(path, spec.name)
-    elif suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=2048):
-            yield from batch.to_pylist()
-    elif suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as fh:
-            try:
-                yield from csv.DictReader(fh)
-            except UnicodeDecodeError as err:
-                raise RufusError(f"source '{spec.name}': {path} is not UTF-8 ({err}); re-encode it as UTF-8") from None
-    else:
-        raise RufusError(
-            f"source '{spec.name}': cannot read {path.name}: supported files are .jsonl, .json, .parquet, .csv"
-        )
-
-
-def _read_json(path: Path, name: str) -> Iterator[dict]:
+def open_source(spec: SourceSpec) -> OpenedSource:
+    """Find the first place of the source that loads; if none does and the source has a
+    `fallback:`, the fallback's. Says so on the console and in the provenance. A builder step
+    (`build:`) then makes the source's rows from what loaded."""
+    what = f"source '{spec.name}'"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise RufusError(f"source '{name}': {path} is not valid UTF-8 ({err.reason}); re-encode it") from None
-    except json.JSONDecodeError as err:
-        raise RufusError(f"source '{name}': {path} is not valid JSON (line {err.lineno}: {err.msg})") from None
-    if isinstance(data, dict):
-        data = next((v for v in data.values() if isinstance(v, list)), None)
-    if not isinstance(data, list):
-        raise RufusError(f"source '{name}': {path} must hold a JSON array of objects (or use .jsonl)")
-    yield from data
+        loaded = load_rows(spec, what)
+    except DatasetUnavailable as err:
+        if spec.fallback is None:
+            raise
+        fallback = spec.fallback
+        loaded = load_rows(fallback, f"{what} (fallback)")
+        loaded.provenance["fallback"] = {"used": True, "instead_of": _describe(spec), "why": str(err)}
+        console.print(f"[yellow]note:[/] {what}: {_describe(spec)} is not available here; using its fallback "
+                      f"{_describe(fallback)} (from {loaded.provenance['from']})", highlight=False)
+        spec = spec.model_copy(update={
+            "path": fallback.path, "local": fallback.local, "hub": fallback.hub, "ids": fallback.ids,
+            "build": fallback.build, "format": fallback.format, "fields": fallback.fields, "label": fallback.label,
+        })
+    rows, count = loaded.rows, loaded.count
+    if spec.build is not None:
+        built = Counter()
+        loaded.provenance["build"] = {"step": spec.build, "summary": BUILDERS[spec.build].summary, "counts": built}
+        rows, count = build_rows(spec.build, rows, what, built), None
+    return OpenedSource(spec, rows, loaded.provenance, count)
 
 
-def _read_hub(spec: SourceSpec) -> Iterator[dict]:
-    import datasets
-
-    try:
-        ds = datasets.load_dataset(spec.hub, spec.config, split=spec.split, revision=spec.revision, streaming=True)
-        yield from ds
-    except Exception as err:  # noqa: BLE001 - offline, gated, missing: all end the same way for the user
-        raise RufusError(
-            f"source '{spec.name}': could not load hub dataset {spec.hub} (config={spec.config}, split={spec.split}): "
-            f"{type(err).__name__}: {str(err)[:300]}. Without hub access, download it elsewhere and use `path:`"
-        ) from None
+def _describe(rows: SourceRows) -> str:
+    """`build(origin)` or the origin, as the catalog writes them."""
+    origin = rows.path or (f"$RUFUS_DATA_ROOT/{rows.local}" if rows.local else None) or (
+        f"hub {rows.hub.describe()}" if rows.hub else "?")
+    return f"{rows.build} built from {origin}" if rows.build else origin
 
 
 def detect_format(spec: SourceSpec, first: dict, kind: Kind) -> str:
@@ -195,7 +173,8 @@ class Canonicalizer:
         if self.kind == "rl":
             if pair is not None:
                 raise BadRow("preference rows cannot feed an rl catalog")
-            prompt, last = _split_last_assistant(conversation)
+            ends_with_user = bool(conversation) and conversation[-1]["role"] == "user"  # already a prompt
+            prompt, last = (conversation, None) if ends_with_user else _split_last_assistant(conversation)
             if self.fmt == "prompt_only":
                 expected = None
             elif expected is None:
@@ -241,6 +220,10 @@ class Canonicalizer:
             return conversation, answer, None
         if fmt == "prompt_only":
             value = _field(record, col["prompt"])
+            if isinstance(value, str) and "\n\nAssistant:" in value:  # an HH-RLHF transcript: up to its last Human turn
+                turns = parse_hh_transcript(value)
+                last_user = max((i for i, m in enumerate(turns) if m["role"] == "user"), default=-1)
+                return turns[: last_user + 1], None, None
             return _as_messages(value, "user"), None, None
         if fmt == "prompt":
             expected = _optional_text(record.get(col["expected_output"])) if col.get("expected_output") else None

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from rufus_data.benchmarks import _read_rows
+from rufus_data.dataset_source import read_file_rows
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import parse_jsonl, read_jsonl
 from rufus_eval.suite import load_suite
@@ -59,4 +59,4 @@ def test_eval_task_rows_read_through_it(tmp_path, monkeypatch):
 def test_benchmark_files_read_through_it(tmp_path):
     path = write_lines(tmp_path / "bench.jsonl", b'{"question": "q"}', b'{"question": ')
     with pytest.raises(RufusError, match=r"^benchmark file: .*bench.jsonl line 2 is not valid JSON"):
-        _read_rows(path)
+        list(read_file_rows(path, "benchmark file"))

@@ -106,6 +106,13 @@ def _checkers():
         return _state["utils"], _state["punkt"]
 
 
+def instruction_registry() -> dict:
+    """lm-eval's IFEval instruction id -> checker class (the classes that also write each
+    instruction's description), imported with Punkt provisioned offline."""
+    utils, _ = _checkers()
+    return utils.instructions_registry.INSTRUCTION_DICT
+
+
 def _prompt_text(prompt) -> str:
     if prompt is None:
         return ""
@@ -135,7 +142,7 @@ class IFEvalReward(RewardFunction):
     def score_rows(self, prompts, texts, closed, rows, log_metric):
         utils, have_punkt = _checkers()
         test = utils.test_instruction_following_strict if self.mode == "strict" else utils.test_instruction_following_loose
-        registry = utils.instructions_registry.INSTRUCTION_DICT
+        registry = instruction_registry()
         scores: list[float | None] = []
         skipped_punkt = unknown = prompt_unscored = 0
         for prompt, text, ok, row in zip(prompts, texts, closed, rows):
