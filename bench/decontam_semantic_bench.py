@@ -1,0 +1,154 @@
+"""The semantic decontam stage (issue 15): recall on paraphrases, false positives, and cost.
+
+1. Accuracy, against gsm8k (GSM8K test), exact + MinHash alone and with `--semantic`:
+   - GSM-Plus testmini questions (each a perturbation of a GSM8K test question), flagged per
+     perturbation type; targets: "problem understanding" >= 0.60, all rows >= 0.93;
+   - Code Alpaca 2k rows flagged (target <= 0.5%);
+   - GSM8K **train** rows flagged (target <= 2%), with the top semantic hits for a reader to judge
+     (train and test share some real near-duplicates).
+2. Speed on the rows of bench/decontam_bench.py (GSM8K train, Code Alpaca, HH-RLHF harmless,
+   x DECONTAM_BENCH_REPEAT) against gsm8k: the semantic stage's own rows/s (embedding, search and
+   evidence, one process), and the whole decontam with `--semantic` against exact + MinHash alone
+   (target: at most 2x), each timed on its second run (the eval index is built on the first; its
+   build time is printed too).
+
+Needs $RUFUS_DATA_ROOT (shared/data); runs offline. `python bench/decontam_semantic_bench.py`."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+
+sys.path.insert(0, str(Path(__file__).parent))
+from decontam_bench import load_rows  # the speed rows of the exact + MinHash bench
+
+from rufus_data.benchmarks import load_benchmarks
+from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam.index import cached_eval_index
+from rufus_data.decontam.semantic_stage import match_fields
+from rufus_data.decontam.texts import FieldBatch
+from rufus_data.jsonl import read_jsonl
+from rufus_data.paths import data_root
+from rufus_data.shards import write_shards
+from rufus_data.textnorm import TokenHasher
+
+AGAINST = ["gsm8k"]
+
+
+def cpu_seconds() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def accuracy_rows(root: Path) -> list[dict]:
+    rows = []
+    for r in read_jsonl(root / "gsm_plus" / "testmini.jsonl"):
+        rows.append({"source": f"gsm_plus/{r['perturbation_type']}", "messages": [{"role": "user", "content": r["question"]}]})
+    for r in read_jsonl(root / "code_alpaca_2k" / "code_alpaca_2k.jsonl"):
+        rows.append({"source": "code_alpaca", "messages": [
+            {"role": "user", "content": r["instruction"] + (f"\n{r['input']}" if r["input"] else "")},
+            {"role": "assistant", "content": r["output"]}]})
+    for r in read_jsonl(root / "gsm8k" / "train.jsonl"):
+        rows.append({"source": "gsm8k_train", "messages": [{"role": "user", "content": r["question"]},
+                                                           {"role": "assistant", "content": r["answer"]}]})
+    return [{"id": f"r{i}", "label": r["source"], **r} for i, r in enumerate(rows)]
+
+
+def flagged_by_source(result, sources: list[str]) -> tuple[Counter, dict[str, Counter]]:
+    rows = {h["row"] for h in result.hits.to_pylist()}
+    by_source = Counter(sources[r] for r in rows)
+    by_method: dict[str, Counter] = defaultdict(Counter)
+    for h in result.hits.to_pylist():
+        by_method[sources[h["row"]]][h["method"]] += 1
+    return by_source, by_method
+
+
+def accuracy(root: Path, work: Path) -> None:
+    rows = accuracy_rows(root)
+    sources = [r["source"] for r in rows]
+    totals = Counter(sources)
+    src = work / "accuracy"
+    write_shards(pa.Table.from_pylist(rows), src)
+    base = decontaminate(src, AGAINST, dry_run=True, config=DecontamConfig(), show_progress=False)
+    semantic = decontaminate(src, AGAINST, dry_run=True, config=DecontamConfig(semantic=True), show_progress=False)
+    (b, _), (s, methods) = flagged_by_source(base, sources), flagged_by_source(semantic, sources)
+    print("\n## Accuracy against gsm8k (share of rows flagged)\n")
+    print("| rows | n | exact + MinHash | + semantic | semantic-only hits |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    plus = sorted(k for k in totals if k.startswith("gsm_plus/"))
+    for key in [*plus, "code_alpaca", "gsm8k_train"]:
+        print(f"| {key} | {totals[key]:,} | {b[key] / totals[key]:.3f} | {s[key] / totals[key]:.4f} | {methods[key]['semantic']} |")
+    n_plus = sum(totals[k] for k in plus)
+    print(f"| gsm_plus, all rows | {n_plus:,} | {sum(b[k] for k in plus) / n_plus:.3f} | {sum(s[k] for k in plus) / n_plus:.3f} | |")
+    items = {(it.benchmark, it.item_id): it.problems[0] for it in load_benchmarks(AGAINST).items}
+    texts = {r["id"]: r["messages"][0]["content"] for r in rows}
+    flagged_by_text = {h["row"] for h in semantic.hits.to_pylist() if h["method"] != "semantic"}
+    top = sorted((h for h in semantic.hits.to_pylist()
+                  if h["source"] == "gsm8k_train" and h["method"] == "semantic" and h["row"] not in flagged_by_text),
+                 key=lambda h: -h["similarity"])
+    print(f"\n## GSM8K train rows flagged only by the semantic stage: {len({h['row'] for h in top})}; the top 10\n")
+    for h in top[:10]:
+        e = h["evidence"]
+        print(f"- cos {h['similarity']:.3f}, quantities {e['quantities_kept']}/{e['quantities_total']} "
+              f"({e['quantity_share']:.2f}), words "
+              f"{e['word_share']:.2f} ({', '.join(e['shared_words'][:4])})\n  train {h['row_id']}: {texts[h['row_id']][:160]!r}\n"
+              f"  test {h['eval_item_id']}: {items[(h['benchmark'], h['eval_item_id'])][:160]!r}")
+
+
+def timed(src: Path, config: DecontamConfig) -> tuple[float, float, float, int]:
+    """(first run's wall seconds, second run's wall and CPU seconds, rows flagged)."""
+    start = time.perf_counter()
+    decontaminate(src, AGAINST, dry_run=True, config=config, show_progress=False)
+    first = time.perf_counter() - start
+    cpu, start = cpu_seconds(), time.perf_counter()
+    result = decontaminate(src, AGAINST, dry_run=True, config=config, show_progress=False)
+    return first, time.perf_counter() - start, cpu_seconds() - cpu, len(result.flagged_rows)
+
+
+def speed(root: Path, work: Path) -> None:
+    rows = load_rows(root)
+    src = work / "speed"
+    write_shards(pa.Table.from_pylist(rows), src, shard_rows=4000)  # several tasks: the default 2 local processes
+    print(f"\n## Speed: {len(rows):,} rows (decontam_bench rows x {os.environ.get('DECONTAM_BENCH_REPEAT', '3')}) against gsm8k\n")
+    # the stage alone, one process: every field embedded, searched and checked (the fields are
+    # normalised and hashed first, once, as decontam does for all its stages)
+    config = DecontamConfig(semantic=True)
+    index = cached_eval_index(load_benchmarks(AGAINST), config)
+    table = pa.Table.from_pylist(rows)
+    batches = [FieldBatch.of(table.slice(lo, config.batch_rows), TokenHasher()) for lo in range(0, table.num_rows, config.batch_rows)]
+    for label in ("cold word caches", "warm"):
+        cpu, start = cpu_seconds(), time.perf_counter()
+        for batch in batches:
+            match_fields(batch.tokens, batch.ids, batch.offsets, index.semantic, config)
+        wall = time.perf_counter() - start
+        print(f"- semantic stage alone ({label}, one process): {len(rows) / wall:,.0f} rows/s wall, "
+              f"{len(rows) / (cpu_seconds() - cpu):,.0f} rows per CPU-second")
+    base = timed(src, DecontamConfig())
+    semantic = timed(src, DecontamConfig(semantic=True))
+    print("\n| decontam | first run (builds the index) s | second run s | rows/s | CPU s | flagged |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name, (first, wall, cpu, flagged) in (("exact + MinHash", base), ("exact + MinHash + semantic", semantic)):
+        print(f"| {name} | {first:.2f} | {wall:.2f} | {len(rows) / wall:,.0f} | {cpu:.2f} | {flagged:,} |")
+    print(f"\n- time with --semantic / without: {semantic[1] / base[1]:.2f}x wall, {semantic[2] / base[2]:.2f}x CPU "
+          f"(target <= 2x); first runs: {semantic[0] / base[0]:.2f}x")
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    root = data_root()
+    with tempfile.TemporaryDirectory() as tmp:
+        if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "accuracy"):
+            accuracy(root, Path(tmp))
+        if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "speed"):
+            speed(root, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
