@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import read_jsonl
 from decontam_planting import paraphrased, shared_ngrams
+from openai_stub import Reply, Request
 
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
@@ -162,52 +161,29 @@ def test_clustered_search_finds_what_exact_search_finds():
 
 
 class VerdictServer:
-    """An OpenAI-compatible judge on 127.0.0.1: "Score: 9" when the benchmark item's text has an
-    even length, "Score: 2" when odd, and HTTP 500 for items with a "$"."""
+    """An OpenAI-compatible judge on 127.0.0.1 (tests/openai_stub.py): "Score: 9" when the
+    benchmark item's text has an even length, "Score: 2" when odd, and HTTP 500 for items with a "$"."""
 
-    def __init__(self):
+    def __init__(self, openai_stub):
         self.asked: list[str] = []
+        self.url = openai_stub(self.verdict, models=["judge"]).v1_url
 
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                prompt = body["messages"][0]["content"]
-                item = prompt.split("[Benchmark item]\n", 1)[1].split("\n\n[Training text", 1)[0]
-                server.asked.append(item)
-                if "$" in item:
-                    self._send(500, {"error": "down"})
-                    return
-                score = 9 if len(item) % 2 == 0 else 2
-                self._send(200, {"choices": [{"message": {"content": f"Looks alike.\nScore: {score}"}}]})
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+    def verdict(self, request: Request) -> Reply:
+        item = request.text.split("[Benchmark item]\n", 1)[1].split("\n\n[Training text", 1)[0]
+        self.asked.append(item)
+        if "$" in item:
+            return Reply(status=500, error="down")
+        score = 9 if len(item) % 2 == 0 else 2
+        return Reply(f"Looks alike.\nScore: {score}")
 
 
-def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path):
+def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path, openai_stub):
     table, _ = slice_rows
     rows = table.filter(pa.array([s in ("gsm_plus", "planted") for s in table.column("source").to_pylist()]))
     write_shards(rows, tmp_path / "mix")
-    server = VerdictServer()
-    try:
-        config = DecontamConfig(workers=1, semantic=True, judge_url=server.url, judge_model="judge")
-        result = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "out", config=config, show_progress=False)
-    finally:
-        server.httpd.shutdown()
+    server = VerdictServer(openai_stub)
+    config = DecontamConfig(workers=1, semantic=True, judge_url=server.url, judge_model="judge")
+    result = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "out", config=config, show_progress=False)
     items = {it.item_id: "\n".join(it.problems) for it in load_benchmarks(["gsm8k"]).items}
     attempts = LLMJudgeReward().retries + 1  # a failing request is retried
     assert len(server.asked) == result.judge["yes"] + result.judge["no"] + attempts * result.judge["failed"]
