@@ -13,7 +13,6 @@ only if the exact Jaccard similarity of the two shingle sets reaches the thresho
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +21,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasketch import MinHashLSH
 from pydantic import Field
+from rich.table import Table
 
-from rufus_data.errors import RufusError
+from rufus_data.console import console, progress
+from rufus_data.output_step import OutputStep
+from rufus_data.shards import folder_fingerprint, shard_row_counts, split_files, write_without_rows
 from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
 from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
 from rufus_data.yaml_config import StrictModel
+
+CLUSTER_SCHEMA = pa.schema([
+    ("kept_id", pa.string()), ("kept_row", pa.int64()), ("duplicate_id", pa.string()), ("duplicate_row", pa.int64()),
+    ("jaccard", pa.float64()), ("kept_split", pa.string()), ("duplicate_split", pa.string()),
+])
 
 
 class DedupConfig(StrictModel):
@@ -71,30 +78,11 @@ def _row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher) -> list[np
 def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: bool = False, overwrite: bool = False,
                 config: DedupConfig | None = None, show_progress: bool = True) -> DedupResult:
     """Drop near-duplicate rows (keep the first of each cluster); write clean shards + clusters.parquet."""
-    from rufus_data.console import console, progress
-    from rufus_data.shards import (
-        atomic_output_dir,
-        file_sha256,
-        package_versions,
-        split_files,
-        write_manifest,
-    )
-
     config = config or DedupConfig()
-    started = time.time()
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
-    if out is None and not dry_run:
-        raise RufusError("dedup needs --out DIR (or --dry-run to only report)")
-    if out is not None and Path(out).exists() and not overwrite and not dry_run:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
-    metas = []
-    for path in files:
-        try:
-            metas.append(pq.ParquetFile(path).metadata.num_rows)
-        except (pa.ArrowException, OSError) as err:
-            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
-    rows_in = sum(metas)
+    step = OutputStep("rufus-data dedup", out, overwrite=overwrite, dry_run=dry_run)
+    rows_in = sum(shard_row_counts(files))
     hasher = TokenHasher()
     # the LSH looks for candidates below the threshold, so pairs just above it are not missed;
     # the exact Jaccard re-check decides
@@ -138,44 +126,36 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
                 if job is not None:
                     bar.advance(job, part.num_rows)
             row += table.num_rows
-    clusters = pa.Table.from_pylist(pairs, schema=pa.schema([
-        ("kept_id", pa.string()), ("kept_row", pa.int64()), ("duplicate_id", pa.string()),
-        ("duplicate_row", pa.int64()), ("jaccard", pa.float64()), ("kept_split", pa.string()),
-        ("duplicate_split", pa.string())]))
+    clusters = pa.Table.from_pylist(pairs, schema=CLUSTER_SCHEMA)
+    n_clusters = len(set(clusters.column("kept_row").to_pylist()))
     result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0)
     if not dry_run:
-        with atomic_output_dir(out, overwrite) as tmp:
-            (tmp / "data").mkdir()
-            first = 0
-            for path, n in zip(files, metas):
-                keep = np.ones(n, dtype=bool)
-                keep[[r - first for r in dropped if first <= r < first + n]] = False
-                pq.write_table(pq.read_table(path).filter(pa.array(keep)), tmp / "data" / path.name, compression="zstd")
-                first += n
+        with step.folder() as tmp:
+            write_without_rows(files, dropped, tmp)
             pq.write_table(clusters, tmp / "clusters.parquet")
-            result.seconds = time.time() - started
-            (tmp / "report.md").write_text(render_report(result, config))
-            write_manifest(tmp, {"command": "rufus-data dedup", "config": config.model_dump(),
-                                 "splits": {split: [p.name for p in paths] for split, paths in by_split.items()},
-                                 "inputs": {str(p): file_sha256(p) for p in files}, "rows_in": rows_in,
-                                 "rows_out": result.rows_out, "rows_dropped": len(dropped),
-                                 "clusters": len(set(clusters.column("kept_row").to_pylist())),
-                                 "seconds": round(result.seconds, 2), "versions": package_versions("datasketch")})
-        result.out = Path(out)
-    result.seconds = time.time() - started
+            result.seconds = step.seconds
+            manifest = step.manifest(
+                config=config.model_dump(), inputs=[folder_fingerprint(shards, files)],
+                counts={"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(dropped), "clusters": n_clusters},
+                versions=("datasketch",),
+                rows_dropped=len(dropped),  # also at the top, where earlier manifests had it
+                splits={split: [p.name for p in paths] for split, paths in by_split.items()},
+            )
+            step.finish(tmp, manifest, dedup_report(result, config))
+        result.out = step.out
+    result.seconds = step.seconds
     if show_progress:
-        from rich.table import Table
-
         table = Table(title="dedup")
         for col in ("rows in", "rows out", "dropped", "clusters", "rows/s"):
             table.add_column(col, justify="right")
-        table.add_row(f"{rows_in:,}", f"{result.rows_out:,}", f"{len(dropped):,}",
-                      f"{len(set(clusters.column('kept_row').to_pylist())):,}", f"{rows_in / max(result.seconds, 1e-9):,.0f}")
+        table.add_row(f"{rows_in:,}", f"{result.rows_out:,}", f"{len(dropped):,}", f"{n_clusters:,}",
+                      f"{rows_in / max(result.seconds, 1e-9):,.0f}")
         console.print(table)
     return result
 
 
-def render_report(result: DedupResult, config: DedupConfig) -> str:
+def dedup_report(result: DedupResult, config: DedupConfig) -> str:
+    """The text of report.md: the counts and the largest clusters."""
     groups: dict[str, list[tuple[str, float]]] = {}
     for pair in result.clusters.to_pylist():
         groups.setdefault(pair["kept_id"], []).append((pair["duplicate_id"], pair["jaccard"]))

@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -33,15 +32,9 @@ from rufus_data.generate import SamplingParams, check_prompts_fit, open_generato
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
 from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table, pyplot
-from rufus_data.shards import (
-    MANIFEST,
-    atomic_output_dir,
-    package_versions,
-    read_shards,
-    write_manifest,
-    write_shards,
-)
+from rufus_data.shards import MANIFEST, read_shards, write_manifest, write_shards
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
 EXTRA_BUCKETS = ("constant", "outside_band")
@@ -114,9 +107,8 @@ def partial_dir(out: Path) -> Path:
 
 def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConfig, overwrite: bool = False) -> dict:
     """Sample, score and bucket; returns the summary that also goes into the manifest."""
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    step = OutputStep("rufus-data filter", out, overwrite=overwrite)
+    out = step.out
     parse_band(config.keep)
     from rufus_data.generate.scoring import Scorer
 
@@ -162,15 +154,13 @@ def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConf
 
     rollouts = rollouts_table(prompts, by_id, journal, config, sampling)
     summary = write_filter_output(
-        out,
+        step,
         rows,
         schema,
         rollouts,
         config.k,
         config.keep,
-        overwrite=overwrite,
-        manifest={
-            "command": "rufus-data filter",
+        run={
             "config": config.model_dump(),
             "config_hash": config_hash,
             "inputs": inputs,
@@ -250,9 +240,10 @@ def bucket_prompts(rollouts: pa.Table, k: int, keep: str) -> dict[str, tuple[str
 
 
 def write_filter_output(
-    out: Path, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str, overwrite: bool, manifest: dict
+    step: OutputStep, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str, run: dict
 ) -> dict:
-    """Write the bucket folders (input schema + pass_rate), rollouts, report and manifest atomically."""
+    """Write the bucket folders (input schema + pass_rate), rollouts, report and manifest atomically.
+    `run`: what made the rollouts (config, config_hash, inputs, generation, ...), for the manifest."""
     buckets = bucket_prompts(rollouts, k, keep)
     by_bucket: dict[str, list[dict]] = {b: [] for b in BUCKETS + EXTRA_BUCKETS}
     for row in rows:
@@ -262,24 +253,26 @@ def write_filter_output(
         schema = schema.remove(schema.get_field_index(PASS_RATE))
     schema = schema.append(pa.field(PASS_RATE, pa.float64()))
     counts = {b: len(r) for b, r in by_bucket.items()}
-    started = time.monotonic()
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+    summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k}
+    with step.folder() as tmp:
         for bucket, bucket_rows in by_bucket.items():
             if bucket in EXTRA_BUCKETS and not bucket_rows:
                 continue
             table = pa.Table.from_pylist(bucket_rows, schema=schema)
             write_shards(table, tmp / bucket)
-            write_manifest(tmp / bucket, {"command": "rufus-data filter", "bucket": bucket, "rows": len(bucket_rows),
-                                          "config_hash": manifest.get("config_hash"), "keep": keep})
+            write_manifest(tmp / bucket, {"command": step.command, "bucket": bucket, "rows": len(bucket_rows),
+                                          "config_hash": run.get("config_hash"), "keep": keep})
         pq.write_table(rollouts, tmp / ROLLOUTS, compression="zstd")
-        write_report(tmp, rows, rollouts, buckets, counts, keep, manifest)
-        summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k}
-        write_manifest(tmp, {**manifest, **summary, "versions": package_versions("transformers", "torch", "httpx"),
-                             "write_seconds": round(time.monotonic() - started, 3)})
-    return {**summary, "out": str(out), "generation": manifest.get("generation", {})}
+        own = {key: value for key, value in run.items() if key not in ("config", "config_hash", "inputs")}
+        manifest = step.manifest(config=run.get("config"), config_hash=run.get("config_hash"), inputs=run.get("inputs"),
+                                 counts=counts, versions=("transformers", "torch", "httpx"),
+                                 **own, **{key: value for key, value in summary.items() if key != "counts"})
+        step.finish(tmp, manifest, filter_report(tmp, rows, rollouts, buckets, counts, keep, manifest))
+    return {**summary, "out": str(step.out), "generation": run.get("generation", {})}
 
 
-def write_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, keep: str, manifest: dict) -> None:
+def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, keep: str, manifest: dict) -> str:
+    """The text of report.md (and its figure, pass_rate_hist.png, written beside it)."""
     labels = sorted({str(r.get("label")) for r in rows})
     per_label = Counter((str(r.get("label")), buckets[str(r["id"])][0]) for r in rows)
     shown = [b for b in BUCKETS + EXTRA_BUCKETS if b in BUCKETS or counts[b]]
@@ -311,7 +304,6 @@ def write_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, 
               manifest.get("max_model_len_check", "-")]],
         ),
     ]
-    (folder / "report.md").write_text("\n".join(lines) + "\n")
     rates = [p for _, p in buckets.values() if p is not None]
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -322,10 +314,12 @@ def write_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, 
     fig.tight_layout()
     fig.savefig(folder / "pass_rate_hist.png", dpi=100, metadata={"Software": None})
     plt.close(fig)
+    return "\n".join(lines) + "\n"
 
 
 def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False) -> dict:
     """Re-bucket a finished filter output from its stored rewards (no generation)."""
+    step = OutputStep("rufus-data filter --from-rollouts", out, overwrite=overwrite)
     src = Path(rollouts_dir)
     path = src / ROLLOUTS
     if not path.exists():
@@ -344,9 +338,9 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
         raise RufusError(f"{src}: {len(missing)} prompts of {ROLLOUTS} have no row in its bucket folders (e.g. {sorted(missing)[:3]})")
     rows.sort(key=lambda r: order[str(r["id"])])
     k = previous.get("k") or rollouts.num_rows // max(len(order), 1)
-    manifest = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
-    manifest.update(command="rufus-data filter --from-rollouts", from_rollouts=str(src), max_model_len_check="n/a (no generation)")
-    return write_filter_output(Path(out), rows, schema, rollouts, k, keep, overwrite=overwrite, manifest=manifest)
+    run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
+    run.update(from_rollouts=str(src), max_model_len_check="n/a (no generation)")
+    return write_filter_output(step, rows, schema, rollouts, k, keep, run)
 
 
 def parse_reward_option(values: list[str]) -> list[str | dict]:

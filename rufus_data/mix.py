@@ -9,6 +9,7 @@ place."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -17,13 +18,15 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, progress
 from rufus_data.errors import RufusError
 from rufus_data.materialise import read_holdout, unified_schema, write_train
+from rufus_data.output_step import OutputStep
 from rufus_data.report import bar_chart, markdown_table
-from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
+from rufus_data.shards import write_shards
 from rufus_data.sources import (
     BadRow,
     Canonicalizer,
@@ -84,16 +87,13 @@ def mix(
     show_progress: bool = True,
 ) -> MixResult:
     """Build the mixture described by a catalog; returns the output folder and its manifest."""
-    started = time.time()
     catalog_path = Path(catalog_path)
     catalog = load_catalog(catalog_path)
-    out = Path(out) if out is not None else Path("outputs") / catalog_path.stem
-    if out.exists() and not overwrite:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    step = OutputStep("rufus-data mix", out if out is not None else Path("outputs") / catalog_path.stem, overwrite=overwrite)
     opened = [open_source(spec) for spec in catalog.sources]  # find every source's rows before the tokenizer loads
     counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
     _check_trainable_spans(catalog, counter)
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+    with step.folder() as tmp:
         parts_dir = tmp / "_parts"
         counted = [
             _count_source(source, catalog, counter, parts_dir, on_bad_row, show_progress) for source in opened
@@ -111,11 +111,11 @@ def mix(
         for folder in sorted(parts_dir.rglob("*"), reverse=True):
             folder.rmdir()
         parts_dir.rmdir()
-        manifest = _manifest(catalog, catalog_path, counter, counted, selections, rows_train, rows_held, started)
-        write_manifest(tmp, manifest)
-        _write_report(tmp, catalog, manifest)
+        manifest = _manifest(step, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
+                             {"holdout": holdout, "on_bad_row": on_bad_row})
+        step.finish(tmp, manifest, _report(tmp, catalog, manifest))
     _print_summary(manifest)
-    return MixResult(out=out, manifest=manifest)
+    return MixResult(out=step.out, manifest=manifest)
 
 
 def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> None:
@@ -312,9 +312,9 @@ def _budget(catalog: MixtureCatalog, counted: list[SourceCounts], available: lis
 # --- manifest, report, summary ------------------------------------------------------------
 
 
-def _manifest(catalog, catalog_path, counter, counted, selections, rows_train, rows_held, started) -> dict:
-    import yaml
-
+def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
+              options: dict) -> dict:
+    """The common core (config: the catalog's content and the command's options) and mix's own keys."""
     total_basis = sum(s.tokens for s in selections) or 1
     sources = []
     for c, sel in zip(counted, selections, strict=True):
@@ -347,35 +347,33 @@ def _manifest(catalog, catalog_path, counter, counted, selections, rows_train, r
         for s in sources
         if abs(s["share_error_pp"]) > SHARE_TOLERANCE_PP
     ]
-    return {
-        "command": "mix",
-        "kind": catalog.kind,
-        "name": catalog.name,
-        "catalog": {
-            "path": str(catalog_path),
-            "sha256": catalog_hash(catalog_path),
-            "content": yaml.safe_load(Path(catalog_path).read_text()),
-        },
-        "tokenizer": catalog.tokenizer,
-        "chat_template_sha256": _sha(counter.template),
-        "seed": catalog.seed,
-        "basis": catalog.basis if catalog.kind == "sft" else "total",
-        "budget": {"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
-        "rows": {"train": rows_train, "holdout": rows_held},
-        "sources": sources,
-        "notes": notes,
-        "versions": package_versions("transformers", "tokenizers", "pyarrow"),
-        "seconds": round(time.time() - started, 2),
-    }
+    catalog_file = {"path": str(catalog_path), "sha256": catalog_hash(catalog_path)}
+    return step.manifest(
+        config={"catalog": yaml.safe_load(catalog_path.read_text()), **options},
+        inputs=[catalog_file, *({"source": c.spec.name, **c.fingerprint} for c in counted)],
+        counts={"rows_in": sum(c.rows_in for c in counted), "rows_train": rows_train, "rows_holdout": rows_held,
+                "rows_dropped": sum(len(c.bad_rows) + c.too_long for c in counted)},
+        versions=("transformers", "tokenizers", "pyarrow"),
+        kind=catalog.kind,
+        name=catalog.name,
+        catalog=catalog_file,
+        tokenizer=catalog.tokenizer,
+        chat_template_sha256=_sha(counter.template),
+        seed=catalog.seed,
+        basis=catalog.basis if catalog.kind == "sft" else "total",
+        budget={"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
+        rows={"train": rows_train, "holdout": rows_held},
+        sources=sources,
+        notes=notes,
+    )
 
 
 def _sha(text: str) -> str:
-    import hashlib
-
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _write_report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> None:
+def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
+    """The text of report.md (and its figure, shares.png, written beside it)."""
     sources = manifest["sources"]
     names = [s["name"] for s in sources]
     bar_chart(
@@ -397,13 +395,12 @@ def _write_report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> None
         ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realized", "repeat"], rows
     )
     notes = "".join(f"- {n}\n" for n in manifest["notes"]) or "- every source is within 1 pp of its share\n"
-    text = (
+    return (
         f"# Mixture `{catalog.name}` ({catalog.kind})\n\n"
         f"Tokenizer `{catalog.tokenizer}`, seed {catalog.seed}, basis `{manifest['basis']}`, "
         f"budget {manifest['budget']['used']:,.0f} tokens, {manifest['rows']['train']:,} rows "
         f"(+{manifest['rows']['holdout']:,} held out).\n\n{table}\n![token shares](shares.png)\n\n## Notes\n\n{notes}"
     )
-    (folder / "report.md").write_text(text)
 
 
 def _print_summary(manifest: dict) -> None:

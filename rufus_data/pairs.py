@@ -38,8 +38,9 @@ from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import GenerationOptions
 from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table
-from rufus_data.shards import atomic_output_dir, package_versions, write_manifest, write_shards
+from rufus_data.shards import write_shards
 
 
 class PairsConfig(GenerationOptions):
@@ -121,9 +122,8 @@ def _text_hash(text: str) -> str:
 
 
 def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, overwrite: bool = False) -> dict:
-    out = Path(out)
-    if out.exists() and not overwrite:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    step = OutputStep("rufus-data pairs", out, overwrite=overwrite)
+    out = step.out
     method = config.method()
     if config.require_verified and not config.reward:
         raise RufusError("--require-verified needs --reward to verify that chosen passes and rejected fails")
@@ -176,7 +176,7 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
         samples[role] = journal.records
 
     pairs, counts = make_pairs(rows, config, method, samples, scorer)
-    summary = write_pairs_output(out, pairs, counts, config, method, inputs, generation, overwrite)
+    summary = write_pairs_output(step, pairs, counts, config, method, inputs, generation)
     shutil.rmtree(partial, ignore_errors=True)
     return summary
 
@@ -295,7 +295,8 @@ def _messages(row: dict) -> list[dict]:
     return normalise_prompt(row["prompt"], f"row {row.get('id')!r}")
 
 
-def write_pairs_output(out: Path, pairs, counts: Counter, config: PairsConfig, method: str, inputs, generation, overwrite) -> dict:
+def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsConfig, method: str, inputs, generation) -> dict:
+    """Write the pairs as shards, with report.md and manifest.json, atomically; returns the summary."""
     chosen_chars = [len(p["chosen"][0]["content"]) for p in pairs]
     rejected_chars = [len(p["rejected"][0]["content"]) for p in pairs]
     ratio = (sum(chosen_chars) / sum(rejected_chars)) if pairs and sum(rejected_chars) else None
@@ -306,7 +307,7 @@ def write_pairs_output(out: Path, pairs, counts: Counter, config: PairsConfig, m
         "mean_chosen_chars": round(sum(chosen_chars) / len(pairs), 1) if pairs else None,
         "mean_rejected_chars": round(sum(rejected_chars) / len(pairs), 1) if pairs else None,
     }
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
+    with step.folder() as tmp:
         message = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
         table = pa.Table.from_pylist(pairs) if pairs else pa.table(
             {"id": pa.array([], pa.string()), "prompt": pa.array([], message), "chosen": pa.array([], message),
@@ -328,17 +329,10 @@ def write_pairs_output(out: Path, pairs, counts: Counter, config: PairsConfig, m
                   g.get("tokens_per_s", "-"), g.get("max_model_len_check", "-")] for role, g in generation.items()],
             ),
         ]
-        (tmp / "report.md").write_text("\n".join(lines) + "\n")
-        write_manifest(
-            tmp,
-            {
-                "command": "rufus-data pairs",
-                "config": config.model_dump(),
-                "inputs": inputs,
-                "seed": config.seed,
-                "generation": generation,
-                **summary,
-                "versions": package_versions("transformers", "torch", "httpx"),
-            },
+        manifest = step.manifest(
+            config=config.model_dump(), inputs=inputs, counts=summary["counts"],
+            versions=("transformers", "torch", "httpx"), seed=config.seed, generation=generation,
+            **{key: value for key, value in summary.items() if key != "counts"},
         )
-    return {**summary, "out": str(out)}
+        step.finish(tmp, manifest, "\n".join(lines) + "\n")
+    return {**summary, "out": str(step.out)}

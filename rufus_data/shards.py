@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -120,6 +121,39 @@ def read_shards(folder: str | Path, split: str = "train") -> pa.Table:
     """All rows of one split as one arrow table (schemas unified, missing columns filled with null)."""
     tables = [pq.read_table(p) for p in shard_files(folder, split)]
     return pa.concat_tables(tables, promote_options="default")
+
+
+def shard_row_counts(files: list[Path]) -> list[int]:
+    """The rows of each parquet file, read from its footer; a file that is not readable parquet
+    is an error naming it, raised before anything is written."""
+    counts = []
+    for path in files:
+        try:
+            counts.append(pq.ParquetFile(path).metadata.num_rows)
+        except (pa.ArrowException, OSError) as err:
+            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
+    return counts
+
+
+def write_without_rows(files: list[Path], drop: set[int], folder: Path) -> None:
+    """Copy `files` into folder/data/ under their own names, without the rows whose global
+    number (counted over all `files` in order) is in `drop`: decontam and dedup drop whole rows."""
+    (Path(folder) / DATA_DIR).mkdir(parents=True, exist_ok=True)
+    dropped = np.asarray(sorted(drop), dtype=np.int64)
+    first = 0
+    for path in files:
+        table = pq.read_table(path)
+        lo, hi = np.searchsorted(dropped, [first, first + table.num_rows])
+        keep = np.ones(table.num_rows, dtype=bool)
+        keep[dropped[lo:hi] - first] = False
+        pq.write_table(table.filter(pa.array(keep)), Path(folder) / DATA_DIR / path.name, compression="zstd",
+                       write_statistics=True)
+        first += table.num_rows
+
+
+def folder_fingerprint(folder: str | Path, files: list[Path]) -> dict:
+    """A shard folder as a manifest input: its path and the sha256 of each of its files."""
+    return {"path": str(folder), "files": {path.name: file_sha256(path) for path in files}}
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:

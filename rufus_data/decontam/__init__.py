@@ -24,10 +24,7 @@ field of `EvalIndex`, a line in `scan_table`, and its method in `rules.finalize`
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,12 +37,13 @@ from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
 from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_index
-from rufus_data.decontam.report import DecontamResult, render_report, source_benchmark_counts, summary_table
+from rufus_data.decontam.report import DecontamResult, decontam_report, source_benchmark_counts, summary_table
 from rufus_data.decontam.rules import HIT_SCHEMA, finalize
 from rufus_data.decontam.scan import scan_table
 from rufus_data.decontam.semantic_judge import judge_candidates
 from rufus_data.errors import RufusError
-from rufus_data.shards import atomic_output_dir, file_sha256, package_versions, split_files, write_manifest
+from rufus_data.output_step import OutputStep
+from rufus_data.shards import folder_fingerprint, shard_row_counts, split_files, write_without_rows
 
 __all__ = [
     "HIT_SCHEMA", "Candidate", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",
@@ -65,18 +63,10 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
     if config.judge_url and not config.semantic:
         raise RufusError("--judge-url judges the pairs of the semantic stage: add --semantic (or `semantic: true` "
                          "in --config), or drop --judge-url")
-    started = time.time()
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
-    if out is None and not dry_run:
-        raise RufusError("decontam needs --out DIR (or --dry-run to only report)")
-    if out is not None and Path(out).exists() and not overwrite and not dry_run:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
-    for path in files:
-        try:
-            pq.read_schema(path)
-        except (pa.ArrowException, OSError) as err:
-            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
+    step = OutputStep("rufus-data decontam", out, overwrite=overwrite, dry_run=dry_run)
+    shard_row_counts(files)  # an unreadable shard is refused before the benchmarks load
     loaded = load_benchmarks(against, benchmarks_file, skip_missing, list(suites))
     asked = [*against, *(f"suite:{s}" for s in suites)]
     if not loaded.items:
@@ -107,32 +97,22 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                             index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits,
                             judge=verdicts)
     if not dry_run:
-        with atomic_output_dir(out, overwrite) as tmp:
-            (tmp / "data").mkdir()
-            first = 0
-            for path in files:
-                table = pq.read_table(path)
-                keep = np.ones(table.num_rows, dtype=bool)
-                drop = [r - first for r in flagged if first <= r < first + table.num_rows]
-                keep[drop] = False
-                pq.write_table(table.filter(pa.array(keep)), tmp / "data" / path.name, compression="zstd", write_statistics=True)
-                first += table.num_rows
+        with step.folder() as tmp:
+            write_without_rows(files, flagged, tmp)
             pq.write_table(hits, tmp / "contaminated.parquet")
-            result.seconds = time.time() - started
-            (tmp / "report.md").write_text(render_report(result, asked, config))
-            write_manifest(tmp, {
-                "command": "rufus-data decontam", "against": against, "against_suites": list(suites),
-                "not_decontaminable": loaded.not_decontaminable, "splits": splits, "config": config.model_dump(),
-                "config_hash": _hash(config.model_dump()),
-                "inputs": {str(p): file_sha256(p) for p in files}, "benchmarks": loaded.sources,
-                "skipped_benchmarks": loaded.missing, "rows_in": rows_in, "rows_out": result.rows_out,
-                "rows_dropped": len(flagged), "hits": hits.num_rows, "index": result.index_stats,
-                "boilerplate_train_grams": boiler[:100], "seconds": round(result.seconds, 2), "judge": verdicts,
-                "versions": package_versions("datasketch", "pyarrow", "numpy",
-                                             *(("wordllama", "sentence-transformers") if config.semantic else ())),
-            })
-        result.out = Path(out)
-    result.seconds = time.time() - started
+            result.seconds = step.seconds
+            manifest = step.manifest(
+                config=config.model_dump(), inputs=[folder_fingerprint(shards, files)],
+                counts={"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(flagged), "hits": hits.num_rows},
+                versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
+                rows_dropped=len(flagged),  # also at the top, where earlier manifests had it
+                against=against, against_suites=list(suites), not_decontaminable=loaded.not_decontaminable,
+                splits=splits, benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
+                boilerplate_train_grams=boiler[:100], judge=verdicts,
+            )
+            step.finish(tmp, manifest, decontam_report(result, asked, config))
+        result.out = step.out
+    result.seconds = step.seconds
     if show_progress:
         console.print(summary_table(result))
     return result
@@ -160,6 +140,3 @@ def _with_splits(hits: pa.Table, by_split: dict[str, list[Path]], tasks: list[Sc
         splits[name]["flagged"] += 1
     return hits.append_column("split", pa.array(names, pa.string())), splits
 
-
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:16]

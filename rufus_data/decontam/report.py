@@ -54,7 +54,8 @@ def summary_table(result: DecontamResult) -> Table:
     return table
 
 
-def render_report(result: DecontamResult, against: list[str], config: DecontamConfig) -> str:
+def decontam_report(result: DecontamResult, against: list[str], config: DecontamConfig) -> str:
+    """The text of report.md."""
     counts = source_benchmark_counts(result)
     benches = sorted({b for _, b in counts})
     methods = defaultdict(int)

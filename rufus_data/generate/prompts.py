@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
-from rufus_data.shards import file_sha256, read_shards, shard_files
+from rufus_data.shards import folder_fingerprint, read_shards, shard_files
 
 
 def normalise_prompt(value, where: str) -> list[dict]:
@@ -27,7 +27,7 @@ def read_prompt_rows(folders: Sequence[str | Path]) -> tuple[list[dict], list[Pr
     rows, prompts, inputs, seen, schemas = [], [], [], {}, []
     for folder in folders:
         files = shard_files(folder)
-        inputs.append({"path": str(folder), "files": {f.name: file_sha256(f) for f in files}})
+        inputs.append(folder_fingerprint(folder, files))
         table = read_shards(folder)
         schemas.append(table.schema)
         for column in ("id", "prompt"):

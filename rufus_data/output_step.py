@@ -1,0 +1,81 @@
+"""Running a step into an output folder: the one way mix, decontam, dedup, filter and pairs
+write a shard folder (rufus_data/shards.py has the layout).
+
+An `OutputStep` is made before any work, so a wrong `--out` is refused before a model, a
+tokenizer or a benchmark loads. The folder is built under a temporary sibling and renamed into
+place only when the block ends without error. It is finished with `report.md` and a
+`manifest.json` whose core every command fills the same way:
+
+    command      the command line's name, e.g. "rufus-data decontam"
+    config       every setting that shaped the output, and config_hash, its short hash
+    inputs       what was read, each with its fingerprint (sha256 or hub revision)
+    counts       the command's counts (rows in and out, buckets, pairs, ...)
+    versions     Rufus and the packages that shaped the output
+    seconds      wall time from the step's start
+
+Each command adds its own keys beside the core."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from rufus_data.errors import RufusError
+from rufus_data.shards import atomic_output_dir, package_versions, write_manifest
+
+REPORT = "report.md"
+CORE_KEYS = frozenset({"command", "config", "config_hash", "inputs", "counts", "versions", "seconds"})
+
+
+def hash_config(config: dict) -> str:
+    """A short hash of a configuration (its keys in sorted order)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+class OutputStep:
+    """One command writing one output folder (or, with `dry_run`, only reporting)."""
+
+    def __init__(self, command: str, out: str | Path | None, *, overwrite: bool = False, dry_run: bool = False):
+        self.command = command
+        self.out = None if out is None else Path(out)
+        self.overwrite, self.dry_run = overwrite, dry_run
+        self.started = time.time()
+        if self.out is None and not dry_run:
+            raise RufusError(f"{command} needs --out DIR (or --dry-run to only report)")
+        if self.out is not None and self.out.exists() and not overwrite and not dry_run:
+            raise RufusError(f"output folder {self.out} already exists: pass --overwrite to replace it, or choose another --out")
+
+    @property
+    def seconds(self) -> float:
+        return time.time() - self.started
+
+    @contextlib.contextmanager
+    def folder(self) -> Iterator[Path]:
+        """The temporary folder to write into; it becomes `out` when the block ends without error."""
+        if self.dry_run:
+            raise RuntimeError(f"{self.command}: a dry run writes no folder")
+        with atomic_output_dir(self.out, self.overwrite) as tmp:
+            yield tmp
+
+    def manifest(self, *, config: dict, inputs, counts: dict, versions: Sequence[str] = (),
+                 config_hash: str | None = None, **own) -> dict:
+        """The manifest: the common core (`config_hash` overrides the hash of `config`, e.g. a
+        run hash that also covers the inputs) plus the command's own keys."""
+        clash = CORE_KEYS & own.keys()
+        if clash:
+            raise ValueError(f"{self.command}: manifest keys {sorted(clash)} belong to the common core")
+        core = {
+            "command": self.command, "config": config, "config_hash": config_hash or hash_config(config),
+            "inputs": inputs, "counts": counts, "versions": package_versions(*versions),
+            "seconds": round(self.seconds, 2),
+        }
+        return {**core, **own}
+
+    def finish(self, folder: Path, manifest: dict, report: str) -> None:
+        """Write report.md and manifest.json into the (temporary) folder."""
+        (Path(folder) / REPORT).write_text(report)
+        write_manifest(folder, manifest)
