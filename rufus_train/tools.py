@@ -108,10 +108,9 @@ def run_python(code: str) -> str:
     Returns:
         The program's standard output and errors.
     """
-    from rufus_data.rewards.sandbox import SandboxConfig
-    from rufus_data.rewards.sandbox import run_python as sandbox_run
+    from rufus_data.rewards.sandbox import SandboxConfig, run_program
 
-    result = sandbox_run(code, config=SandboxConfig(timeout_s=10.0, cpu_s=10, memory_mb=512))
+    result = run_program(code, config=SandboxConfig(timeout_s=10.0, cpu_s=10, memory_mb=512))
     text = result.stdout
     if result.stderr.strip():
         text += ("\n" if text else "") + result.stderr

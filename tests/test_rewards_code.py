@@ -19,7 +19,7 @@ from rufus_data.rewards import (
     build_reward,
     namespaces_available,
     run_many,
-    run_python,
+    run_program,
 )
 from rufus_data.rewards.code_execution import _humaneval_source, extract_code
 from rufus_data.rewards.sandbox import SANDBOX_UID_BASE
@@ -50,7 +50,7 @@ def {ep}(*args, **kwargs):
 def test_namespaces_are_used_here():
     """This machine supports unshare: the sandbox must not silently fall back to rlimits."""
     assert namespaces_available()
-    assert run_python("print(1)").isolation == "namespaces"
+    assert run_program("print(1)").isolation == "namespaces"
 
 
 def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root):
@@ -218,7 +218,7 @@ def _processes_with(marker: str) -> list[int]:
 def test_infinite_loop_is_stopped_within_its_limit():
     score, took = _score_mbpp("def solve():\n    return 1\nwhile True:\n    pass")
     assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
-    result = run_python("while True:\n    pass", config=HOSTILE)  # the 1 s CPU limit, or the wall limit
+    result = run_program("while True:\n    pass", config=HOSTILE)  # the 1 s CPU limit, or the wall limit
     assert (result.timed_out or result.returncode != 0) and result.wall_s < HOSTILE.timeout_s + SLACK_S
 
 
@@ -240,7 +240,7 @@ def test_process_count_limit_stops_a_fork_loop():
         "    children += 1\n"
         "print('children', children, flush=True)\n"
     )
-    result = run_python(code, config=HOSTILE)
+    result = run_program(code, config=HOSTILE)
     lines = dict(line.split() for line in result.stdout.splitlines())
     assert lines["refused"] == "11", result  # EAGAIN: RLIMIT_NPROC
     assert 1 <= int(lines["children"]) <= HOSTILE.max_processes, result
@@ -250,13 +250,13 @@ def test_process_count_limit_stops_a_fork_loop():
 
 def test_cpu_limit_kills_before_the_wall_limit():
     config = SandboxConfig(timeout_s=10.0, cpu_s=1, memory_mb=256)
-    result = run_python("while True:\n    pass", config=config)
+    result = run_program("while True:\n    pass", config=config)
     assert not result.timed_out and result.returncode not in (0, None), result
     assert result.wall_s < 3.0, result
 
 
 def test_memory_bomb_hits_the_address_space_limit():
-    result = run_python("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2 ** 20))", config=HOSTILE)
+    result = run_program("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2 ** 20))", config=HOSTILE)
     assert result.returncode != 0 and "MemoryError" in result.stderr and not result.timed_out
     score, took = _score_mbpp("def solve():\n    return 1\nx = bytearray(4 * 1024 ** 3)")
     assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
@@ -277,7 +277,7 @@ def test_writes_outside_the_scratch_dir_do_not_survive():
             "open('scratch.txt', 'w').write('fine')\n"
             "assert False, 'score 0'\n"
         )
-        result = run_python(code, config=HOSTILE)
+        result = run_program(code, config=HOSTILE)
         # the host folders are unreachable; /dev/shm is the sandbox's own tmpfs (writable, gone afterwards)
         assert result.stdout.count("refused") == 2 and "wrote /dev/shm" in result.stdout, result.stdout
         assert "score 0" in result.stderr  # the run went on: the scratch dir itself is writable
@@ -324,7 +324,7 @@ def test_network_is_unreachable_from_the_sandbox():
             f"s = socket.create_connection(('127.0.0.1', {port}), timeout=1)\ns.sendall(b'leak')\n"
         )
         assert _score_mbpp(code)[0] == 0.0
-        result = run_python(code, config=HOSTILE)
+        result = run_program(code, config=HOSTILE)
         assert "Network is unreachable" in result.stderr or "Connection refused" in result.stderr
         time.sleep(0.3)
         assert received == []
@@ -343,7 +343,7 @@ def test_planted_secret_does_not_come_back(monkeypatch):
         "for path in glob.glob('/proc/*/environ'):\n"
         "    try:\n        print(open(path, 'rb').read())\n    except OSError as error:\n        print(error)\n"
     )
-    result = run_python(code, config=HOSTILE)
+    result = run_program(code, config=HOSTILE)
     assert result.returncode == 0 and "None" in result.stdout
     assert secret not in result.stdout + result.stderr
 
@@ -362,7 +362,7 @@ def test_setsid_child_does_not_survive_the_run():
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'], start_new_session=True)\n"
         "print('spawned', flush=True)\n"
     )
-    result = run_python(code, config=HOSTILE)
+    result = run_program(code, config=HOSTILE)
     assert result.returncode == 0 and "spawned" in result.stdout
     time.sleep(0.3)
     assert _processes_with(marker) == []
@@ -373,7 +373,7 @@ def test_setsid_child_does_not_survive_the_run():
 
 def test_100_mb_of_output_is_capped():
     code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
-    result = run_python(code, config=HOSTILE)
+    result = run_program(code, config=HOSTILE)
     assert result.output_truncated and len(result.stdout) <= HOSTILE.max_output_bytes
     assert result.wall_s < HOSTILE.timeout_s
     metrics = {}
@@ -389,13 +389,13 @@ def test_rlimits_fallback_is_reported_and_still_limits(monkeypatch):
     from rufus_data.rewards import sandbox
 
     limited = SandboxConfig(isolation="rlimits", memory_mb=256)
-    result = run_python("x = bytearray(2 * 1024 ** 3)", config=limited)
+    result = run_program("x = bytearray(2 * 1024 ** 3)", config=limited)
     assert result.isolation == "rlimits" and "MemoryError" in result.stderr  # the address-space limit holds
     monkeypatch.setattr(sandbox, "namespaces_available", lambda: False)
     monkeypatch.setitem(sandbox._probe, "warned", False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        result = run_python("import os\nopen('x', 'w').write('1')\nprint('ran in', os.getcwd())", config=SandboxConfig())
+        result = run_program("import os\nopen('x', 'w').write('1')\nprint('ran in', os.getcwd())", config=SandboxConfig())
     assert result.isolation == "rlimits" and result.stdout.startswith("ran in /tmp/rufus-sandbox-"), result
     assert not os.path.exists(result.stdout.split()[-1])  # the scratch folder is removed afterwards
     assert any("falling back to rlimits only" in str(w.message) for w in caught)
@@ -409,7 +409,7 @@ def test_rlimits_fallback_as_root_still_kills_setsid_children():
         f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)', '{marker}'], start_new_session=True)\n"
         "print('spawned', flush=True)\n"
     )
-    result = run_python(code, config=SandboxConfig(isolation="rlimits"))
+    result = run_program(code, config=SandboxConfig(isolation="rlimits"))
     assert result.stdout == "spawned\n" and result.isolation == "rlimits"
     time.sleep(0.3)
     assert _processes_with(marker) == []

@@ -36,7 +36,7 @@ from rufus_data.rewards.sandbox import (
     SandboxResult,
     namespaces_available,
     run_many,
-    run_python,
+    run_program,
 )
 from rufus_data.rewards.string_match import StringMatchReward
 
@@ -79,7 +79,7 @@ __all__ = [
     "parse_score",
     "parse_spec",
     "run_many",
-    "run_python",
+    "run_program",
     "score_bfcl",
     "split_reasoning",
     "strip_reasoning",

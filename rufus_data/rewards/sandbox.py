@@ -240,7 +240,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
         pass
 
 
-def run_python(
+def run_program(
     program: str, stdin: str | None = None, config: SandboxConfig | None = None, inputs: Sequence[bytes] = ()
 ) -> SandboxResult:
     """Run `program` (Python source) in a fresh sandbox; never raises on what the program does.
@@ -345,4 +345,4 @@ def run_many(jobs: Sequence[tuple], config: SandboxConfig | None = None, workers
         return []
     effective_isolation(config)  # probe (and warn) once, before the threads start
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda job: run_python(job[0], job[1], config, *job[2:]), jobs))
+        return list(pool.map(lambda job: run_program(job[0], job[1], config, *job[2:]), jobs))
