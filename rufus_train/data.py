@@ -53,7 +53,7 @@ def check_columns(entries: list[str], required: tuple, stage: str) -> None:
                 )
 
 
-def materialise(entries: list[str], output_dir: Path) -> list[str]:
+def mix_catalog_entries(entries: list[str], output_dir: Path) -> list[str]:
     """Shard folders for every entry: catalogs are mixed into OUT/data/NAME/ (rebuilt each run)."""
     folders = []
     for entry in entries:

@@ -143,7 +143,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     started = time.time()
     with run_logging(out):
         log.info("stage %s: model %s, data %s, output %s", config.stage, config.model, config.data, out)
-        folders = data.materialise(config.data, out)  # catalogs are mixed before any weights load
+        folders = data.mix_catalog_entries(config.data, out)  # catalogs are mixed before any weights load
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
         model = model if model is not None else modeling.load_model(config.model, config.dtype)
