@@ -173,7 +173,7 @@ def _locate(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[d
     if spec.id_range:
         if not isinstance(spec.id_field, str):
             raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {registry_path}")
-        source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=tuple(spec.id_range))})
+        source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=[tuple(spec.id_range)])})
     try:
         loaded = load_rows(source, f"benchmark `{name}`", base=registry_path.parent, pin_hint=f" in {registry_path.name}")
     except DatasetUnavailable as err:

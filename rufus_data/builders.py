@@ -27,6 +27,7 @@ class Skip(ValueError):
 class Builder:
     summary: str
     reads: tuple[str, ...]  # the columns every input row must have
+    writes: tuple[str, ...]  # the columns every row it makes has
     make: Callable[[dict, int], Iterable[dict]]  # (row, row number) -> new rows
 
 
@@ -172,20 +173,20 @@ BUILDERS: dict[str, Builder] = {
     "perturbed_answer_pairs": Builder(
         "question/answer rows -> preference pairs: chosen = the worked answer, rejected = the same answer with its "
         "final number changed (Tulu 3's GSM8K pairs; `rufus-data pairs --perturb-answer`)",
-        ("question", "answer"), _perturbed_pair),
+        ("question", "answer"), ("prompt", "chosen", "rejected"), _perturbed_pair),
     "seed_task_instances": Builder(
         "Alpaca seed tasks -> one alpaca row (instruction, input, output) per instance", ("instruction", "instances"),
-        _seed_task_instances),
+        ("instruction", "input", "output", "task"), _seed_task_instances),
     "seed_task_constraints": Builder(
         "Alpaca seed tasks -> RL prompts: the task plus one IFEval-style verifiable constraint, with the "
         "instruction_id_list and kwargs the IFEval reward checks (how Tulu 3's RLVR-IFeval prompts were made)",
-        ("instruction", "instances"), _seed_task_constraint),
+        ("instruction", "instances"), ("prompt", "instruction_id_list", "kwargs", "task"), _seed_task_constraint),
     "rlvr_ifeval_constraints": Builder(
         "Tulu 3 RLVR-IFeval rows -> the user prompt with the IFEval instruction_id_list and kwargs of its verifier",
-        ("messages", "ground_truth"), _rlvr_ifeval),
+        ("messages", "ground_truth"), ("prompt", "instruction_id_list", "kwargs", "constraint"), _rlvr_ifeval),
     "mbpp_task_prompts": Builder(
         "MBPP rows -> the task text plus its first test assert as the prompt; test_list, test_imports and code stay",
-        ("prompt", "test_list"), _mbpp_prompt),
+        ("prompt", "test_list"), ("prompt", "test_list"), _mbpp_prompt),
 }
 
 

@@ -89,6 +89,8 @@ class MixtureCatalog(StrictModel):
     basis: Literal["total", "trainable"] = "total"
     shard_rows: int = Field(default=50_000, gt=0)
     holdout: int = Field(default=0, ge=0, description="rows per source held out (a source's own `holdout` wins)")
+    on_bad_row: Literal["error", "skip"] = Field(
+        default="error", description="rows that lack what their format needs: stop, or drop and count them (--on-bad-row wins)")
     sources: list[SourceSpec] = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -49,13 +49,13 @@ def mix_command(
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<catalog name>)"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
     holdout: int = typer.Option(None, "--holdout", help="rows per source held out (replaces the catalog-level `holdout:`; a source's own `holdout:` wins)"),
-    on_bad_row: str = typer.Option("error", "--on-bad-row", help="error | skip rows that lack required fields"),
+    on_bad_row: str = typer.Option(None, "--on-bad-row", help="error | skip rows that lack required fields (default: the catalog's `on_bad_row`, error)"),
 ) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
     from rufus_data.errors import RufusError
     from rufus_data.mix import mix
 
-    if on_bad_row not in ("error", "skip"):
+    if on_bad_row is not None and on_bad_row not in ("error", "skip"):
         raise RufusError(f"--on-bad-row must be 'error' or 'skip', not {on_bad_row!r}")
     result = mix(catalog, out=out, overwrite=overwrite, holdout=holdout, on_bad_row=on_bad_row)
     console.print(f"wrote {result.out} ({result.manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")

@@ -53,27 +53,34 @@ class HubDataset(StrictModel):
 
 
 class IdRange(StrictModel):
-    """Keep the rows whose integer `field` lies `within` [first, last], or `outside` it."""
+    """Keep the rows whose integer `field` lies `within` [first, last], or `outside` it; either
+    may list several ranges ([[11, 510], [569, 569]])."""
 
     field: str
-    within: tuple[int, int] | None = None
-    outside: tuple[int, int] | None = None
+    within: list[tuple[int, int]] | None = None
+    outside: list[tuple[int, int]] | None = None
+
+    @field_validator("within", "outside", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, (list, tuple)) and len(value) == 2 and isinstance(value[0], int) else value
 
     @model_validator(mode="after")
-    def _one_range(self) -> IdRange:
+    def _one_kind(self) -> IdRange:
         ranges = [r for r in (self.within, self.outside) if r is not None]
         if len(ranges) != 1:
             raise ValueError("`ids` needs exactly one of `within: [first, last]` or `outside: [first, last]`")
-        if ranges[0][0] > ranges[0][1]:
+        if any(first > last for first, last in ranges[0]):
             raise ValueError("an id range is [first, last] with first <= last")
         return self
 
     def keeps(self, value: int) -> bool:
-        first, last = self.within or self.outside
-        return (first <= value <= last) == (self.within is not None)
+        inside = any(first <= value <= last for first, last in self.within or self.outside)
+        return inside == (self.within is not None)
 
     def describe(self) -> str:
-        return f"{self.field} {'in' if self.within else 'outside'} {list(self.within or self.outside)}"
+        ranges = ", ".join(f"[{a}, {b}]" for a, b in self.within or self.outside)
+        return f"{self.field} {'in' if self.within else 'outside'} {ranges}"
 
 
 class DatasetSource(StrictModel):

@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import socket
+import sys
 import warnings
 from urllib.parse import urlparse
 
@@ -39,7 +40,11 @@ def hub_commit(repo: str, revision: str | None) -> str | None:
 
 
 def offline_mode() -> bool:
-    """HF_HUB_OFFLINE / HF_DATASETS_OFFLINE: the datasets cache is used, the network never."""
+    """HF_HUB_OFFLINE / HF_DATASETS_OFFLINE (or `datasets`, once imported, told so): the datasets
+    cache is used, the network never."""
+    datasets = sys.modules.get("datasets")
+    if datasets is not None and getattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE", False):
+        return True
     return any(os.environ.get(v, "").lower() in OFFLINE_VALUES for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
 
 

@@ -83,12 +83,13 @@ def mix(
     out: str | Path | None = None,
     overwrite: bool = False,
     holdout: int | None = None,
-    on_bad_row: OnBadRow = "error",
+    on_bad_row: OnBadRow | None = None,
     show_progress: bool = True,
 ) -> MixResult:
     """Build the mixture described by a catalog; returns the output folder and its manifest."""
     catalog_path = Path(catalog_path)
     catalog = load_catalog(catalog_path)
+    on_bad_row = on_bad_row or catalog.on_bad_row
     step = OutputStep("rufus-data mix", out if out is not None else Path("outputs") / catalog_path.stem, overwrite=overwrite)
     opened = [open_source(spec) for spec in catalog.sources]  # find every source's rows before the tokenizer loads
     counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))

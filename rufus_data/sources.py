@@ -338,8 +338,10 @@ def _preference(record: dict, col: dict) -> tuple[list[dict], list[dict], list[d
         if chosen is None or rejected is None:
             raise BadRow("chosen or rejected transcript has no assistant turn")
         return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
-    if isinstance(chosen_raw, list) and prompt_raw is None:
-        # full conversations: the shared prefix is the prompt
+    full = isinstance(chosen_raw, list) and any(isinstance(m, dict) and m.get("role") == "user" for m in chosen_raw)
+    if isinstance(chosen_raw, list) and (prompt_raw is None or full):
+        # full conversations (UltraFeedback, Tulu 3 preferences: a `prompt` column beside them repeats
+        # their first user turn): the shared prefix is the prompt
         chosen_all, rejected_all = _messages(chosen_raw), _messages(rejected_raw)
         prompt, chosen = _split_last_assistant(chosen_all)
         _, rejected = _split_last_assistant(rejected_all)

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from rufus_data.errors import RufusError
+from rufus_train.data import check_data
 
 # Module names whose weights the loss reads directly (output head) or that are looked up, not
 # multiplied (embeddings): a LoRA adapter there never receives a gradient through the loss.
@@ -93,8 +94,6 @@ def check_reporters(report_to: list[str]) -> None:
 
 def check_data_folders(data: list[str], stage: str) -> None:
     """The shard folders (or mixture catalogs) must exist and be valid before anything loads."""
-    from rufus_train.data import check_data
-
     check_data(data, stage)
 
 

@@ -42,6 +42,16 @@ def read_jsonl(path: Path, limit: int | None = None) -> list[dict]:
 
 
 @pytest.fixture
+def hub_offline(monkeypatch):
+    """No hub: HF_HUB_OFFLINE for what starts later, and `datasets` (read its environment at import)
+    told at once, so a hub dataset fails at once from the empty cache instead of retrying a network."""
+    import datasets
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
 def openai_stub():
     """Start stand-in OpenAI servers (tests/openai_stub.py): `openai_stub(respond, **options)`
     returns a started OpenAIStub; every one started is stopped after the test."""

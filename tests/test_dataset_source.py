@@ -64,9 +64,8 @@ def test_path_then_local_then_hub(tmp_path, monkeypatch, data_root, datasets_cac
     assert third.provenance["datasets_fingerprint"]
 
 
-def test_nothing_loads_names_the_dataset_and_three_ways(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUFUS_DATA_ROOT", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the hub code runs; offline it answers from the cache, here empty
+def test_nothing_loads_names_the_dataset_and_three_ways(tmp_path, monkeypatch, hub_offline):
+    monkeypatch.setenv("RUFUS_DATA_ROOT", str(tmp_path))  # hub_offline: the hub code runs, from an empty cache
     source = DatasetSource(path="nope.jsonl", local="gsm8k/nope.jsonl",
                            hub=HubDataset(id="no-such-org/no-such-set", split="train", revision="a" * 40))
     with pytest.raises(DatasetUnavailable) as err:
@@ -104,9 +103,8 @@ def small_root(tmp_path: Path, data_root: Path, rows: int = 40) -> Path:
     return root
 
 
-def test_fallback_with_a_builder_step_is_used_and_recorded(tmp_path, monkeypatch, data_root, builtin_model):
+def test_fallback_with_a_builder_step_is_used_and_recorded(tmp_path, monkeypatch, data_root, builtin_model, hub_offline):
     monkeypatch.setenv("RUFUS_DATA_ROOT", str(small_root(tmp_path, data_root)))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     catalog = write_catalog(tmp_path / "pref.yaml", (
         "  - name: pairs\n    hub: {id: no-such-org/prefs, split: train, revision: " + "b" * 40 + "}\n"
         "    format: preference\n    share: 1.0\n"
@@ -129,8 +127,7 @@ def test_fallback_with_a_builder_step_is_used_and_recorded(tmp_path, monkeypatch
     assert read_shards(again.out).to_pylist() == rows
 
 
-def test_no_fallback_no_rows_and_legacy_keys(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+def test_no_fallback_no_rows_and_legacy_keys(tmp_path, hub_offline):
     catalog = write_catalog(tmp_path / "c.yaml", "  - name: s\n    local: nowhere.jsonl\n    share: 1.0\n", "sft")
     with pytest.raises(DatasetUnavailable, match=r"source 's' could not be loaded.*use `path:`"):
         open_source(load_catalog(catalog).sources[0])
@@ -160,6 +157,8 @@ def test_hub_shaped_folder_feeds_a_catalog(tmp_path, datasets_cache, builtin_mod
     assert row["test_list"] == ["assert f601() == 601"]
     provenance = result.manifest["sources"][0]["fingerprint"]
     assert provenance["origin"] == "hub" and provenance["ids"] == "task_id outside [11, 510]"
+    several = IdRange(field="task_id", outside=[[11, 510], [569, 569]])
+    assert [several.keeps(i) for i in (10, 11, 568, 569, 570)] == [True, False, True, False, True]
 
 
 def test_hh_transcripts_become_rl_prompts(tmp_path, data_root, builtin_model):

@@ -107,7 +107,7 @@ def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path, monkeyp
     with pytest.raises(RufusError, match="lm_head"):
         check_config(load("sft", data=[str(sft_shards["sft"])], **{"lora.target_modules": ["lm_head"]}))
     with pytest.raises(RufusError, match="has no `data`"):
-        check_config(load("sft"))
+        check_config(load("sft", data=[]))
     with pytest.raises(RufusError, match=r"shard folder .*nowhere does not exist"):
         check_config(load("sft", data=[str(tmp_path / "nowhere")]))
     with pytest.raises(RufusError, match=r"stage dpo reads column 'prompt'.*has \['id', 'label', 'messages', 'source'\]"):
