@@ -24,10 +24,11 @@ from pydantic import Field
 from rich.table import Table
 
 from rufus_data.console import console, progress
+from rufus_data.minhash_lsh import lean, signatures
+from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, fold32, gram_hashes, tokenize_batch
 from rufus_data.output_step import OutputStep
 from rufus_data.shards import folder_fingerprint, shard_row_counts, split_files, write_without_rows
-from rufus_data.sketch import lean, signatures, text_fields, tokenize_batch
-from rufus_data.textnorm import TokenHasher, batch_gram_hashes, fold32, gram_hashes
+from rufus_data.text_fields import text_fields
 from rufus_data.yaml_config import StrictModel
 
 CLUSTER_SCHEMA = pa.schema([

@@ -28,8 +28,9 @@ import pyarrow as pa
 from scipy import sparse
 
 from rufus_data.errors import RufusError
+from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import cache_dir
-from rufus_data.textnorm import TokenHasher, tokenize_array
+from rufus_data.textnorm import tokenize_array
 
 DEFAULT_MODEL = "wordllama"
 WORDLLAMA_CONFIG = "l2_supercat"

@@ -20,8 +20,8 @@ from decontam_planting import KINDS, no_ngram_survives, shared_ngrams
 from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.errors import RufusError
+from rufus_data.minhash_lsh import BatchMinHasher, signatures
 from rufus_data.shards import read_shards, write_shards
-from rufus_data.sketch import BatchMinHasher, signatures
 from rufus_data.textnorm import words
 
 PER_BENCHMARK = 24  # eval items planted per benchmark and kind

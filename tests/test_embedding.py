@@ -19,8 +19,9 @@ from rufus_data.embedding import (
     _wordllama_files,
     load_embedder,
 )
+from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import data_root
-from rufus_data.textnorm import TokenHasher, tokenize_array, words
+from rufus_data.textnorm import tokenize_array, words
 
 
 @pytest.fixture(scope="module")

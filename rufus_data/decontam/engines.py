@@ -21,7 +21,7 @@ from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.index import EvalIndex
 from rufus_data.decontam.scan import scan_table
 from rufus_data.errors import RufusError
-from rufus_data.textnorm import TokenHasher
+from rufus_data.ngram_hash import TokenHasher
 
 
 @dataclass(frozen=True)

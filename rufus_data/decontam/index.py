@@ -13,7 +13,7 @@ from rufus_data.decontam.exact_stage import ExactIndex, build_exact_index
 from rufus_data.decontam.minhash_stage import MinHashIndex, build_minhash_index
 from rufus_data.decontam.semantic_stage import SemanticIndex, build_semantic_index
 from rufus_data.decontam.texts import EvalTexts
-from rufus_data.textnorm import TokenHasher
+from rufus_data.ngram_hash import TokenHasher
 
 CACHED_INDEXES = 4
 

@@ -16,8 +16,8 @@ import numpy as np
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
-from rufus_data.sketch import BandIndex, BatchMinHasher, shingles_of, signatures
-from rufus_data.textnorm import batch_gram_hashes, fold32
+from rufus_data.minhash_lsh import BandIndex, BatchMinHasher, signatures
+from rufus_data.ngram_hash import batch_gram_hashes, fold32, shingle32
 
 
 @dataclass
@@ -46,7 +46,7 @@ def build_minhash_index(texts: EvalTexts, config: DecontamConfig) -> MinHashInde
     for t, (i, kind) in enumerate(texts.owners):
         ids = texts.text_ids(t)
         if kind == PROBLEM and len(ids):
-            shingles[i].append(shingles_of(ids, config.shingle))
+            shingles[i].append(shingle32(ids, config.shingle))
     shingle_sets = [np.unique(np.concatenate(shingles[i])) if shingles[i] else np.empty(0, np.uint32)
                     for i in range(len(texts.items))]
     common = np.empty(0, np.uint32)

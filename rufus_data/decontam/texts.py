@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from rufus_data.benchmarks import EvalItem
-from rufus_data.sketch import text_fields, tokenize_batch
-from rufus_data.textnorm import TokenHasher
+from rufus_data.ngram_hash import TokenHasher, tokenize_batch
+from rufus_data.text_fields import text_fields
 
 PROBLEM, ANSWER = "problem", "answer"
 

@@ -1,67 +1,15 @@
-"""What decontam and dedup share besides normalisation: the text fields of canonical rows, and
-MinHash signatures over word shingles with datasketch (computed with `MinHash.bulk`, kept as
-`LeanMinHash`)."""
+"""MinHash signatures over word shingles and LSH banding, for decontam's MinHash stage and dedup:
+datasketch's `MinHash.bulk` (kept as `LeanMinHash` where signatures are stored), a batch hasher
+bit-identical to it, and a vectorised band index."""
 
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from datasketch import LeanMinHash, MinHash
+from datasketch.lsh import _optimal_param
+from datasketch.minhash import _fmix
 
-from rufus_data.textnorm import TokenHasher, shingle32, tokenize_array
-
-# Columns that describe a row rather than hold its text.
-NON_TEXT_COLUMNS = frozenset({"id", "source", "label", "origin_id"})
-
-
-def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
-    """Every text field of every row: (texts, row index of each text, field name of each text).
-
-    Strings, lists of strings, and message lists (the content of every turn, named
-    `messages[i].role`) all count: system, user and assistant turns, prompt, solution, tests."""
-    texts: list[str] = []
-    rows: list[np.ndarray] = []
-    names: list[str] = []
-    for name in table.column_names:
-        if name in NON_TEXT_COLUMNS:
-            continue
-        col = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
-        typ = col.type
-        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-            values = col.to_pylist()
-            keep = [i for i, v in enumerate(values) if v]
-            texts += [values[i] for i in keep]
-            rows.append(np.asarray(keep, dtype=np.int64))
-            names += [name] * len(keep)
-        elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and len(col):
-            inner = typ.value_type
-            parents = pc.list_parent_indices(col).to_numpy()
-            flat = pc.list_flatten(col)
-            offsets = col.offsets.to_numpy()
-            position = np.arange(len(parents)) - offsets[parents] + offsets[0]
-            if pa.types.is_struct(inner) and inner.get_field_index("content") >= 0:
-                contents = flat.field("content").to_pylist()
-                roles = (flat.field("role").to_pylist() if inner.get_field_index("role") >= 0
-                         else ["turn"] * len(contents))
-                labels = [f"{name}[{p}].{r}" for p, r in zip(position.tolist(), roles)]
-            elif pa.types.is_string(inner) or pa.types.is_large_string(inner):
-                contents = flat.to_pylist()
-                labels = [f"{name}[{p}]" for p in position.tolist()]
-            else:
-                continue
-            keep = [i for i, v in enumerate(contents) if v]
-            texts += [contents[i] for i in keep]
-            rows.append(parents[keep].astype(np.int64))
-            names += [labels[i] for i in keep]
-    row_of = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
-    return texts, row_of, names
-
-
-def tokenize_batch(texts: list[str], hasher: TokenHasher) -> tuple[pa.Array, np.ndarray, np.ndarray]:
-    """All normalised words of the texts (flat), their 64-bit ids, and each text's start offset."""
-    flat, offsets = tokenize_array(pa.array(texts, pa.large_string()))
-    return flat, hasher(flat), offsets
+from rufus_data.ngram_hash import sorted_member
 
 
 def minhash_kwargs(num_perm: int, seed: int) -> dict:
@@ -84,8 +32,6 @@ class BatchMinHasher:
     a Python call per row, which is what makes decontam faster than a plain exact pass."""
 
     def __init__(self, num_perm: int, seed: int):
-        from datasketch.minhash import _fmix
-
         template = MinHash(**minhash_kwargs(num_perm, seed))
         self.num_perm, self.seed = num_perm, seed
         self._a, self._b = (np.asarray(p, dtype=np.uint32) for p in template.permutations)
@@ -117,15 +63,6 @@ class BatchMinHasher:
         return out.T
 
 
-def sorted_member(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
-    """np.isin for a sorted key array, by binary search (no sort of `values`)."""
-    if not len(sorted_keys):
-        return np.zeros(values.shape, dtype=bool)
-    pos = np.searchsorted(sorted_keys, values)
-    np.minimum(pos, len(sorted_keys) - 1, out=pos)
-    return sorted_keys[pos] == values
-
-
 class BandIndex:
     """LSH banding over MinHash signatures: b bands of r rows, (b, r) chosen by datasketch's own
     optimiser for a Jaccard threshold with false negatives weighted heavier (every candidate is
@@ -136,8 +73,6 @@ class BandIndex:
     _LOW = np.uint64((1 << 22) - 1)
 
     def __init__(self, threshold: float, num_perm: int, weights: tuple[float, float] = (0.2, 0.8)):
-        from datasketch.lsh import _optimal_param
-
         self.b, self.r = _optimal_param(threshold, num_perm, *weights)
         self.keys = np.empty(0, dtype=np.uint64)
         self.bitmap = np.zeros(1 << 22, dtype=bool)  # first filter on the low bits of band keys
@@ -180,7 +115,3 @@ class BandIndex:
 
 def lean(minhashes: list[MinHash]) -> list[LeanMinHash]:
     return [LeanMinHash(m) for m in minhashes]
-
-
-def shingles_of(ids: np.ndarray, k: int) -> np.ndarray:
-    return shingle32(ids, k) if len(ids) else np.empty(0, dtype=np.uint32)
