@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from rufus_data.cli_options import flag_option, model_options
 from rufus_data.console import cli_errors, console
+from rufus_data.errors import RufusError
+from rufus_data.filter import FilterConfig, filter_prompts, rebucket
+from rufus_data.pairs import PairsConfig, build_pairs
+from rufus_data.yaml_config import model_from_options
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus data: sources, mix, decontam, filter, pairs.")
 models_app = typer.Typer(no_args_is_help=True, help="Model references and the built-in small model.")
@@ -110,60 +116,29 @@ def sql_command(
 
 
 # --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
-_BACKEND_HELP = "hf (transformers, in-process) | vllm (Rufus starts a vLLM server) | server (--base-url)"
-_VLLM_COMMAND_HELP = (
-    "vllm: server command (default: $RUFUS_VLLM_COMMAND, else `vllm serve` if on PATH, "
-    "else `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`)"
-)
-_REWARD_HELP = "reward spec, repeatable: 'string_match:gsm8k' or '{name: string_match, answer_column: expected_output}'"
+# Their options are the fields of FilterConfig / PairsConfig, one flag each (cli_options.py).
+OutOption = Annotated[Path, typer.Option("--out", help="output folder")]
+OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existing output folder")]
 
 
 @app.command("filter")
 @cli_errors
+@model_options(FilterConfig, optional=("policy", "reward"))  # --from-rollouts needs neither
 def filter_command(
     shards: list[Path] = typer.Argument(None, help="rl shard folder(s) (id, prompt, expected_output)"),
-    out: Path = typer.Option(..., "--out", help="output folder"),
-    policy: str = typer.Option(None, "--policy", help="model: built-in name, local folder or hub id"),
-    reward: list[str] = typer.Option(None, "--reward", help=_REWARD_HELP),
-    k: int = typer.Option(8, "--k", help="samples per prompt"),
-    backend: str = typer.Option("hf", "--backend", help=_BACKEND_HELP),
-    max_tokens: int = typer.Option(512, "--max-tokens", help="tokens per sample"),
-    temperature: float = typer.Option(1.0, "--temperature", help="1.0 = the policy's own distribution, as in RL"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k", help="0 = off"),
-    min_p: float = typer.Option(0.0, "--min-p"),
-    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
-    seed: int = typer.Option(0, "--seed", help="run seed; per-prompt and per-sample seeds derive from it"),
-    keep: str = typer.Option("0<p<1", "--keep", help="pass-rate band of learnable/, e.g. '0.1<p<0.9'"),
+    out: OutOption = ...,
     from_rollouts: Path = typer.Option(None, "--from-rollouts", help="re-bucket an earlier filter --out (no generation)"),
-    base_url: list[str] = typer.Option(None, "--base-url", help="server backend: OpenAI-compatible URL, repeatable"),
-    served_model_name: str = typer.Option(None, "--served-model-name", help="server backend: model name at the server"),
-    concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
-    vllm_command: str = typer.Option(None, "--vllm-command", help=_VLLM_COMMAND_HELP),
-    devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: --max-model-len of the server"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+    overwrite: OverwriteOption = False,
+    options: dict | None = None,
 ) -> None:
     """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
     all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
-    import shlex
-
-    from rufus_data.errors import RufusError
-    from rufus_data.filter import FilterConfig, filter_prompts, parse_reward_option, rebucket
-
     if from_rollouts is not None:
-        result = rebucket(from_rollouts, out, keep, overwrite=overwrite)
+        result = rebucket(from_rollouts, out, options["keep"], overwrite=overwrite)
     else:
-        if not shards or not policy or not reward:
+        if not shards or "policy" not in options or "reward" not in options:
             raise RufusError("filter needs SHARDS, --policy and --reward (or --from-rollouts DIR to re-bucket)")
-        config = FilterConfig(
-            policy=policy, reward=parse_reward_option(reward), k=k, backend=backend, max_tokens=max_tokens,
-            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
-            seed=seed, keep=keep, base_urls=base_url or [], served_model_name=served_model_name,
-            concurrency=concurrency, vllm_command=shlex.split(vllm_command) if vllm_command else None,
-            devices=devices, max_model_len=max_model_len,
-        )
-        result = filter_prompts(shards, out, config, overwrite=overwrite)
+        result = filter_prompts(shards, out, model_from_options(FilterConfig, options), overwrite=overwrite)
     table = Table(title=f"{out}: prompts per bucket")
     for col in ("bucket", "prompts"):
         table.add_column(col)
@@ -175,49 +150,15 @@ def filter_command(
 
 @app.command("pairs")
 @cli_errors
+@model_options(PairsConfig)
 def pairs_command(
     shards: list[Path] = typer.Argument(..., help="rl shard folder(s) (id, prompt, expected_output)"),
-    out: Path = typer.Option(..., "--out", help="output folder"),
-    strong: str = typer.Option(None, "--strong", help="model whose answers are chosen"),
-    weak: str = typer.Option(None, "--weak", help="model whose answers are rejected"),
-    policy: str = typer.Option(None, "--policy", help="on-policy pairs: a passing vs a failing sample of k (needs --reward)"),
-    k: int = typer.Option(4, "--k", help="on-policy samples per prompt"),
-    reward: list[str] = typer.Option(None, "--reward", help=_REWARD_HELP),
-    perturb_answer: bool = typer.Option(False, "--perturb-answer", help="rejected = chosen with its final number changed"),
-    require_verified: bool = typer.Option(False, "--require-verified", help="keep only chosen-passes/rejected-fails"),
-    backend: str = typer.Option("hf", "--backend", help=_BACKEND_HELP),
-    max_tokens: int = typer.Option(512, "--max-tokens", help="tokens per sample"),
-    temperature: float = typer.Option(0.7, "--temperature"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k", help="0 = off"),
-    min_p: float = typer.Option(0.0, "--min-p"),
-    repetition_penalty: float = typer.Option(1.0, "--repetition-penalty"),
-    seed: int = typer.Option(0, "--seed", help="run seed; per-prompt and per-sample seeds derive from it"),
-    base_url: list[str] = typer.Option(None, "--base-url", help="server backend: URL for all models, repeatable"),
-    served_model_name: str = typer.Option(None, "--served-model-name", help="server backend: model name at the server"),
-    strong_base_url: list[str] = typer.Option(None, "--strong-base-url", help="server backend: URL of --strong"),
-    weak_base_url: list[str] = typer.Option(None, "--weak-base-url", help="server backend: URL of --weak"),
-    concurrency: int = typer.Option(32, "--concurrency", help="server/vllm: requests in flight"),
-    vllm_command: str = typer.Option(None, "--vllm-command", help=_VLLM_COMMAND_HELP),
-    devices: str = typer.Option(None, "--devices", help="vllm: CUDA_VISIBLE_DEVICES of the server"),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: --max-model-len of the server"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
+    out: OutOption = ...,
+    overwrite: OverwriteOption = False,
+    options: dict | None = None,
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
-    import shlex
-
-    from rufus_data.filter import parse_reward_option
-    from rufus_data.pairs import PairsConfig, build_pairs
-
-    config = PairsConfig(
-        strong=strong, weak=weak, policy=policy, k=k, reward=parse_reward_option(reward or []),
-        perturb_answer=perturb_answer, require_verified=require_verified, backend=backend, max_tokens=max_tokens,
-        temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
-        seed=seed, base_urls=base_url or [], served_model_name=served_model_name,
-        strong_base_urls=strong_base_url or [], weak_base_urls=weak_base_url or [], concurrency=concurrency,
-        vllm_command=shlex.split(vllm_command) if vllm_command else None, devices=devices, max_model_len=max_model_len,
-    )
-    result = build_pairs(shards, out, config, overwrite=overwrite)
+    result = build_pairs(shards, out, model_from_options(PairsConfig, options), overwrite=overwrite)
     table = Table(title=f"{out}: {result['method']}")
     for col in ("count", "value"):
         table.add_column(col)

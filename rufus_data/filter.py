@@ -30,7 +30,7 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate import SamplingParams, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import GenerationOptions
+from rufus_data.generate.options import GenerationOptions, RewardSpecs
 from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table, pyplot
@@ -45,10 +45,10 @@ PASS_RATE = "pass_rate"
 class FilterConfig(GenerationOptions):
     """Everything that decides the rollouts (hashed for resumption) plus where they run."""
 
-    policy: str
-    reward: list[str | dict] = Field(min_length=1)
-    k: int = Field(8, ge=1)
-    keep: str = "0<p<1"
+    policy: str = Field(description="model: built-in name, local folder or hub id")
+    reward: RewardSpecs = Field(min_length=1)
+    k: int = Field(8, ge=1, description="samples per prompt")
+    keep: str = Field("0<p<1", description="pass-rate band of learnable/, e.g. '0.1<p<0.9'")
 
     def rollout_hash(self, inputs: list[dict]) -> str:
         """The journal key (--keep does not change the rollouts and is left out)."""
@@ -341,24 +341,3 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
     run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
     run.update(from_rollouts=str(src), max_model_len_check="n/a (no generation)")
     return write_filter_output(step, rows, schema, rollouts, k, keep, run)
-
-
-def parse_reward_option(values: list[str]) -> list[str | dict]:
-    """`--reward` values: `name:arg` strings, or YAML/JSON mappings such as
-    `{name: string_match, extractor: gsm8k, answer_column: expected_output}`."""
-    import yaml
-
-    specs: list[str | dict] = []
-    for value in values:
-        text = value.strip()
-        if text.startswith("{"):
-            try:
-                spec = yaml.safe_load(text)
-            except yaml.YAMLError as err:
-                raise RufusError(f"--reward {value!r} is not a valid YAML mapping ({err}); e.g. '{{name: string_match}}'") from None
-            if not isinstance(spec, dict):
-                raise RufusError(f"--reward {value!r} must be a mapping like '{{name: string_match, extractor: gsm8k}}'")
-            specs.append(spec)
-        else:
-            specs.append(text)
-    return specs

@@ -29,14 +29,16 @@ import re
 import shutil
 from collections import Counter
 from pathlib import Path
+from typing import Annotated
 
 import pyarrow as pa
 from pydantic import Field
 
+from rufus_data.cli_options import Flag
 from rufus_data.errors import RufusError
 from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
 from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import GenerationOptions
+from rufus_data.generate.options import GenerationOptions, RewardSpecs
 from rufus_data.generate.prompts import read_prompt_rows
 from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table
@@ -44,17 +46,21 @@ from rufus_data.shards import write_shards
 
 
 class PairsConfig(GenerationOptions):
-    strong: str | None = None
-    weak: str | None = None
-    policy: str | None = None
-    k: int = Field(4, ge=1)
-    reward: list[str | dict] = Field(default_factory=list)
-    perturb_answer: bool = False
-    require_verified: bool = False
-    pass_threshold: float = 1.0  # a reward >= this passes
-    temperature: float = 0.7
-    strong_base_urls: list[str] = Field(default_factory=list)  # default: base_urls
-    weak_base_urls: list[str] = Field(default_factory=list)  # default: base_urls
+    strong: str | None = Field(None, description="model whose answers are chosen")
+    weak: str | None = Field(None, description="model whose answers are rejected")
+    policy: str | None = Field(None, description="on-policy pairs: a passing vs a failing sample of k (needs --reward)")
+    k: int = Field(4, ge=1, description="on-policy samples per prompt")
+    reward: RewardSpecs = Field(default_factory=list)
+    perturb_answer: bool = Field(False, description="rejected = chosen with its final number changed")
+    require_verified: bool = Field(False, description="keep only chosen-passes/rejected-fails")
+    pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this")
+    temperature: float = Field(0.7, description="sampling temperature")
+    strong_base_urls: Annotated[list[str], Flag("--strong-base-url")] = Field(
+        default_factory=list, description="server backend: URL of --strong (default: --base-url)"
+    )
+    weak_base_urls: Annotated[list[str], Flag("--weak-base-url")] = Field(
+        default_factory=list, description="server backend: URL of --weak (default: --base-url)"
+    )
 
     def method(self) -> str:
         if self.policy:

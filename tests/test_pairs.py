@@ -67,7 +67,7 @@ def test_report_always_shows_the_no_answer_to_perturb_count(tmp_path, data_root)
 
 
 def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch):
-    import rufus_data.pairs
+    import rufus_data.cli
 
     seen = {}
 
@@ -75,7 +75,7 @@ def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch
         seen["config"] = config
         return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None}
 
-    monkeypatch.setattr(rufus_data.pairs, "build_pairs", capture)
+    monkeypatch.setattr(rufus_data.cli, "build_pairs", capture)
     result = CliRunner().invoke(app, [
         "pairs", str(tmp_path), "--out", str(tmp_path / "p"), "--strong", "a", "--weak", "b", "--top-k", "20",
         "--min-p", "0.05", "--repetition-penalty", "1.1", "--max-model-len", "4096", "--served-model-name", "served",

@@ -1,0 +1,143 @@
+"""Typer options generated from a pydantic config model: one flag per field, its help the field's
+`description`, its default the field's default. A setting is added to the model once and reaches
+every command built on it, the way TRL's HfArgumentParser builds flags from its dataclasses.
+
+    @app.command("filter")
+    @cli_errors
+    @model_options(FilterConfig, optional=("policy", "reward"))
+    def filter_command(out: Path = typer.Option(..., "--out"), options: dict = None) -> None:
+        config = FilterConfig(**options)
+
+The flag of `max_tokens` is `--max-tokens`; a boolean is a plain flag (`--overwrite`); a field
+without a default is a required option. Where the field name or type does not say how it is
+written on the command line, a `Flag` in the field's annotation does:
+`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import types
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import typer
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a field is written on the command line, where its name and type do not say it."""
+
+    name: str | None = None  # default: --field-name
+    type: Any = None  # the command-line type, when the field's has none in typer (list[str | dict])
+    parse: Callable[[Any], Any] | None = None  # command-line value -> field value (shlex.split, ...)
+
+
+@dataclass(frozen=True)
+class CliField:
+    """One generated option: the field it fills and how."""
+
+    field: str
+    parse: Callable[[Any], Any] | None
+    parameter: inspect.Parameter
+
+
+def flag_option(name: str, help: str) -> Any:
+    """A boolean option written as a bare flag, shown without a value (`--overwrite`, not
+    `--overwrite <bool>` as typer renders it by default)."""
+    return typer.Option(name, help=help, metavar="")
+
+
+def flag_of(info: FieldInfo) -> Flag:
+    return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
+
+
+def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[CliField]:
+    """The options of `model`'s fields: the model's own fields first, then those it inherits.
+    `optional` fields are never required on the command line (the command checks them itself)."""
+    fields = model.model_fields
+    unknown = set(optional) - set(fields)
+    if unknown:
+        raise ValueError(f"{model.__name__} has no field {sorted(unknown)}")
+    out = []
+    for name in _declaration_order(model):
+        info = fields[name]
+        if not info.description:
+            raise ValueError(f"{model.__name__}.{name} has no description: it is the option's help")
+        flag = flag_of(info)
+        option_name = flag.name or "--" + name.replace("_", "-")
+        cli_type = flag.type or _cli_type(info.annotation)
+        default = _default(info, name in optional)
+        if cli_type is bool:
+            option = flag_option(option_name if not default else f"{option_name}/--no-{option_name[2:]}", info.description)
+        else:
+            option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...))
+        parameter = inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[cli_type, option]
+        )
+        out.append(CliField(name, flag.parse, parameter))
+    return out
+
+
+def model_options(model: type[BaseModel], *, into: str = "options", optional: Sequence[str] = ()):
+    """Decorator: the command gets one option per field of `model` after its own parameters, and
+    receives their values as one dict in its parameter `into` (fields left unset are absent)."""
+    generated = cli_fields(model, optional)
+
+    def decorate(command: Callable) -> Callable:
+        signature = inspect.signature(command, eval_str=True)
+        own = [p for name, p in signature.parameters.items() if name != into]
+        clash = {p.name for p in own} & {g.field for g in generated}
+        if clash:
+            raise ValueError(f"{command.__name__} declares {sorted(clash)} itself and through {model.__name__}")
+
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            values = {}
+            for item in generated:
+                value = kwargs.pop(item.field, None)
+                if value is None or (isinstance(value, (list, tuple)) and not value):
+                    continue  # unset: the model's default applies
+                values[item.field] = item.parse(value) if item.parse else value
+            return command(*args, **kwargs, **{into: values})
+
+        parameters = own + [g.parameter for g in generated]
+        wrapper.__signature__ = signature.replace(parameters=parameters)
+        wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
+        return wrapper
+
+    return decorate
+
+
+def _declaration_order(model: type[BaseModel]) -> list[str]:
+    """Field names, the most derived class's own first (a command's settings before the shared ones)."""
+    order: list[str] = []
+    for cls in model.__mro__:
+        for name in inspect.get_annotations(cls):
+            if name in model.model_fields and name not in order:
+                order.append(name)
+    return order
+
+
+def _default(info: FieldInfo, optional: bool) -> Any:
+    if info.default is not PydanticUndefined:
+        return info.default
+    if info.default_factory is not None:
+        value = info.default_factory()
+        return None if value in ([], {}, ()) else value  # an empty list shows as no default
+    return None if optional else ...
+
+
+def _cli_type(annotation: Any) -> Any:
+    """The type typer parses: the annotation, with `X | None` read as X."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+        raise TypeError(f"{annotation} has no command-line form: give the field a Flag(type=...)")
+    return annotation

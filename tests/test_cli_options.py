@@ -1,0 +1,130 @@
+"""Options generated from pydantic config models (rufus_data/cli_options.py): every field of the
+shared generation settings is a flag of both `filter` and `pairs`, with its description as help;
+booleans are bare flags; required fields are required options. Nothing here generates."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+import typer
+from pydantic import BaseModel, Field
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from rufus_data.cli import app
+from rufus_data.cli_options import Flag, model_options
+from rufus_data.filter import FilterConfig
+from rufus_data.generate.options import GenerationOptions
+from rufus_data.pairs import PairsConfig
+
+COMMANDS = {"filter": FilterConfig, "pairs": PairsConfig}
+# the flags the two commands had when each declared its own options: none may go away
+FLAGS_BEFORE = {
+    "--out", "--policy", "--reward", "--k", "--backend", "--max-tokens", "--temperature", "--top-p", "--top-k",
+    "--min-p", "--repetition-penalty", "--seed", "--base-url", "--served-model-name", "--concurrency",
+    "--vllm-command", "--devices", "--max-model-len", "--overwrite",
+}
+FLAGS_BEFORE_FILTER = FLAGS_BEFORE | {"--keep", "--from-rollouts"}
+FLAGS_BEFORE_PAIRS = FLAGS_BEFORE | {"--strong", "--weak", "--perturb-answer", "--require-verified",
+                                     "--strong-base-url", "--weak-base-url"}
+
+
+def options_of(command: str) -> dict:
+    return {p.name: p for p in get_command(app).commands[command].params}
+
+
+def help_lines(command_app, *args) -> list[str]:
+    result = CliRunner().invoke(command_app, [*args, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_generation_setting_is_a_flag_with_its_description(command):
+    config, options = COMMANDS[command], options_of(command)
+    for name in GenerationOptions.model_fields:
+        assert name in options, f"{command} has no option for GenerationOptions.{name}"
+        assert options[name].help == config.model_fields[name].description
+    for name in config.model_fields:  # the command's own settings too
+        assert options[name].help == config.model_fields[name].description
+    flags = {flag for option in options.values() for flag in option.opts}
+    assert flags >= (FLAGS_BEFORE_FILTER if command == "filter" else FLAGS_BEFORE_PAIRS)
+
+
+def test_defaults_come_from_each_commands_config():
+    filter_options, pairs_options = options_of("filter"), options_of("pairs")
+    assert (filter_options["temperature"].default, pairs_options["temperature"].default) == (1.0, 0.7)
+    assert (filter_options["k"].default, pairs_options["k"].default) == (8, 4)
+    assert filter_options["keep"].default == "0<p<1" and filter_options["concurrency"].default == 32
+
+
+def test_boolean_options_are_bare_flags_in_help():
+    lines = help_lines(app, "pairs") + help_lines(app, "filter")
+    for flag in ("--overwrite", "--perturb-answer", "--require-verified"):
+        shown = [line for line in lines if f" {flag} " in line]
+        assert shown, f"{flag} missing from --help"
+        assert all("<bool>" not in line for line in shown), shown
+    assert any("--out " in line and "[required]" in line for line in lines)
+
+
+class Settings(BaseModel):
+    name: str = Field(description="who to greet")
+    loud: bool = Field(False, description="shout")
+    polite: bool = Field(True, description="say please")
+    urls: Annotated[list[str], Flag("--url")] = Field(default_factory=list, description="where, repeatable")
+    words: Annotated[list[str] | None, Flag(type=str, parse=str.split)] = Field(None, description="a phrase")
+    times: int = Field(1, ge=1, description="how often")
+
+
+def settings_app(seen: dict) -> typer.Typer:
+    demo = typer.Typer()
+
+    @demo.command()
+    @model_options(Settings)
+    def greet(dry: bool = typer.Option(False, "--dry"), options: dict | None = None) -> None:
+        seen.update(options=options, dry=dry)
+
+    @demo.command()
+    def other() -> None:  # two commands keep typer from folding `greet` into the app itself
+        pass
+
+    return demo
+
+
+def test_generated_options_parse_into_the_field_values():
+    seen: dict = {}
+    demo = settings_app(seen)
+    result = CliRunner().invoke(demo, ["greet", "--name", "ada", "--loud", "--no-polite", "--url", "a", "--url", "b",
+                                       "--words", "hello there", "--dry"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"dry": True, "options": {"name": "ada", "loud": True, "polite": False, "urls": ["a", "b"],
+                                             "words": ["hello", "there"], "times": 1}}
+    assert CliRunner().invoke(demo, ["greet", "--name", "ada"]).exit_code == 0
+    assert seen["options"] == {"name": "ada", "loud": False, "polite": True, "times": 1}  # unset lists are absent
+    missing = CliRunner().invoke(demo, ["greet"])
+    assert missing.exit_code == 2 and "--name" in missing.output
+    lines = help_lines(demo, "greet")
+    assert any("--name" in line and "[required]" in line for line in lines)
+    assert any("--polite" in line and "--no-polite" in line for line in lines)
+    assert all("<bool>" not in line for line in lines if "--loud" in line)
+
+
+def test_a_field_without_description_or_declared_twice_is_refused():
+    class Bare(BaseModel):
+        x: int = 1
+
+    with pytest.raises(ValueError, match="Bare.x has no description"):
+        model_options(Bare)
+    with pytest.raises(ValueError, match=r"declares \['name'\] itself and through Settings"):
+
+        @model_options(Settings)
+        def clash(name: str = "x", options: dict | None = None) -> None:
+            pass
+
+
+def test_a_bad_value_is_named_as_its_option(tmp_path):
+    result = CliRunner().invoke(app, ["pairs", str(tmp_path), "--out", str(tmp_path / "p"), "--perturb-answer",
+                                      "--k", "0"])
+    assert result.exit_code == 2 and "--k: Input should be greater than or equal to 1" in result.output
+    assert not (tmp_path / "p").exists()
