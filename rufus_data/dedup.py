@@ -27,7 +27,7 @@ from rufus_data.console import console, progress
 from rufus_data.minhash_lsh import lean, signatures
 from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, fold32, gram_hashes, tokenize_batch
 from rufus_data.output_step import OutputStep
-from rufus_data.shards import folder_fingerprint, shard_row_counts, split_files, write_without_rows
+from rufus_data.shards import shard_row_counts, split_files
 from rufus_data.text_fields import text_fields
 from rufus_data.yaml_config import StrictModel
 
@@ -131,18 +131,11 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
     n_clusters = len(set(clusters.column("kept_row").to_pylist()))
     result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0)
     if not dry_run:
-        with step.folder() as tmp:
-            write_without_rows(files, dropped, tmp)
-            pq.write_table(clusters, tmp / "clusters.parquet")
-            result.seconds = step.seconds
-            manifest = step.manifest(
-                config=config.model_dump(), inputs=[folder_fingerprint(shards, files)],
-                counts={"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(dropped), "clusters": n_clusters},
-                versions=("datasketch",),
-                rows_dropped=len(dropped),  # also at the top, where earlier manifests had it
-                splits={split: [p.name for p in paths] for split, paths in by_split.items()},
-            )
-            step.finish(tmp, manifest, dedup_report(result, config))
+        step.write_without_rows(
+            shards, files, rows_in, dropped, why=("clusters.parquet", clusters), config=config.model_dump(), versions=("datasketch",),
+            report=dedup_report(result, config), counts={"clusters": n_clusters},
+            splits={split: [p.name for p in paths] for split, paths in by_split.items()},
+        )
         result.out = step.out
     result.seconds = step.seconds
     if show_progress:

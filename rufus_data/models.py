@@ -81,6 +81,23 @@ def resolve_model(ref: str) -> str:
     return ref
 
 
+def read_model_config(ref: str | None) -> dict:
+    """config.json of a local model folder (built-ins resolved, never converted here); {} for hub
+    ids or missing files. Checks read it before anything loads (context length, architecture)."""
+    if not ref:
+        return {}
+    if ref in BUILTINS:
+        if not is_cached(ref):
+            return {}
+        folder = builtin_path(ref)
+    else:
+        folder = Path(ref).expanduser()
+    path = folder / "config.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
+
+
 def pull(name: str = DEFAULT_MODEL) -> Path:
     """Make sure the built-in model is converted and cached; returns its folder."""
     if name not in BUILTINS:

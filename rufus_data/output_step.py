@@ -24,8 +24,17 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from rufus_data.errors import RufusError
-from rufus_data.shards import atomic_output_dir, package_versions, write_manifest
+from rufus_data.shards import (
+    atomic_output_dir,
+    folder_fingerprint,
+    package_versions,
+    write_manifest,
+    write_without_rows,
+)
 
 REPORT = "report.md"
 CORE_KEYS = frozenset({"command", "config", "config_hash", "inputs", "counts", "versions", "seconds"})
@@ -79,3 +88,21 @@ class OutputStep:
         """Write report.md and manifest.json into the (temporary) folder."""
         (Path(folder) / REPORT).write_text(report)
         write_manifest(folder, manifest)
+
+    def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: set[int], *,
+                           why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
+                           counts: dict | None = None, **own) -> None:
+        """The whole output of a step that drops rows (decontam, dedup): the input shards without
+        the `drop` rows (global row numbers over `files`, `rows_in` in all), `why` (file name,
+        table: which rows went and why), and the manifest, whose counts start with rows in, out
+        and dropped."""
+        with self.folder() as tmp:
+            write_without_rows(files, drop, tmp)
+            pq.write_table(why[1], tmp / why[0])
+            manifest = self.manifest(
+                config=config, inputs=[folder_fingerprint(shards, files)],
+                counts={"rows_in": rows_in, "rows_out": rows_in - len(drop), "rows_dropped": len(drop), **(counts or {})},
+                versions=versions, rows_dropped=len(drop),  # also at the top, where earlier manifests had it
+                **own,
+            )
+            self.finish(tmp, manifest, report)

@@ -26,6 +26,7 @@ from rufus_data.jsonl import read_jsonl
 from rufus_data.pairs import perturb_final_answer
 from rufus_data.rewards.extract import extract_gsm8k
 from rufus_data.shards import write_manifest, write_shards
+from rufus_train.grpo.tools import calculator
 
 GSM8K_SYSTEM = None  # use the template's default system prompt
 
@@ -173,9 +174,7 @@ def calculator_tool_sft(out: Path, limit: int = 32, seed: int = 0) -> Path:
     """Tool-use traces: the user asks a product, the assistant calls `calculator`, reads the tool
     turn and answers. The `tools` column (JSON schemas) makes SFTTrainer render the tools into the
     system turn exactly as GRPO's tool loop will, so the format learnt here is the one parsed there."""
-    from transformers.utils import get_json_schema
-
-    from rufus_train.tools import calculator
+    from transformers.utils import get_json_schema  # heavy: only for the tool-use traces
 
     tools = json.dumps([get_json_schema(calculator)])
     rows = []

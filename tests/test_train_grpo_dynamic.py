@@ -13,7 +13,7 @@ from datasets import Dataset
 
 from rufus_train import modeling
 from rufus_train.config import LoraSettings
-from rufus_train.dynamic_sampling import DynamicSamplingGRPOTrainer, RufusGRPOConfig
+from rufus_train.grpo.dynamic_sampling import DynamicSamplingGRPOTrainer, RufusGRPOConfig
 
 G = 2
 

@@ -7,15 +7,35 @@ import json
 import pickle
 import warnings
 
+import duckdb
 import pytest
 import torch
 from typer.testing import CliRunner
 
 from rufus_data.errors import RufusError
-from rufus_train import async_grpo, serve
+from rufus_data.rewards import build_rewards
+from rufus_train import serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.dynamic_sampling import ResampleStream, dead_groups, dynamic_sampling_problems, mask_warnings
+from rufus_train.grpo import async_checks, gpu_roles, length_checks, rollout_state
+from rufus_train.grpo.dynamic_sampling import (
+    ResampleStream,
+    dead_groups,
+    dynamic_sampling_problems,
+    mask_warnings,
+)
+from rufus_train.grpo.search_index import SearchIndex, build_index
+from rufus_train.grpo.stage import async_config, check_reward_model
+from rufus_train.grpo.tools import (
+    TOOLS,
+    CodingEnvironment,
+    SearchEnvironment,
+    calculator,
+    enable_tool_parsing,
+    run_python,
+    search_environment_factory,
+)
+from rufus_train.runner import build_trl_args
 from rufus_train.stages import get_stage
 
 
@@ -33,7 +53,7 @@ def test_async_refuses_everything_it_cannot_run_one_message_each(tmp_path):
         grpo_execution="async", dynamic_sampling="resample", accelerate_config=str(accelerate),
         reward_model="smollm2-135m", trainer={"eval_strategy": "steps", "use_liger_kernel": True},
     )
-    problems = async_grpo.async_problems(config, environ={})
+    problems = async_checks.async_problems(config, environ={})
     text = "\n".join(problems)
     assert not torch.cuda.is_available()
     for needle in ("no CUDA GPU", "vllm is not importable", "`kernels` package", "DeepSpeed", "evaluation during training",
@@ -41,18 +61,18 @@ def test_async_refuses_everything_it_cannot_run_one_message_each(tmp_path):
         assert sum(needle in p for p in problems) == 1, (needle, text)
     assert all(p.startswith(("(trl)", "(rufus)")) for p in problems)  # each says where its rule comes from
     with pytest.raises(RufusError, match=r"grpo_execution: async cannot run this reasoning_rl config \(\d+ problems\)"):
-        async_grpo.validate_async_args(config, environ={})
+        async_checks.validate_async_args(config, environ={})
 
 
 def test_async_allows_fsdp2_lora_and_several_processes_but_not_fsdp1(tmp_path):
     fsdp2 = tmp_path / "fsdp2.yaml"
     fsdp2.write_text("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n")
     config = grpo_config(grpo_execution="async", accelerate_config=str(fsdp2))
-    problems = async_grpo.async_problems(config, environ={})
+    problems = async_checks.async_problems(config, environ={})
     assert not any("FSDP" in p or "DeepSpeed" in p or "lora" in p.lower() for p in problems), problems
-    assert async_grpo.accelerate_settings(str(fsdp2), {})["num_processes"] == 4
+    assert async_checks.accelerate_settings(str(fsdp2), {})["num_processes"] == 4
     launched_fsdp1 = {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "1"}
-    assert any("FSDP version 1" in p for p in async_grpo.async_problems(config.model_copy(update={"accelerate_config": None}), launched_fsdp1))
+    assert any("FSDP version 1" in p for p in async_checks.async_problems(config.model_copy(update={"accelerate_config": None}), launched_fsdp1))
 
 
 def test_async_refuses_quantized_models_and_head_adapters(tmp_path):
@@ -60,10 +80,10 @@ def test_async_refuses_quantized_models_and_head_adapters(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"quantization_config": {"quant_method": "bitsandbytes"}}))
     config = grpo_config(grpo_execution="async", model=str(model))
-    assert any("bitsandbytes" in p for p in async_grpo.async_problems(config, environ={}))
+    assert any("bitsandbytes" in p for p in async_checks.async_problems(config, environ={}))
     head = grpo_config(grpo_execution="async").model_copy()
     head.lora.target_modules = ["q_proj", "lm_head"]  # the common LoRA guard refuses this before; async says why too
-    assert any("lora.target_modules ['lm_head']" in p for p in async_grpo.async_problems(head, environ={}))
+    assert any("lora.target_modules ['lm_head']" in p for p in async_checks.async_problems(head, environ={}))
 
 
 def test_cli_override_grpo_execution_wins_and_check_refuses(tmp_path, builtin_model):
@@ -75,12 +95,6 @@ def test_cli_override_grpo_execution_wins_and_check_refuses(tmp_path, builtin_mo
 
 
 def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_tokenizer, tmp_path):
-    from rufus_data.rewards import build_rewards
-    from rufus_train.runner import build_trl_args
-    from rufus_train.search_index import build_index
-    from rufus_train.stages.grpo import async_config
-    from rufus_train.tools import TOOLS, enable_tool_parsing, search_environment_factory
-
     config = grpo_config(grpo_execution="async", output_dir=str(tmp_path / "run"), max_steps=3, token_budget=None)
     args = async_config(build_trl_args(config, tmp_path / "run"), config)
     assert args.vllm_server_base_url == "http://localhost:8000" and args.token_budget is None  # null: server's max_model_len
@@ -88,22 +102,22 @@ def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_
     # what TRL pickles into the spawned rollout worker: rewards, tools, environments, the tokenizer (with its parser)
     rewards, _ = build_rewards(config.rewards)
     index = build_index([{"id": "d", "text": "Paris is in France."}], tmp_path / "idx.duckdb")
-    async_grpo.check_picklable(rewards, list(TOOLS.values()), search_environment_factory(index))
+    async_checks.check_picklable(rewards, list(TOOLS.values()), search_environment_factory(index))
     tokenizer = pickle.loads(pickle.dumps(enable_tool_parsing(builtin_tokenizer)))
     assert tokenizer.response_template is not None
     with pytest.raises(RufusError, match="must\\s+pickle.*<lambda>"):
-        async_grpo.check_picklable([lambda prompts, completions, **kw: [0.0]])
+        async_checks.check_picklable([lambda prompts, completions, **kw: [0.0]])
 
 
 def test_rollout_state_low_water_mark(tmp_path):
     with pytest.warns(UserWarning, match="restarts from prompt 0"):
-        assert async_grpo.read_rollout_state(tmp_path, 10) is None
+        assert rollout_state.read_rollout_state(tmp_path, 10) is None
     (tmp_path / "rollout_state.json").write_text(json.dumps({"prompt_index": 23, "model_version": 5}))
-    state = async_grpo.read_rollout_state(tmp_path, 10)
+    state = rollout_state.read_rollout_state(tmp_path, 10)
     assert (state.prompt_index, state.model_version, state.start_row) == (23, 5, 3)  # TRL restarts at index % len
     (tmp_path / "rollout_state.json").write_text("{}")
     with pytest.raises(RufusError, match="not a TRL rollout state"):
-        async_grpo.read_rollout_state(tmp_path, 10)
+        rollout_state.read_rollout_state(tmp_path, 10)
 
 
 def test_serve_command_matches_what_trl_needs():
@@ -132,15 +146,15 @@ def models_server(openai_stub):
 
 def test_completion_length_vs_server(models_server):
     with pytest.raises(RufusError, match=r"max_completion_length \(64\) >= the server's max_model_len \(64\)"):
-        async_grpo.check_completion_budget(models_server, 64)
+        length_checks.check_completion_budget(models_server, 64)
     with pytest.warns(UserWarning, match=r"token_budget \(32\) is below the server's max_model_len \(64\)"):
-        assert async_grpo.check_completion_budget(models_server, 16, token_budget=32) == 64
+        assert length_checks.check_completion_budget(models_server, 16, token_budget=32) == 64
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert async_grpo.check_completion_budget(models_server, 16, token_budget=None) == 64
-    assert async_grpo.check_completion_budget("http://127.0.0.1:9", 16, retries=2, delay_s=0.01) is None  # skipped
+        assert length_checks.check_completion_budget(models_server, 16, token_budget=None) == 64
+    assert length_checks.check_completion_budget("http://127.0.0.1:9", 16, retries=2, delay_s=0.01) is None  # skipped
     with pytest.raises(RufusError, match=r"longest prompt \(50 tokens\) plus max_completion_length \(16\) is 66"):
-        async_grpo.check_prompt_fits(50, 16, 64, "the server")
+        length_checks.check_prompt_fits(50, 16, 64, "the server")
 
 
 def test_stage_check_reads_server_before_loading(models_server, tmp_path):
@@ -154,12 +168,12 @@ def test_stage_check_reads_server_before_loading(models_server, tmp_path):
 
 def test_gpu_roles():
     with pytest.raises(RufusError, match="GPU 1 is both a trainer device"):
-        async_grpo.check_gpu_roles("0,1", "1")
+        gpu_roles.check_gpu_roles("0,1", "1")
     with pytest.warns(UserWarning, match="evaluation devices \\(2\\) overlap the vLLM server's"):
-        async_grpo.check_gpu_roles("0", "1,2", "2")
+        gpu_roles.check_gpu_roles("0", "1,2", "2")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        async_grpo.check_gpu_roles("0", "1", "2")
+        gpu_roles.check_gpu_roles("0", "1", "2")
 
 
 # ------------------------------------------------------------------ stage configs
@@ -179,11 +193,13 @@ def test_stage_config_guards():
         get_stage("rlhf").check(grpo_config("rlhf", rewards=[]))
     with pytest.raises(RufusError, match="use the top-level key 'rewards'"):
         grpo_config(trainer={"reward_weights": [1.0]})
+    # the `trainer:` block of every GRPO stage is checked against RufusGRPOConfig
+    for stage in ("reasoning_rl", "rlhf", "general_agent"):
+        with pytest.raises(RufusError, match=r"unknown key 'trainer.epsilon_hi' for RufusGRPOConfig; did you mean 'epsilon_high'"):
+            grpo_config(stage, trainer={"epsilon_hi": 0.28}, search_corpus="c.jsonl")
 
 
 def test_reward_model_must_be_sequence_classification(builtin_model):
-    from rufus_train.stages.grpo import check_reward_model
-
     with pytest.raises(RufusError, match="LlamaForCausalLM, not a sequence-classification checkpoint"):
         check_reward_model(builtin_model)
     with pytest.raises(RufusError, match="does not exist"):
@@ -237,8 +253,6 @@ def test_dynamic_sampling_refusals_and_warnings():
 
 
 def test_tools_calculator_sandbox_and_coding_environment():
-    from rufus_train.tools import CodingEnvironment, calculator, run_python
-
     assert calculator("(12 + 3) * 4") == "60" and calculator("7 / 2") == "3.5"
     assert calculator("1/0") == "error: division by zero"
     assert calculator("__import__('os').system('true')").startswith("error: unsupported syntax")
@@ -251,11 +265,6 @@ def test_tools_calculator_sandbox_and_coding_environment():
 
 
 def test_search_index_bm25_offline(tmp_path):
-    import duckdb
-
-    from rufus_train.search_index import SearchIndex, build_index
-    from rufus_train.tools import SearchEnvironment
-
     with pytest.raises(duckdb.Error):  # the fts extension is not loadable offline with this duckdb
         duckdb.connect().execute("LOAD fts")
     docs = [{"id": "paris", "text": "Paris is the capital of France."},
@@ -274,8 +283,6 @@ def test_search_index_bm25_offline(tmp_path):
 
 def test_rufus_chatml_tool_calls_parse_back(builtin_tokenizer):
     from trl.chat_template_utils import parse_response
-
-    from rufus_train.tools import calculator, enable_tool_parsing
 
     tokenizer = enable_tool_parsing(builtin_tokenizer)
     prefix = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], tools=[calculator],

@@ -29,7 +29,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.console import console, progress
@@ -43,7 +42,7 @@ from rufus_data.decontam.scan import scan_table
 from rufus_data.decontam.semantic_judge import judge_candidates
 from rufus_data.errors import RufusError
 from rufus_data.output_step import OutputStep
-from rufus_data.shards import folder_fingerprint, shard_row_counts, split_files, write_without_rows
+from rufus_data.shards import shard_row_counts, split_files
 
 __all__ = [
     "HIT_SCHEMA", "Candidate", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",
@@ -97,20 +96,14 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                             index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits,
                             judge=verdicts)
     if not dry_run:
-        with step.folder() as tmp:
-            write_without_rows(files, flagged, tmp)
-            pq.write_table(hits, tmp / "contaminated.parquet")
-            result.seconds = step.seconds
-            manifest = step.manifest(
-                config=config.model_dump(), inputs=[folder_fingerprint(shards, files)],
-                counts={"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(flagged), "hits": hits.num_rows},
-                versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
-                rows_dropped=len(flagged),  # also at the top, where earlier manifests had it
-                against=against, against_suites=list(suites), not_decontaminable=loaded.not_decontaminable,
-                splits=splits, benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
-                boilerplate_train_grams=boiler[:100], judge=verdicts,
-            )
-            step.finish(tmp, manifest, decontam_report(result, asked, config))
+        step.write_without_rows(
+            shards, files, rows_in, flagged, why=("contaminated.parquet", hits), config=config.model_dump(),
+            versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
+            report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
+            against=against, against_suites=list(suites), not_decontaminable=loaded.not_decontaminable, splits=splits,
+            benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
+            boilerplate_train_grams=boiler[:100], judge=verdicts,
+        )
         result.out = step.out
     result.seconds = step.seconds
     if show_progress:

@@ -4,7 +4,7 @@ vLLM answers HTTP 400 when `max_tokens` alone exceeds its context, but when only
 answers 200 and silently cuts the output (`finish_reason: length`), which would quietly turn
 into wrong rewards. So read `max_model_len` from `GET /v1/models` and refuse at once.
 `check_fits` is the one comparison (and message) used by `filter` / `pairs` and by the train
-stages (rufus_train/async_grpo.py, stages/grpo.py)."""
+stages (rufus_train/grpo/length_checks.py)."""
 
 from __future__ import annotations
 

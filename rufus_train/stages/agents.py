@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+from rufus_train.grpo.config import GRPOStageConfig
+from rufus_train.grpo.stage import GRPOStage
 
 ANSWER_REWARD = {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+from rufus_train.grpo.config import GRPOStageConfig
+from rufus_train.grpo.stage import GRPOStage
 
 DEFAULT_REWARDS = [{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}]
 

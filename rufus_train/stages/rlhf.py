@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import Field
 
-from rufus_train.stages.grpo import GRPOStage, GRPOStageConfig
+from rufus_train.grpo.config import GRPOStageConfig
+from rufus_train.grpo.stage import GRPOStage
 
 
 class RLHFConfig(GRPOStageConfig):

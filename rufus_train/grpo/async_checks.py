@@ -24,26 +24,26 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
   `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
   the Hub on first use), no Liger kernel, attention-only architectures, picklable rewards.
 
-Also here: the completion-length check against the server's `max_model_len`, the GPU-role check,
-and reading `rollout_state.json` on resume (see docs/train_rl.md for the resume semantics). The
-vLLM server async GRPO needs is started by `rufus-train serve` (serve.py)."""
+The checks every GRPO run shares sit beside this module: length_checks.py (completion length
+against the server's `max_model_len`), gpu_roles.py and rollout_state.py (the async resume
+position). The vLLM server async GRPO needs is started by `rufus-train serve`
+(rufus_train/serve.py)."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import pickle
 import sys
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
-from rufus_data.console import console
+import yaml
+from huggingface_hub.constants import HF_HUB_CACHE
+
 from rufus_data.errors import RufusError
+from rufus_data.models import read_model_config
 
 TREE_ATTENTION_KERNEL = "kernels-community/flash-attn3"
-ROLLOUT_STATE = "rollout_state.json"
 QUANTIZATION_KEYS = ("quantization_config", "load_in_4bit", "load_in_8bit")
 HEAD_AND_EMBEDDINGS = ("lm_head", "embed_tokens", "embed_out", "wte", "word_embeddings")
 
@@ -95,7 +95,7 @@ def validate_async_args(config, environ: dict | None = None) -> None:
 
 def _environment_problems(env: dict) -> list[str]:
     problems = []
-    import torch
+    import torch  # heavy: only when an async run is checked
 
     if not torch.cuda.is_available():
         problems.append(
@@ -128,8 +128,6 @@ def _environment_problems(env: dict) -> list[str]:
 
 
 def _kernel_cached() -> bool:
-    from huggingface_hub.constants import HF_HUB_CACHE
-
     return (Path(HF_HUB_CACHE) / ("models--" + TREE_ATTENTION_KERNEL.replace("/", "--"))).is_dir()
 
 
@@ -159,8 +157,6 @@ def accelerate_settings(config_file: str | None, env: dict) -> dict:
         "num_processes": int(env.get("WORLD_SIZE", "1") or 1),
     }
     if config_file:
-        import yaml
-
         path = Path(config_file)
         if not path.exists():
             raise RufusError(f"accelerate_config {path} does not exist (see catalogs/accelerate/ for examples)")
@@ -194,24 +190,6 @@ def _model_problems(config, trainer: dict) -> list[str]:
     return problems
 
 
-def read_model_config(ref: str | None) -> dict:
-    """config.json of a local model folder (built-ins resolved); {} for hub ids or missing files."""
-    if not ref:
-        return {}
-    from rufus_data.models import BUILTINS, builtin_path, is_cached
-
-    if ref in BUILTINS:
-        if not is_cached(ref):
-            return {}
-        folder = builtin_path(ref)
-    else:
-        folder = Path(ref).expanduser()
-    path = folder / "config.json"
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text())
-
-
 def _lora_problems(config) -> list[str]:
     lora = getattr(config, "lora", None)
     if lora is None or not lora.enabled:
@@ -241,116 +219,3 @@ def check_picklable(rewards: list, tools: list | None = None, environment_factor
             f"pickle; these do not: {'; '.join(bad)}. Use module-level functions or class instances, not lambdas or "
             "closures"
         )
-
-
-# ------------------------------------------------------------------------------ completion length
-
-
-def check_completion_budget(
-    base_url: str, max_completion_length: int, token_budget: int | None = None, retries: int = 3, delay_s: float = 0.5
-) -> int | None:
-    """Before the tokenizer, dataset or model load: read the server's max_model_len and refuse a
-    completion length that cannot fit. Returns max_model_len, or None when the server did not
-    answer (best effort: the check is reported as skipped and the run goes on)."""
-    from rufus_data.generate.context import check_fits, server_max_model_len
-
-    limit = server_max_model_len(base_url, retries=retries, delay_s=delay_s)
-    if limit is None:
-        console.print(f"[yellow]completion-length check skipped:[/] no max_model_len from {base_url}/v1/models")
-        return None
-    check_fits(
-        max_completion_length, limit, at=f" at {base_url}", max_tokens_name="max_completion_length",
-        fixes=["restart the server with a larger --max-model-len (rufus-train serve --max-model-len N)"],
-    )
-    if token_budget is not None and token_budget < limit:
-        warnings.warn(
-            f"token_budget ({token_budget}) is below the server's max_model_len ({limit}): a rollout longer than "
-            "the budget fits in no micro-batch row and is dropped. Leave token_budget null to use max_model_len",
-            UserWarning,
-            stacklevel=2,
-        )
-    console.print(
-        f"server max_model_len {limit}: completions up to {max_completion_length} tokens leave "
-        f"{limit - max_completion_length} tokens for the prompt"
-    )
-    return limit
-
-
-def check_prompt_fits(longest_prompt: int, max_completion_length: int, limit: int, where: str) -> None:
-    """After tokenization: the longest prompt plus max_completion_length must fit `limit` (vLLM
-    would otherwise cut the completion silently; transformers would run past the positions)."""
-    from rufus_data.generate.context import check_fits
-
-    check_fits(
-        max_completion_length, limit, longest_prompt_tokens=longest_prompt, limit_name=where,
-        max_tokens_name="max_completion_length", fixes=["drop long prompts from the shards", "serve a longer context"],
-    )
-
-
-# ------------------------------------------------------------------------------ GPU roles
-
-
-def parse_devices(value: str | None) -> set[str]:
-    return {d.strip() for d in str(value or "").split(",") if d.strip()}
-
-
-def check_gpu_roles(trainer: str | None, server: str | None, evaluation: str | None = None) -> None:
-    """Trainer and vLLM server must not share a GPU (error); evaluation sharing one is a loud warning."""
-    trainer_ids, server_ids, eval_ids = parse_devices(trainer), parse_devices(server), parse_devices(evaluation)
-    if trainer_ids & server_ids:
-        raise RufusError(
-            f"GPU {','.join(sorted(trainer_ids & server_ids))} is both a trainer device (CUDA_VISIBLE_DEVICES="
-            f"{trainer}) and a vLLM server device ({server}): the server pre-allocates most of its GPUs' memory and "
-            "the trainer would run out of memory. Give them disjoint devices (e.g. trainer 0, server 1)"
-        )
-    for role, ids in (("trainer", trainer_ids), ("vLLM server", server_ids)):
-        shared = eval_ids & ids
-        if shared:
-            message = (
-                f"evaluation devices ({evaluation}) overlap the {role}'s on GPU {','.join(sorted(shared))}: evaluation "
-                "will compete for memory and time with training; give it its own GPU"
-            )
-            console.print(f"[bold red]WARNING[/] {message}")
-            warnings.warn(message, UserWarning, stacklevel=2)
-
-
-# ------------------------------------------------------------------------------ resume
-
-
-@dataclass
-class RolloutState:
-    """What TRL's AsyncGRPOTrainer saved beside a checkpoint (rollout_state.json)."""
-
-    prompt_index: int  # low-water mark: the smallest prompt-group index not yet trained
-    model_version: int  # weight-sync counter (adapter names keep counting across a resume)
-    start_row: int  # where the rollout worker restarts: prompt_index modulo the dataset length
-
-
-def read_rollout_state(checkpoint: str | Path, dataset_rows: int) -> RolloutState | None:
-    """Read and explain the rollout position a resume starts from; None (with a warning) when missing.
-
-    `prompt_index` is a low-water mark: groups above it may already have been trained before the
-    checkpoint, so a resume can redo them (duplicated work, never lost data)."""
-    path = Path(checkpoint) / ROLLOUT_STATE
-    if not path.exists():
-        warnings.warn(
-            f"{path} is missing: the async rollout worker restarts from prompt 0 (prompts seen before the checkpoint "
-            "are trained again)",
-            UserWarning,
-            stacklevel=2,
-        )
-        return None
-    try:
-        data = json.loads(path.read_text())
-        prompt_index = int(data["prompt_index"])
-    except (ValueError, KeyError, TypeError) as err:
-        raise RufusError(f"{path} is not a TRL rollout state ({err}): expected {{'prompt_index': N, 'model_version': M}}")
-    if prompt_index < 0 or dataset_rows <= 0:
-        raise RufusError(f"{path}: prompt_index {prompt_index} / dataset of {dataset_rows} rows cannot be resumed")
-    state = RolloutState(prompt_index, int(data.get("model_version", 0)), prompt_index % dataset_rows)
-    console.print(
-        f"async resume: rollouts restart at prompt {state.start_row} (prompt_index {prompt_index}, a low-water mark: "
-        f"groups after it may be generated again), weights version {state.model_version}; the trainer reconnects to "
-        "the vLLM server and pushes the resumed weights before the first generation"
-    )
-    return state

@@ -11,7 +11,7 @@ needs.
   what it prints.
 - `CodingEnvironment`: `run_python` plus `run_tests`, which checks code against the row's own
   tests (HumanEval `test`/`entry_point` or MBPP `test_list`) with the code-execution reward.
-- `SearchEnvironment`: `search` over a local duckdb BM25 index (search_index.py).
+- `SearchEnvironment`: `search` over a local duckdb BM25 index (search_index.py beside it).
 
 `enable_tool_parsing` gives the tokenizer the response template TRL needs to read tool calls
 back out of completions written with the Rufus ChatML template."""
@@ -23,8 +23,10 @@ import functools
 import operator
 
 from rufus_data.errors import RufusError
-from rufus_data.rewards.code_execution import TEST_COLUMNS
+from rufus_data.rewards.code_execution import TEST_COLUMNS, CodeExecutionReward
 from rufus_data.rewards.response_schema import RUFUS_RESPONSE_TEMPLATE
+from rufus_data.rewards.sandbox import SandboxConfig, run_program
+from rufus_train.grpo.search_index import SearchIndex
 
 TOOL_OUTPUT_CHARS = 2000
 
@@ -34,7 +36,7 @@ TOOL_OUTPUT_CHARS = 2000
 
 def enable_tool_parsing(tokenizer):
     """Set the Rufus response template unless the tokenizer already has one; refuse templates that cannot do tools."""
-    from trl.chat_template_utils import supports_tool_calling
+    from trl.chat_template_utils import supports_tool_calling  # heavy: only when a run sets up its tokenizer
 
     if getattr(tokenizer, "response_template", None) is None and getattr(tokenizer, "response_schema", None) is None:
         if "<|im_start|>" not in (tokenizer.chat_template or ""):
@@ -108,8 +110,6 @@ def run_python(code: str) -> str:
     Returns:
         The program's standard output and errors.
     """
-    from rufus_data.rewards.sandbox import SandboxConfig, run_program
-
     result = run_program(code, config=SandboxConfig(timeout_s=10.0, cpu_s=10, memory_mb=512))
     text = result.stdout
     if result.stderr.strip():
@@ -150,8 +150,6 @@ class CodingEnvironment:
         """
         if not self.tests:
             return "this task has no tests"
-        from rufus_data.rewards.code_execution import CodeExecutionReward
-
         reward = CodeExecutionReward(workers=1, timeout_s=10.0)
         score = reward(completions=[code], **{k: [v] for k, v in self.tests.items()})[0]
         return "all tests passed" if score == 1.0 else "some tests failed"
@@ -164,8 +162,6 @@ class SearchEnvironment:
     """One search rollout over a local BM25 index (read-only duckdb file)."""
 
     def __init__(self, index_path: str, k: int = 3):
-        from rufus_train.search_index import SearchIndex
-
         self.index = SearchIndex(index_path)
         self.k = k
 

@@ -77,7 +77,7 @@ class SearchIndex:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.exists():
-            raise RufusError(f"search index {self.path} does not exist: build it with rufus_train.search_index.build_index")
+            raise RufusError(f"search index {self.path} does not exist: build it with rufus_train.grpo.search_index.build_index")
         self.con = duckdb.connect(str(self.path), read_only=True)
 
     def search(self, query: str, k: int = 3) -> list[dict]:
