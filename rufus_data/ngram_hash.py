@@ -6,6 +6,7 @@ with these; the MinHash stage, dedup and the embedder's word cache build on them
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
 from rufus_data.textnorm import tokenize_array
@@ -22,8 +23,6 @@ class TokenHasher:
     SEED = 0x5EED
 
     def __call__(self, tokens) -> np.ndarray:
-        import polars as pl
-
         if not isinstance(tokens, (pa.Array, pa.ChunkedArray)):
             tokens = pa.array(tokens, pa.large_string())
         if not len(tokens):

@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from typing import Literal
 
@@ -175,12 +176,10 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 
 def package_versions(*names: str) -> dict[str, str]:
     """Versions of the packages that shaped an output, for the manifest."""
-    from importlib.metadata import PackageNotFoundError, version
-
     found = {}
     for name in ("rufus", *names):
         try:
-            found[name] = version(name)
-        except PackageNotFoundError:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
             continue
     return found

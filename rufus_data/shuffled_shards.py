@@ -8,6 +8,7 @@ shard. Memory holds one part plus one shard, whatever the size of the mix."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,8 +53,6 @@ def conform(table: pa.Table, schema: pa.Schema, clashing: set[str]) -> pa.Table:
 
 
 def _as_text(value):
-    import json
-
     if value is None or isinstance(value, str):
         return value
     return json.dumps(value, sort_keys=True)
