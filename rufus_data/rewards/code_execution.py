@@ -5,6 +5,8 @@ Test formats (dataset columns):
 - MBPP: `test_list` (assert statements), with `test_imports` prepended;
 - stdin/stdout (LiveCodeBench / APPS): `input_output` ({"inputs": [...], "outputs": [...]}, or its JSON)
   or `test_cases` ([{"input":..., "output":...}], or its JSON); one sandbox run per case.
+A `code_prelude` column goes before the answer's code in every run (LiveCodeBench's import header,
+as its own harness adds it).
 `prompt_imports=True` puts the import lines of the prompt the model saw before the answer's code
 (HumanEval prompts import `typing` etc., and an answer that repeats only the function lacks them).
 HumanEval/MBPP programs run under harness.py inside the sandbox: it passes only if it exits 0 AND prints a
@@ -38,7 +40,7 @@ def extract_code(text: str) -> str:
 
 HARNESS = Path(__file__).with_name("harness.py").read_text()
 # the row columns a code reward reads its tests from (HumanEval, MBPP, APPS, LiveCodeBench)
-TEST_COLUMNS = ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases")
+TEST_COLUMNS = ("test", "entry_point", "test_list", "test_imports", "input_output", "test_cases", "code_prelude")
 
 
 @dataclass
@@ -149,6 +151,8 @@ class CodeExecutionReward(RewardFunction):
             code = extract_code(text)
             if self.prompt_imports and (imports := prompt_import_lines(prompt)):
                 code = f"{imports}\n{code}"
+            if not is_missing(prelude := row.get("code_prelude")):
+                code = f"{prelude}\n{code}"
             row_jobs = self.jobs_for(index, code, row)
             if row_jobs is None:
                 continue

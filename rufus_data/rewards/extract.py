@@ -135,11 +135,27 @@ def extract_full(text: str) -> str | None:
     return text
 
 
+# "The answer is (B)", "Answer: B", "**Answer:** (B)": the letter after the last such phrase
+_ANSWER_LETTER = re.compile(r"(?i:answer)(?:\s+is)?\s*[:：]?\s*\**\s*\(?([A-J])\b\)?")
+_PAREN_LETTER = re.compile(r"\(([A-J])\)")
+
+
+def extract_choice_letter(text: str) -> str | None:
+    """A multiple-choice answer letter (A-J): after the last "answer is"/"Answer:", else the last "(X)"
+    (GPQA's and Global MMLU's prompts ask for "The answer is (X)"; lm-eval's flexible match)."""
+    for pattern in (_ANSWER_LETTER, _PAREN_LETTER):
+        found = [m.group(1) for m in pattern.finditer(text)]
+        if found:
+            return found[-1].upper()
+    return None
+
+
 EXTRACTORS: dict[str, Callable[[str], str | None]] = {
     "boxed": extract_boxed,
     "gsm8k": extract_gsm8k,
     "last_number": extract_last_number,
     "full": extract_full,
+    "choice_letter": extract_choice_letter,
 }
 
 
