@@ -47,9 +47,13 @@ class HubDataset(StrictModel):
     config: str | None = None
     split: str = "train"
     revision: str | None = None
+    # files of the repo read as they are (json/jsonl/parquet/csv), for a dataset whose hub loader is a
+    # script that `datasets` no longer runs (LiveCodeBench); `config` and `split` do not apply then
+    data_files: list[str] | None = None
 
     def describe(self) -> str:
-        return f"{self.id} ({self.config or 'default'}/{self.split}@{self.revision or 'unpinned'})"
+        files = f" files {', '.join(self.data_files)}" if self.data_files else ""
+        return f"{self.id} ({self.config or 'default'}/{self.split}@{self.revision or 'unpinned'}){files}"
 
 
 class IdRange(StrictModel):
@@ -218,8 +222,13 @@ def _hub_rows(hub: HubDataset, what: str, tried: list[str], pin_hint: str) -> Lo
             return None
     import datasets  # heavy: only when a dataset really comes from the hub
 
+    builder = _builder_of(hub.data_files, what) if hub.data_files else None
     try:
-        dataset = datasets.load_dataset(hub.id, hub.config, split=hub.split, revision=hub.revision)
+        if builder:
+            dataset = datasets.load_dataset(builder, split="train",
+                                            data_files=[_hub_file(hub, name, folder) for name in hub.data_files])
+        else:
+            dataset = datasets.load_dataset(hub.id, hub.config, split=hub.split, revision=hub.revision)
     except Exception as err:  # noqa: BLE001 - offline, gated, missing split, bad revision: all end the same way
         first_line = str(err).splitlines()[0][:200] if str(err) else ""
         tried.append(f"could not load hub dataset {hub.describe()}: {type(err).__name__}: {first_line}")
@@ -231,6 +240,22 @@ def _hub_rows(hub: HubDataset, what: str, tried: list[str], pin_hint: str) -> Lo
                   "fingerprint": f"revision:{commit or hub.revision or 'unpinned'}",
                   "datasets_fingerprint": getattr(dataset, "_fingerprint", None)}
     return LoadedRows(iter(dataset), provenance, len(dataset))
+
+
+def _builder_of(files: list[str], what: str) -> str:
+    """The `datasets` builder that reads files of this kind (one kind per dataset)."""
+    kinds = {{".jsonl": "json", ".ndjson": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}.get(
+        Path(name).suffix.lower(), "") for name in files}
+    if len(kinds) != 1 or "" in kinds:
+        raise RufusError(f"{what}: hub data_files {files} must all be one kind of .jsonl/.json, .parquet or .csv file")
+    return kinds.pop()
+
+
+def _hub_file(hub: HubDataset, name: str, folder: bool) -> str:
+    """A repo file as `datasets` reads it: in the local download folder, or hf:// at the revision."""
+    if folder:
+        return str(Path(hub.id).expanduser() / name)
+    return f"hf://datasets/{hub.id}@{hub.revision or 'main'}/{name}"
 
 
 def _keep_ids(rows: Iterator[dict], ids: IdRange, what: str, origin: str) -> Iterator[dict]:
