@@ -52,6 +52,8 @@ def offline_mode() -> bool:
 def hub_unreachable() -> str | None:
     """Why the hub cannot be reached from here (None: it answers). Asked once per process with a
     short TCP connect, because `datasets` retries a dead network for about 25 s per dataset."""
+    if any(os.environ.get(v) or os.environ.get(v.lower()) for v in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")):
+        return None  # behind a proxy a direct connect proves nothing: let the hub client try
     endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
     url = urlparse(endpoint)
     host, port = url.hostname or endpoint, url.port or (443 if url.scheme != "http" else 80)
@@ -60,3 +62,21 @@ def hub_unreachable() -> str | None:
     except OSError as err:
         return f"{host}:{port} cannot be reached ({err.strerror or type(err).__name__})"
     return None
+
+
+def model_unavailable(repo: str) -> str | None:
+    """Why the hub model `repo` cannot be loaded from here (None: it is in the local Hugging Face
+    cache, or the hub answers). Asked before a command loads anything, because transformers
+    retries a dead network for about a minute and then raises a traceback."""
+    from huggingface_hub import try_to_load_from_cache  # only when a hub id is given
+
+    try:
+        cached = try_to_load_from_cache(repo, "config.json")
+    except Exception as err:  # noqa: BLE001 - an id the hub client refuses (bad characters, too many /)
+        return f"it is not a valid hub id ({type(err).__name__}: {err})"
+    if isinstance(cached, str):
+        return None
+    if offline_mode():
+        return "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache"
+    unreachable = hub_unreachable()
+    return f"it is not in the Hugging Face cache and {unreachable}" if unreachable else None

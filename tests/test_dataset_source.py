@@ -77,6 +77,36 @@ def test_nothing_loads_names_the_dataset_and_three_ways(tmp_path, monkeypatch, h
     assert "use `path:`" in text and "`local:`" in text and "`hub:` {id, config, split, revision}" in text
 
 
+def test_a_dead_network_is_found_at_once(monkeypatch):
+    """One short connect decides that the hub cannot answer; `datasets` is never asked (it would
+    retry for ~25 s per dataset). A listening endpoint counts as reachable."""
+    import socket
+    import time
+
+    from rufus_data import hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    for proxy in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
+        monkeypatch.delenv(proxy, raising=False)
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    hub.hub_unreachable.cache_clear()
+    started = time.time()
+    with pytest.raises(DatasetUnavailable, match=r"the hub is not reachable here \(127.0.0.1:\d+ cannot be reached"):
+        load_rows(DatasetSource(hub=HubDataset(id="org/set", revision="c" * 40)), "source 's'")
+    assert time.time() - started < 5
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        hub.hub_unreachable.cache_clear()
+        assert hub.hub_unreachable() is None
+    hub.hub_unreachable.cache_clear()
+
+
 def test_id_ranges_keep_a_split_of_a_larger_file(data_root):
     local = "mbpp_sanitized/sanitized-mbpp.jsonl"
     train = list(load_rows(DatasetSource(local=local, ids=IdRange(field="task_id", outside=(11, 510))), "mbpp").rows)
