@@ -5,6 +5,7 @@ through `load_yaml_model`, and every config model derives from `StrictModel`."""
 from __future__ import annotations
 
 import difflib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -94,13 +95,25 @@ def _inner_model(annotation: Any) -> Any:
     return None
 
 
-def format_validation_error(err: ValidationError, path: Path, node: yaml.Node | None, model: type[BaseModel]) -> str:
+def format_validation_error(
+    err: ValidationError,
+    path: Path,
+    node: yaml.Node | None,
+    model: type[BaseModel],
+    overrides: Collection[str] = (),
+    overrides_from: str = "command line --{key}",
+) -> str:
+    """One clause per error, each naming where the key was written: `path:line`, or for a dotted
+    key in `overrides` (set on top of the file) `overrides_from` with the key filled in."""
     lines = []
     for item in err.errors():
         loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         key = ".".join(str(p) for p in loc) or "(top level)"
         line = node_line(node, loc)
         where = f"{path}:{line}" if line else str(path)
+        given = override_key(key, overrides)
+        if given:
+            where = overrides_from.format(key=given)
         if item["type"] == "extra_forbidden":
             owner = _model_at(model, loc)
             valid = sorted(owner.model_fields) if owner else []
@@ -110,6 +123,11 @@ def format_validation_error(err: ValidationError, path: Path, node: yaml.Node | 
         else:
             lines.append(f"{where}: key '{key}': {item['msg']}")
     return "; ".join(lines)
+
+
+def override_key(dotted: str, overrides: Collection[str]) -> str | None:
+    """The override that set `dotted`: itself or a parent (`--lora.rr` sets `lora.rr`)."""
+    return next((k for k in overrides if dotted == k or dotted.startswith(k + ".")), None)
 
 
 def load_yaml_model(path: str | Path, model: type[M], overrides: dict | None = None) -> M:

@@ -13,6 +13,7 @@ import difflib
 import os
 import types
 import typing
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -20,7 +21,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
+from rufus_data.yaml_config import StrictModel, format_validation_error, override_key, read_yaml
 from rufus_eval.callback import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -185,6 +186,20 @@ def typed_value(config_cls: type[StageConfig], dotted: str, raw: str | None) -> 
         return raw
 
 
+def typed_override(config_cls: type[StageConfig], dotted: str, raw: str | None) -> tuple[str, Any]:
+    """(key, typed value) of one command-line override. Boolean keys are flags, as in rufus-data:
+    `--KEY` sets one true, `--no-KEY` false (`--no-lora.enabled` or `--lora.no-enabled` for a
+    nested one); `--KEY true|false` still works."""
+    if raw is None:
+        head, _, last = dotted.rpartition(".")
+        negated = [dotted[3:]] if dotted.startswith("no_") else []
+        negated += [f"{head}.{last[3:]}" if head else last[3:]] if last.startswith("no_") else []
+        for positive in negated:
+            if _field_annotation(config_cls, positive.split(".")) in (bool, bool | None):
+                return positive, False
+    return dotted, typed_value(config_cls, dotted, raw)
+
+
 def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
     """Set dotted keys (`lora.r`, `trainer.warmup_ratio`) in a copy of `data`; CLI wins."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
@@ -206,22 +221,27 @@ def trl_config_class(config_cls: type[StageConfig]) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def check_trainer_block(config: StageConfig, path: Path | str) -> None:
-    """Every `trainer:` key must be a field of the TRL config and not one Rufus already sets."""
+def check_trainer_block(
+    config: StageConfig, path: Path | str, overrides: Collection[str] = (), overrides_from: str = "command line --{key}"
+) -> None:
+    """Every `trainer:` key must be a field of the TRL config and not one Rufus already sets; each
+    problem names where the key was written (the file, or the override's source)."""
     cls = trl_config_class(type(config))
     valid = sorted(f.name for f in dataclasses.fields(cls))
     managed = set(type(config).model_fields) | set(type(config).trl_aliases.values())
     problems = []
     for key in config.trainer:
+        given = override_key(f"trainer.{key}", overrides)
+        where = overrides_from.format(key=given) if given else str(path)
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            problems.append(f"unknown key 'trainer.{key}' for {cls.__name__}{hint}")
+            problems.append(f"{where}: unknown key 'trainer.{key}' for {cls.__name__}{hint}")
         elif key in managed or key in {"output_dir", "seed"}:
             top = next((k for k, v in type(config).trl_aliases.items() if v == key), key)
-            problems.append(f"'trainer.{key}' is set by Rufus: use the top-level key '{top}' instead")
+            problems.append(f"{where}: 'trainer.{key}' is set by Rufus: use the top-level key '{top}' instead")
     if problems:
-        raise RufusError(f"{path}: " + "; ".join(problems))
+        raise RufusError("; ".join(problems))
 
 
 def load_stage_config(
@@ -229,8 +249,11 @@ def load_stage_config(
     config_cls: type[StageConfig],
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | list[tuple[str, str | None]] | None = None,
+    overrides_from: str = "command line --{key}",
 ) -> StageConfig:
-    """YAML (catalogs/stages/NAME.yaml or --config FILE), then CLI overrides, validated strictly."""
+    """YAML (catalogs/stages/NAME.yaml or --config FILE), then CLI overrides, validated strictly.
+    An error names where its key was written: the file's line, or `overrides_from` (the command
+    line by default; a pipeline names its own file) with the key filled in."""
     path = Path(config_file) if config_file else stages_dir() / f"{name}.yaml"
     data, node = read_yaml(path)
     data = data or {}
@@ -240,15 +263,15 @@ def load_stage_config(
         raise RufusError(f"{path} is a config for stage '{data['stage']}', not '{name}': run `rufus-train stage {data['stage']}`")
     data["stage"] = name
     if isinstance(overrides, list):
-        overrides = {k: typed_value(config_cls, k, v) for k, v in overrides}
-    data = apply_overrides(data, overrides or {})
+        overrides = dict(typed_override(config_cls, k, v) for k, v in overrides)
+    overrides = overrides or {}
+    data = apply_overrides(data, overrides)
     data = _expand_env(data)
     try:
         config = config_cls.model_validate(data)
     except ValidationError as err:
-        after = " (after the command-line overrides)" if overrides else ""
-        raise RufusError(f"invalid {name} config in " + format_validation_error(err, path, node, config_cls) + after) from None
-    check_trainer_block(config, path)
+        raise RufusError(f"invalid {name} config: " + format_validation_error(err, path, node, config_cls, overrides, overrides_from)) from None
+    check_trainer_block(config, path, overrides, overrides_from)
     return config
 
 

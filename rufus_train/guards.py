@@ -102,7 +102,7 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
     out = Path(output_dir)
     if out.exists() and any(out.iterdir()) and not overwrite and not resume:
         raise RufusError(
-            f"output_dir {out} already holds a run: pass --overwrite true to replace it, "
+            f"output_dir {out} already holds a run: pass --overwrite to replace it, "
             "--resume_from_checkpoint PATH to continue it, or choose another --output_dir"
         )
 

@@ -58,13 +58,36 @@ def test_cli_overrides_are_typed_by_the_model_and_win():
     assert config.trainer == {"warmup_steps": 3}
 
 
-def test_unknown_keys_name_file_key_and_nearest_valid():
-    with pytest.raises(RufusError, match=r"sft\.yaml.*unknown key 'lora\.rr'; did you mean 'r'"):
+def test_boolean_keys_are_bare_flags_with_a_no_form_and_still_take_true_false():
+    sft = get_stage("sft").config_class
+    flags = load_stage_config("sft", sft, overrides=parse_cli_overrides(["--packing", "--no-assistant_only_loss",
+                                                                           "--no-lora.enabled", "--overwrite"]))
+    assert (flags.packing, flags.assistant_only_loss, flags.lora.enabled, flags.overwrite) == (True, False, False, True)
+    nested = load_stage_config("sft", sft, overrides=parse_cli_overrides(["--lora.no-enabled"]))
+    assert nested.lora.enabled is False
+    spelled = load_stage_config("sft", sft, overrides=parse_cli_overrides(["--packing", "false", "--overwrite=true"]))
+    assert (spelled.packing, spelled.overwrite) == (False, True)
+    with pytest.raises(RufusError, match=r"command line --no_max_steps: unknown key"):  # only booleans have a no- form
+        load_stage_config("sft", sft, overrides=parse_cli_overrides(["--no-max-steps"]))
+
+
+def test_unknown_keys_name_their_source_key_and_nearest_valid(tmp_path):
+    """A key given on the command line is named as the command line's; one in the file by its line."""
+    with pytest.raises(RufusError, match=r"command line --lora\.rr: unknown key 'lora\.rr'; did you mean 'r'"):
         load("sft", **{"lora.rr": 8})
-    with pytest.raises(RufusError, match=r"sft\.yaml.*unknown key 'max_step'; did you mean 'max_steps'"):
-        load("sft", max_step=3)
-    with pytest.raises(RufusError, match=r"unknown key 'trainer\.warmup_step' for SFTConfig; did you mean 'warmup_steps'"):
+    with pytest.raises(RufusError, match=r"command line --max_step: unknown key 'max_step'; did you mean 'max_steps'"):
+        load_stage_config("sft", get_stage("sft").config_class, overrides=parse_cli_overrides(["--max_step", "2"]))
+    with pytest.raises(RufusError, match=r"command line --trainer\.warmup_step: unknown key 'trainer\.warmup_step' "
+                                         r"for SFTConfig; did you mean 'warmup_steps'"):
         load("sft", **{"trainer.warmup_step": 3})
+    mine = tmp_path / "sft.yaml"
+    mine.write_text("max_steps: 2\nmax_step: 3\ntrainer:\n  warmup_step: 1\n")
+    with pytest.raises(RufusError, match=r"sft\.yaml:2: unknown key 'max_step'; did you mean 'max_steps'") as err:
+        load_stage_config("sft", get_stage("sft").config_class, mine, overrides=parse_cli_overrides(["--max_steps", "4"]))
+    assert "command line" not in str(err.value)
+    mine.write_text("trainer:\n  warmup_step: 1\n")
+    with pytest.raises(RufusError, match=r"sft\.yaml: unknown key 'trainer\.warmup_step'"):
+        load_stage_config("sft", get_stage("sft").config_class, mine, overrides={"max_steps": 4})
     with pytest.raises(RufusError, match=r"'trainer\.beta' is set by Rufus: use the top-level key 'beta'"):
         load("dpo", **{"trainer.beta": 0.5})
 
@@ -120,7 +143,7 @@ def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path, monkeyp
 def test_guard_existing_run_folder_not_overwritten(sft_shards, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.json").write_text("{}")
-    with pytest.raises(RufusError, match="already holds a run: pass --overwrite true"):
+    with pytest.raises(RufusError, match="already holds a run: pass --overwrite to replace it"):
         check_config(load("sft", data=[str(sft_shards["sft"])], output_dir=str(tmp_path / "run")))
 
 
