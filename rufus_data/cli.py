@@ -7,16 +7,19 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
-from rufus_data.cli_options import flag_option, model_options
-from rufus_data.console import cli_errors, console
+from rufus_data.cli_options import CliApp, OverwriteOption, model_options
+from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.filter import FilterConfig, filter_prompts, rebucket
+from rufus_data.models import list_models, pull
 from rufus_data.pairs import PairsConfig, build_pairs
+from rufus_data.shard_inspect import SQL_FORMATS, inspect_shards, rows_as_text, run_sql, to_json
 from rufus_data.yaml_config import model_from_options
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus data: sources, mix, decontam, filter, pairs.")
-models_app = typer.Typer(no_args_is_help=True, help="Model references and the built-in small model.")
+app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
+models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
 
 
@@ -29,23 +32,19 @@ def main() -> None:
 @cli_errors
 def models_list() -> None:
     """List the built-in models and whether they are converted in the cache."""
-    from rufus_data.models import list_models
-
     table = Table(title="built-in models")
     for col in ("name", "cached", "path", "source", "description"):
         table.add_column(col)
     for row in list_models():
         table.add_row(*(str(row[c]) for c in ("name", "cached", "path", "source", "description")))
-    console.print(table)
+    print_result(table)
 
 
 @models_app.command("pull")
 @cli_errors
 def models_pull(name: str = typer.Argument("smollm2-135m", help="built-in model name")) -> None:
-    """Download, check and convert a built-in model into the cache ($RUFUS_CACHE)."""
-    from rufus_data.models import pull
-
-    console.print(f"{name}: {pull(name)}")
+    """Download, check and convert a built-in model into the cache ($RUFUS_CACHE); prints its folder."""
+    print_result(str(pull(name)), highlight=False)
 
 
 @app.command("mix")
@@ -73,28 +72,27 @@ def inspect_command(
     folder: Path = typer.Argument(..., help="shard folder written by rufus-data"),
     as_json: bool = typer.Option(False, "--json", help="print the findings as JSON"),
 ) -> None:
-    """Rows and tokens per source and label, a token-length histogram, and data-bug warnings."""
-    from rufus_data.shard_inspect import inspect_shards, to_json
-
+    """Rows and tokens per source and label, a token-length histogram, and data-bug warnings
+    (all on stdout: they are what was asked for)."""
     found = inspect_shards(folder)
     if as_json:
-        print(to_json(found))
+        typer.echo(to_json(found))
         return
     table = Table(title=f"{folder}: rows and tokens")
     for col in ("source", "label", "rows", "tokens", "trainable"):
         table.add_column(col, justify="left" if col in ("source", "label") else "right")
     for r in found.per_source:
         table.add_row(r["source"], r["label"], f"{r['rows']:,}", f"{r['tokens'] or 0:,}", f"{r['trainable'] or 0:,}")
-    console.print(table)
+    print_result(table)
     if found.histogram:
         peak = max(n for _, _, n in found.histogram)
-        console.print("[bold]token length histogram[/]")
+        print_result("[bold]token length histogram[/]")
         for lo, hi, n in found.histogram:
-            console.print(f"{lo:>7,}-{hi:<7,} {'█' * max(1, round(40 * n / peak))} {n:,}", highlight=False)
+            print_result(f"{lo:>7,}-{hi:<7,} {'█' * max(1, round(40 * n / peak))} {n:,}", highlight=False)
     for warning in found.warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
+        print_result(f"[yellow]warning:[/] {warning}", highlight=False)
     if not found.warnings:
-        console.print("[green]no data-bug warnings[/]")
+        print_result("[green]no data-bug warnings[/]")
 
 
 @app.command("sql")
@@ -102,23 +100,27 @@ def inspect_command(
 def sql_command(
     folder: Path = typer.Argument(..., help="shard folder"),
     query: str = typer.Argument(..., help="SQL over the views train (alias shards) and holdout"),
+    fmt: str = typer.Option("table", "--format", help=f"{' | '.join(SQL_FORMATS)}: csv and json for files and pipes "
+                            "(a table written there keeps every value whole)"),
 ) -> None:
-    """Run a DuckDB query over a shard folder."""
-    from rufus_data.shard_inspect import run_sql
-
+    """Run a DuckDB query over a shard folder; the rows go to stdout."""
+    if fmt not in SQL_FORMATS:
+        raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
     columns, rows = run_sql(folder, query)
+    if fmt != "table":
+        typer.echo(rows_as_text(columns, rows, fmt), nl=False)
+        return
     table = Table()
     for col in columns:
         table.add_column(col)
     for row in rows:
-        table.add_row(*(str(v) for v in row))
-    console.print(table)
+        table.add_row(*(Text(str(v)) for v in row))  # values are data, never rich markup
+    print_result(table)
 
 
 # --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
 # Their options are the fields of FilterConfig / PairsConfig, one flag each (cli_options.py).
 OutOption = Annotated[Path, typer.Option("--out", help="output folder")]
-OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existing output folder")]
 
 
 @app.command("filter")
@@ -175,7 +177,8 @@ def decontam_command(
     shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
     against: list[str] = typer.Option(None, "--against", help="benchmark or set name from the registry, repeatable"),
     against_suite: list[str] = typer.Option(None, "--against-suite", help="eval suite (catalogs/suites/NAME.yaml): its tasks' benchmarks, repeatable"),
-    out: Path = typer.Option(None, "--out", help="output folder: clean shards, contaminated.parquet, report.md"),
+    out: Path = typer.Option(None, "--out", help="output folder, required unless --dry-run: clean shards, "
+                             "contaminated.parquet, report.md"),
     benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),
     skip_missing: bool = typer.Option(False, "--skip-missing", help="go on without benchmarks that cannot be loaded"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),

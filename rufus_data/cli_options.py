@@ -11,7 +11,9 @@ every command built on it, the way TRL's HfArgumentParser builds flags from its 
 The flag of `max_tokens` is `--max-tokens`; a boolean is a plain flag (`--overwrite`); a field
 without a default is a required option. Where the field name or type does not say how it is
 written on the command line, a `Flag` in the field's annotation does:
-`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each)."""
+`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each).
+
+Every Rufus CLI is a `CliApp`, whose commands show boolean flags bare in --help."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from typer.core import TyperCommand, TyperGroup
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,45 @@ class CliField:
     parameter: inspect.Parameter
 
 
+class _BareFlags:
+    """typer 0.29 shows every boolean flag with a value type (`--overwrite <bool>`, even
+    `--help <bool>`), which reads as if the flag took a value. Flags are shown bare here."""
+
+    def get_params(self, ctx):
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False) and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class FlagCommand(_BareFlags, TyperCommand):
+    """A command whose --help shows boolean flags bare."""
+
+
+class FlagGroup(_BareFlags, TyperGroup):
+    """A command group whose --help shows boolean flags bare."""
+
+
+class CliApp(typer.Typer):
+    """The typer app of each Rufus CLI: no completion install options, help when called bare, and
+    boolean flags written and shown one way in all three CLIs (`--overwrite`, no value)."""
+
+    def __init__(self, **options):
+        super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=False, **options)
+
+    def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **options):
+        return super().command(name, cls=cls or FlagCommand, **options)
+
+
 def flag_option(name: str, help: str) -> Any:
     """A boolean option written as a bare flag, shown without a value (`--overwrite`, not
     `--overwrite <bool>` as typer renders it by default)."""
     return typer.Option(name, help=help, metavar="")
+
+
+# The options every command that writes a folder spells the same way, in all three CLIs.
+OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existing output folder")]
 
 
 def flag_of(info: FieldInfo) -> Flag:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -21,7 +22,26 @@ from rich.text import Text
 
 from rufus_data.errors import RufusError
 
-console = Console(stderr=True)
+# Two streams, as a shell expects: what a command was asked for (tables of results, query rows,
+# paths it reports) goes to stdout, so `rufus-data sql ... > f` captures it; everything else
+# (progress, warnings, errors, status lines) goes to stderr.
+console = Console(stderr=True)  # diagnostics
+results_console = Console()  # results
+
+
+def print_result(renderable, **options) -> None:
+    """Print a result to stdout. Into a file or pipe, a table keeps its natural width: rich would
+    fold or cut its cells at 80 columns there, and a value cut short is a wrong value."""
+    if results_console.is_terminal:
+        results_console.print(renderable, **options)
+        return
+    width = results_console.width
+    unbounded = results_console.options.update(max_width=1_000_000)
+    results_console.width = max(width, Measurement.get(results_console, unbounded, renderable).maximum)
+    try:
+        results_console.print(renderable, soft_wrap=isinstance(renderable, str), **options)
+    finally:
+        results_console.width = width
 
 
 def cli_errors(fn: Callable) -> Callable:

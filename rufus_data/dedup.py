@@ -23,7 +23,7 @@ from datasketch import MinHashLSH
 from pydantic import Field
 from rich.table import Table
 
-from rufus_data.console import console, progress
+from rufus_data.console import print_result, progress
 from rufus_data.minhash_lsh import lean, signatures
 from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, fold32, gram_hashes, tokenize_batch
 from rufus_data.output_step import OutputStep
@@ -144,7 +144,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
             table.add_column(col, justify="right")
         table.add_row(f"{rows_in:,}", f"{result.rows_out:,}", f"{len(dropped):,}", f"{n_clusters:,}",
                       f"{rows_in / max(result.seconds, 1e-9):,.0f}")
-        console.print(table)
+        print_result(table)
     return result
 
 

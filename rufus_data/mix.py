@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
-from rufus_data.console import RateColumn, console, progress
+from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
 from rufus_data.output_step import OutputStep
 from rufus_data.report import bar_chart, markdown_table
@@ -416,7 +416,7 @@ def _print_summary(manifest: dict) -> None:
             s["name"], f"{s['rows_out']:,}", f"{s['tokens']['basis']:,}", f"{s['share_requested']:.3f}",
             f"{s['share_realized']:.4f}", f"{s['repeat_factor']:.2f}", str(dropped),
         )
-    console.print(table)
+    print_result(table)
     for note in manifest["notes"]:
         console.print(f"[yellow]note:[/] {note}")
 

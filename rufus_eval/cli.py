@@ -8,10 +8,11 @@ from pathlib import Path
 
 import typer
 
+from rufus_data.cli_options import CliApp
 from rufus_data.console import cli_errors
 from rufus_data.generate import BackendConfig
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus evaluation suites.")
+app = CliApp(help="Rufus evaluation suites.")
 
 
 @app.callback()

@@ -1,5 +1,9 @@
 """`rufus-train`: stage trainers on curated shards (TRL + peft). Thin wrappers over
-rufus_train.{config,runner,pipeline,modeling,plan}; the tests call those directly."""
+rufus_train.{config,runner,pipeline,modeling,plan}; the tests call those directly.
+
+Results (tables, the resolved config, paths) go to stdout, progress and notes to stderr. The
+stage registry, configs and runner import torch/transformers/peft (about 18 s on a small CPU):
+they are imported inside the commands that need them, so --help, `plan` and `export` stay quick."""
 
 from __future__ import annotations
 
@@ -7,14 +11,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.console import cli_errors, console
+from rufus_data.cli_options import CliApp
+from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import format_command
+from rufus_train.data import check_columns, is_catalog, read_rows
+from rufus_train.mask import LOSS_STYLE, loss_mask, render
+from rufus_train.modeling import load_tokenizer
+from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
 from rufus_train.serve import ServeSpec, exec_server, serve_command
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Rufus training stages on curated shards.")
+app = CliApp(help="Rufus training stages on curated shards.")
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -27,35 +37,48 @@ def main() -> None:
 @cli_errors
 def stages_cmd() -> None:
     """List the stages, one line each."""
-    from rufus_train.stages import all_stages
+    from rufus_train.stages import all_stages  # heavy: the stage registry imports TRL and peft
 
     table = Table(title="rufus-train stages")
     table.add_column("stage", style="bold")
     table.add_column("what it does")
     for name, stage in sorted(all_stages().items()):
         table.add_row(name, stage.description)
-    console.print(table)
+    print_result(table)
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
-    from rufus_train.config import load_stage_config, parse_cli_overrides
+    from rufus_train.config import load_stage_config, parse_cli_overrides  # heavy: the stage registry, TRL
     from rufus_train.stages import get_stage
 
     stage = get_stage(name)
     return load_stage_config(name, stage.config_class, config, parse_cli_overrides(extra))
 
 
-@app.command("stage", context_settings=OVERRIDES)
+# typer keeps the line breaks of a help text's later paragraphs: each paragraph is one line here.
+STAGE_HELP = (
+    "Run one post-training stage: the keys of catalogs/stages/NAME.yaml, each overridable as `--key value` "
+    "(the command line wins).\n\n"
+    "Any key of the stage YAML is an option here, e.g. `--data DIR` (shard folders or rufus-data catalogs; "
+    "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_ratio 0.1` (any field "
+    "of the TRL config); a boolean key is a bare flag (`--overwrite`, `--no-packing`). To see a stage's keys: the "
+    "stage YAML lists each with its default and what it does, and `rufus-train stage NAME --dry-run` prints them "
+    "all resolved."
+)
+
+
+@app.command("stage", context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
 def stage_cmd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`)")],
     config: Annotated[Path | None, typer.Option("--config", help="stage YAML (default catalogs/stages/NAME.yaml)")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="validate and print the resolved config; load nothing")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="validate and print every key of the stage with its resolved value; load nothing")] = False,
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
-    """Run one post-training stage; `--key value` flags override the YAML (CLI wins)."""
-    from rufus_train.config import resolved_yaml
+    """Run one stage (--help: STAGE_HELP)."""
+    from rufus_train.config import resolved_yaml  # heavy: the runner and stages import TRL and peft
     from rufus_train.runner import check_config, run_stage
 
     cfg = resolve_stage_config(name, config, list(ctx.args))
@@ -71,10 +94,7 @@ def stage_cmd(
 
 
 def print_masks(cfg, n: int) -> None:
-    from rufus_train.data import check_columns, is_catalog, read_rows
-    from rufus_train.mask import LOSS_STYLE, loss_mask, render
-    from rufus_train.modeling import load_tokenizer
-    from rufus_train.stages.base import conversational
+    from rufus_train.stages.base import conversational  # heavy: imports TRL
 
     if not hasattr(cfg, "assistant_only_loss"):
         raise RufusError(f"--show-mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
@@ -85,17 +105,17 @@ def print_masks(cfg, n: int) -> None:
     rows = read_rows(cfg.data, None, cfg.seed, cfg.stage).slice(0, n)
     for i, messages in enumerate(conversational(rows, "messages")):
         example = loss_mask(tokenizer, messages, cfg.assistant_only_loss, cfg.max_length)
-        console.rule(f"example {i}: {example.trained_tokens} of {len(example.input_ids)} tokens carry loss")
-        console.print(render(tokenizer, example))
+        print_result(Rule(f"example {i}: {example.trained_tokens} of {len(example.input_ids)} tokens carry loss"))
+        print_result(render(tokenizer, example))
     mode = "assistant turns only" if cfg.assistant_only_loss else "every token"
-    console.print(f"[{LOSS_STYLE}]highlighted[/] tokens carry loss ({mode}); dim ones are context")
+    print_result(f"[{LOSS_STYLE}]highlighted[/] tokens carry loss ({mode}); dim ones are context")
 
 
 @app.command("pipeline")
 @cli_errors
 def pipeline_cmd(file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")]) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
-    from rufus_train.pipeline import load_pipeline, run_pipeline
+    from rufus_train.pipeline import load_pipeline, run_pipeline  # heavy: the stages import TRL and peft
 
     run_pipeline(load_pipeline(file))
 
@@ -132,8 +152,6 @@ def plan_cmd(
     gpu: Annotated[str, typer.Option("--gpu", help="GPU kind: a100, h100, h200, b200, l40s, mi300x")] = "h100",
 ) -> None:
     """GPUs needed: 6ND FLOPs over (mfu x peak bf16 x time), as the Smol playbook computes it."""
-    from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
-
     p = plan(params, tokens, days, mfu, gpu)
     for line in explain(p):
         typer.echo(line)
@@ -143,7 +161,7 @@ def plan_cmd(
     for name, peak in GPU_PEAK_TFLOPS.items():
         other = plan(params, tokens, days, mfu, name)
         table.add_row(name, f"{peak:g}", str(other.gpus), style="bold" if name == p.gpu else None)
-    console.print(table)
+    print_result(table)
     typer.echo(f"{p.gpus} GPUs ({p.gpu})")
 
 

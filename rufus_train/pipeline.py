@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from rufus_data.console import console
+from rufus_data.console import print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
@@ -145,4 +145,4 @@ def print_table(rows: list[dict], name: str) -> None:
     for row in rows:
         scores = [f"{row[m]:.4f}" if isinstance(row.get(m), float) else "" for m in metrics]
         table.add_row(row["stage"], *scores, str(row.get("train_s", "")), str(row.get("eval_s", "")))
-    console.print(table)
+    print_result(table)

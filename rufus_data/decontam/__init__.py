@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.console import console, progress
+from rufus_data.console import print_result, progress
 from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
@@ -107,7 +107,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
         result.out = step.out
     result.seconds = step.seconds
     if show_progress:
-        console.print(summary_table(result))
+        print_result(summary_table(result))
     return result
 
 
