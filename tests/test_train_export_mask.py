@@ -4,9 +4,11 @@ logits equal base + adapter."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from rufus_data.errors import RufusError
@@ -117,4 +119,36 @@ def test_export_needs_an_adapter_folder(tmp_path, builtin_model):
     with pytest.raises(RufusError, match="holds no LoRA adapter"):
         modeling.export_merged(builtin_model, tmp_path / "out")
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "needs --merge" in result.output
+    assert result.exit_code == 2 and "Missing option '--merge'" in result.output  # a required option
+
+
+def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path):
+    """RUN/merged is made once: export and rufus-eval's prepare_model reuse it; a new adapter in
+    the run gets a fresh copy; --out refuses an existing folder without --overwrite; the message
+    says the base model itself was not changed."""
+    from rufus_eval.runner import prepare_model
+
+    run = tmp_path / "run"
+    shutil.copytree(adapter_run[0], run, ignore=shutil.ignore_patterns("merged"))  # the copy an earlier test made
+    first = CliRunner().invoke(app, ["export", str(run), "--merge"])
+    assert first.exit_code == 0, first.output
+    merged = run / "merged"
+    said = " ".join(first.output.split())
+    assert "merging the LoRA adapter" in said and "a copy of its base" in said and "the base model itself is unchanged" in said
+    stamp = (merged / "model.safetensors").stat().st_mtime_ns
+    again = CliRunner().invoke(app, ["export", str(run), "--merge"])
+    assert again.exit_code == 0 and "merging" not in again.output  # reused, not merged again
+    assert prepare_model(str(run)) == str(merged) and (merged / "model.safetensors").stat().st_mtime_ns == stamp
+    assert not list(tmp_path.glob("run-merged*"))  # no second copy beside the run
+
+    out = tmp_path / "elsewhere"
+    assert CliRunner().invoke(app, ["export", str(run), "--merge", "--out", str(out)]).exit_code == 0
+    refused = CliRunner().invoke(app, ["export", str(run), "--merge", "--out", str(out)])
+    assert refused.exit_code == 2 and "already exists: pass --overwrite" in refused.output
+    replaced = CliRunner().invoke(app, ["export", str(run), "--merge", "--out", str(out), "--overwrite"])
+    assert replaced.exit_code == 0, replaced.output
+
+    weights = load_file(run / "adapter_model.safetensors")  # the run trained further: a new adapter
+    save_file({k: v * 2 for k, v in weights.items()}, run / "adapter_model.safetensors")
+    assert prepare_model(str(run)) == str(merged)
+    assert (merged / "model.safetensors").stat().st_mtime_ns != stamp

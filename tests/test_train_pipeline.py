@@ -52,7 +52,7 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, builtin_model,
     dpo_adapter = json.loads((tmp_path / "runs" / "02-dpo" / "adapter_config.json").read_text())
     assert dpo_adapter["base_model_name_or_path"] == str(tmp_path / "runs" / "01-sft")  # dpo started from sft
     sft_adapter = json.loads((tmp_path / "runs" / "01-sft" / "adapter_config.json").read_text())
-    assert sft_adapter["base_model_name_or_path"] == builtin_model
+    assert sft_adapter["base_model_name_or_path"] == "smollm2-135m"  # the built-in's name, not its cache path
 
 
 def test_pipeline_refuses_unknown_eval_task_before_training(tmp_path):

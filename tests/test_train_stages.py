@@ -37,7 +37,15 @@ def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, builtin_model
     run = json.loads((out / "run.json").read_text())
     assert run["global_step"] == 2 and run["lora"]["r"] == 4
     assert 0 < run["trainable_params"] < run["total_params"] / 100  # only the adapter trains
-    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == builtin_model
+    # the base is recorded as a reference that loads anywhere (not the cache path), and named by the card
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m"
+    assert run["base_model"] == "smollm2-135m" and run["dtype"] == "float32"
+    card = (out / "README.md").read_text()
+    assert "HuggingFaceTB/SmolLM2-135M-Instruct" in card and "[None]" not in card
+    # how far the weights moved, and the warning a 2-step run earns
+    assert run["weight_update"]["relative"] > 0 and "barely moved" in run["warning"]
+    log = (out / "train.log").read_text()  # the libraries' logs, not only Rufus's
+    assert "transformers.trainer: ***** Running training *****" in log and "rufus_train: step 2: " in log
 
 
 def test_midtrain_packs_and_trains_every_token(train_shards, tmp_path):

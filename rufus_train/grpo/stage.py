@@ -167,7 +167,7 @@ class GRPOStage(Stage):
 SHARED_ASYNC_FIELDS = (
     "output_dir", "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
     "gradient_accumulation_steps", "seed", "report_to", "save_strategy", "save_steps", "logging_steps",
-    "gradient_checkpointing", "bf16", "num_generations", "max_completion_length", "temperature",
+    "activation_checkpointing", "bf16", "num_generations", "max_completion_length", "temperature",
     "max_tool_calling_iterations", "epsilon", "epsilon_high",
 )
 
