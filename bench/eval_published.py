@@ -31,14 +31,14 @@ tasks:
   - name: ifeval
     kind: rufus
     role: validation
-    data: {{path: ifeval/input_data.jsonl}}
+    benchmark: ifeval
     prompt: "{{prompt}}"
     gold_fields: [instruction_id_list, kwargs]
     scorer: {{name: ifeval, mode: strict, level: prompt}}
   - name: gsm8k
     kind: rufus
     role: validation
-    data: {{path: gsm8k/test.jsonl}}
+    benchmark: gsm8k
     prompt: "{{question}}"
     gold_fields: [answer]
     scorer: {{name: string_match, extractor: last_number, gold_extractor: gsm8k, answer_column: answer}}

@@ -1,8 +1,10 @@
-"""The benchmark registry (catalogs/benchmarks.yaml): which eval sets exist, where their rows
-come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision, loaded by
-rufus_data.dataset_source like every catalog source), which
-fields hold the problem and the answer, and how the eval suites' tasks map onto them.
-decontam loads eval items through here."""
+"""The benchmark registry (catalogs/benchmarks.yaml): the one list of eval sets. It says where each
+set's rows come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision,
+loaded by rufus_data.dataset_source like every catalog source; BFCL: a PyPI wheel), which fields
+hold the problem and the answer, and which conversion rufus-eval applies to hub rows. Eval suites
+name these benchmarks (`benchmark:` per task); decontam checks training data against them, and
+`--against-suite` reads a suite's task -> benchmark names from its YAML (rufus_data never imports
+rufus_eval)."""
 
 from __future__ import annotations
 
@@ -11,18 +13,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rufus_data.dataset_source import DatasetSource, DatasetUnavailable, HubDataset, IdRange, load_rows
+from rufus_data.dataset_source import (
+    DatasetSource,
+    DatasetUnavailable,
+    HubDataset,
+    IdRange,
+    LoadedRows,
+    load_rows,
+)
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel
+from rufus_data.yaml_config import StrictModel, read_yaml
 
-DEFAULT_REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
+CATALOGS = Path(__file__).resolve().parents[1] / "catalogs"
+DEFAULT_REGISTRY = CATALOGS / "benchmarks.yaml"
+SUITES_DIR = CATALOGS / "suites"
+
+
+class Haystack(StrictModel):
+    """A file an lm-eval task downloads while it runs (RULER's haystacks): where Rufus keeps a copy
+    (`local`, under $RUFUS_DATA_ROOT) and where `rufus-eval data pull` gets it (`url` or `hub`)."""
+
+    local: str
+    url: str | None = None
+    hub: HubDataset | None = None
 
 
 class BenchmarkSpec(DatasetSource):
     """One eval set: where it loads from (`path`, relative to the registry file; `local`, under
-    $RUFUS_DATA_ROOT; `hub` at a pinned revision: rufus_data.dataset_source) and its fields."""
+    $RUFUS_DATA_ROOT; `hub` at a pinned revision: rufus_data.dataset_source; or `wheel` +
+    `category`: the data files a PyPI wheel ships) and its fields."""
 
     description: str = ""
     id_field: str | list[str] | None = None  # None: the 0-based row index
@@ -32,15 +53,26 @@ class BenchmarkSpec(DatasetSource):
     # keep only rows whose integer id (`id_field`) lies in [first, last]: for a local file that
     # holds more than the hub split (MBPP sanitized: all 427 rows; split test = task ids 11-510)
     id_range: list[int] | None = None
-    problem_fields: list[str]
+    problem_fields: list[str] = Field(default_factory=list)
     answer_fields: list[str] = Field(default_factory=list)
+    # the conversion rufus-eval applies to the rows (rufus_eval/convert.py): test cases decoded,
+    # choices shuffled, prompts built; a converted local copy passes through unchanged
+    convert: str | None = None
+    gated: bool = False  # the hub repo asks each user to accept its terms: HF_TOKEN of an account that did
+    wheel: str | None = None  # pip requirement of a wheel whose data files are the rows (BFCL)
+    category: str | None = None  # the test category inside that wheel, e.g. simple_python
+    haystacks: dict[str, Haystack] = Field(default_factory=dict)  # files an lm-eval task fetches while it runs
+    # why decontam cannot check this set (no fixed problem text); reported, never skipped silently
+    not_decontaminable: str | None = None
 
-    @field_validator("problem_fields")
-    @classmethod
-    def _some_problem(cls, value: list[str]) -> list[str]:
-        if not value:
-            raise ValueError("problem_fields must name at least one field")
-        return value
+    @model_validator(mode="after")
+    def _checkable(self) -> BenchmarkSpec:
+        if not self.problem_fields and not self.not_decontaminable:
+            raise ValueError("problem_fields must name at least one field (or say why the set has none under "
+                             "`not_decontaminable:`)")
+        if self.wheel and not self.category:
+            raise ValueError("a wheel benchmark needs `category` (e.g. simple_python)")
+        return self
 
     @field_validator("id_range")
     @classmethod
@@ -54,11 +86,6 @@ class Registry(StrictModel):
     version: int = 1
     benchmarks: dict[str, BenchmarkSpec]
     sets: dict[str, list[str]] = Field(default_factory=dict)
-    # eval-suite task name -> the benchmarks that hold its items (a task named like a benchmark
-    # maps to it without an entry here); used by `--against-suite`
-    suite_tasks: dict[str, list[str]] = Field(default_factory=dict)
-    # eval-suite task name -> why it cannot be checked (no problem text here); reported, not skipped silently
-    not_decontaminable: dict[str, str] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,7 +104,7 @@ class LoadedBenchmarks:
     items: list[EvalItem]
     sources: dict[str, dict]  # name -> {"from": ..., "fingerprint": ..., "rows": ...}
     missing: dict[str, str] = field(default_factory=dict)  # name -> why (with --skip-missing)
-    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task -> why (--against-suite)
+    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task (or benchmark) -> why
 
 
 def _nearest(word: str, choices) -> str:
@@ -111,42 +138,54 @@ def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
             if member not in registry.benchmarks:
                 raise RufusError(f"benchmark registry {path}: set `{set_name}` names unknown benchmark `{member}`"
                                  f"{_nearest(member, registry.benchmarks)}")
-    for task, members in registry.suite_tasks.items():
-        for member in members:
-            if member not in registry.benchmarks:
-                raise RufusError(f"benchmark registry {path}: suite_tasks `{task}` names unknown benchmark `{member}`"
-                                 f"{_nearest(member, registry.benchmarks)}")
-    both = sorted(set(registry.suite_tasks) & set(registry.not_decontaminable))
-    if both:
-        raise RufusError(f"benchmark registry {path}: task `{both[0]}` is under both suite_tasks and not_decontaminable; "
-                         "keep one")
     return registry, path
 
 
-def resolve_suite(registry: Registry, suite: str, registry_path: Path | None = None) -> tuple[list[str], dict[str, str]]:
-    """The benchmarks of an eval suite's tasks (catalogs/suites/NAME.yaml, or a suite YAML path),
-    and the tasks that cannot be checked, each with its reason. A task the registry knows
-    nothing about is an error: it must be mapped or declared not decontaminable."""
-    from rufus_eval.suite import load_suite
+def suite_path(name: str) -> Path:
+    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    found = SUITES_DIR / f"{name}.yaml"
+    if not found.exists():
+        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+        raise RufusError(f"no suite named {name!r}: known suites are {known}, or give a path to a suite YAML")
+    return found
 
-    loaded = load_suite(suite)
+
+def suite_benchmarks(suite: str) -> tuple[str, list[tuple[str, str | None]]]:
+    """(suite name, [(task, the benchmark it names or None)]) read from the suite YAML itself: what
+    decontam needs, without the eval package (which validates the rest when it runs the suite)."""
+    path = suite_path(suite)
+    data, _ = read_yaml(path)
+    tasks = data.get("tasks") if isinstance(data, dict) else None
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) and t.get("name") for t in tasks):
+        raise RufusError(f"suite {path}: expected `tasks:`, a list of tasks each with a `name` (see catalogs/suites/)")
+    return str(data.get("name") or path.stem), [(str(t["name"]), t.get("benchmark")) for t in tasks]
+
+
+def resolve_suite(registry: Registry, suite: str, registry_path: Path | None = None) -> tuple[list[str], dict[str, str]]:
+    """The benchmarks an eval suite's tasks name (catalogs/suites/NAME.yaml, or a suite YAML path),
+    and the tasks that cannot be checked, each with its reason. A task that names no registry
+    benchmark (and is not named like one) is an error: decontam would otherwise pass it unchecked."""
+    suite_name, tasks = suite_benchmarks(suite)
     names: list[str] = []
     not_checked: dict[str, str] = {}
     where = registry_path or DEFAULT_REGISTRY
-    for task in loaded.tasks:
-        if task.name in registry.suite_tasks:
-            members = registry.suite_tasks[task.name]
-        elif task.name in registry.not_decontaminable:
-            not_checked[f"{loaded.name}/{task.name}"] = registry.not_decontaminable[task.name]
-            continue
-        elif task.name in registry.benchmarks:
-            members = [task.name]
-        else:
+    for task, benchmark in tasks:
+        benchmark = benchmark or (task if task in registry.benchmarks else None)
+        if benchmark is None:
             raise RufusError(
-                f"suite `{loaded.name}` task `{task.name}` has no benchmark in {where}: map it under `suite_tasks:` "
-                f"({task.name}: [BENCHMARK]) or, if it has no problem text to check, list it under "
-                f"`not_decontaminable:` with the reason")
-        names += [m for m in members if m not in names]
+                f"suite `{suite_name}` task `{task}` names no benchmark of {where}: give it `benchmark: NAME` (an "
+                f"entry of the registry; a set with no problem text to check says why under `not_decontaminable:`)")
+        if benchmark not in registry.benchmarks:
+            raise RufusError(f"suite `{suite_name}` task `{task}` names unknown benchmark `{benchmark}`"
+                             f"{_nearest(benchmark, registry.benchmarks)}; add it to {where}")
+        reason = registry.benchmarks[benchmark].not_decontaminable
+        if reason:
+            not_checked[f"{suite_name}/{task}"] = reason
+        elif benchmark not in names:
+            names.append(benchmark)
     return names, not_checked
 
 
@@ -166,20 +205,29 @@ def resolve_names(registry: Registry, against: list[str], registry_path: Path | 
     return names
 
 
-def _locate(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[dict], dict]:
-    """Rows of one benchmark (its `id_range` applied) and where they came from; RufusError if none of
-    its places loads."""
+def locate(name: str, spec: BenchmarkSpec, registry_path: Path = DEFAULT_REGISTRY, what: str | None = None) -> LoadedRows:
+    """The rows of one benchmark (its `id_range` applied) and where they came from, through the shared
+    loader: `path`, then `local`, then `hub`. DatasetUnavailable (naming every place tried) when none loads;
+    `what` names the reader in messages (default: the benchmark)."""
+    if spec.wheel:
+        raise RufusError(f"benchmark `{name}` comes from the wheel {spec.wheel}: rufus-eval reads it (rufus_eval/bfcl.py)")
     source = spec
     if spec.id_range:
         if not isinstance(spec.id_field, str):
             raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {registry_path}")
         source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=[tuple(spec.id_range)])})
+    return load_rows(source, what or f"benchmark `{name}`", base=registry_path.parent,
+                     pin_hint=f" in {registry_path.name}")
+
+
+def _decontam_rows(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[dict], dict]:
     try:
-        loaded = load_rows(source, f"benchmark `{name}`", base=registry_path.parent, pin_hint=f" in {registry_path.name}")
+        loaded = locate(name, spec, registry_path)
     except DatasetUnavailable as err:
         raise RufusError(
             f"{err}. To use a copy of your own, set `path:` for `{name}` in a copy of {registry_path.name} and pass "
-            "it with --benchmarks; or pass --skip-missing to go on without it (the report lists it)") from None
+            "it with --benchmarks; `rufus-eval data pull SUITE --to DIR` fetches every set a suite names into a "
+            "folder to use as RUFUS_DATA_ROOT; or pass --skip-missing to go on without it (the report lists it)") from None
     return list(loaded.rows), loaded.provenance
 
 
@@ -221,8 +269,11 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
     missing: dict[str, str] = {}
     for name in names:
         spec = registry.benchmarks[name]
+        if spec.not_decontaminable:  # named with --against (or in a set): said, never checked silently
+            not_checked[name] = spec.not_decontaminable
+            continue
         try:
-            rows, source = _locate(name, spec, path)
+            rows, source = _decontam_rows(name, spec, path)
         except RufusError as err:
             if not skip_missing:
                 raise

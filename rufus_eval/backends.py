@@ -29,6 +29,7 @@ from rufus_data.generate import BackendConfig
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
+from rufus_data.generate.vllm_command import default_command
 
 
 def sample_indices(requests) -> list[int]:
@@ -83,7 +84,7 @@ def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tupl
     """Yield (lm-eval model name, model args, facts for the results) for `model` - a model folder
     (hf, vllm) or the name a server knows it by - and clean up afterwards."""
     if cfg.backend == "hf":
-        cuda = _has_cuda()
+        cuda = gpu_count() > 0
         args = {"pretrained": model, "device": "cuda" if cuda else "cpu",
                 "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": cfg.batch_size, "seed": seed}
         if cfg.max_model_len:
@@ -133,7 +134,27 @@ def server_version(base_url: str) -> str | None:
     return None
 
 
-def _has_cuda() -> bool:
+def gpu_count() -> int:
+    """CUDA devices this process can use (0 without nvidia-smi: no driver, no GPU)."""
     if shutil.which("nvidia-smi") is None:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def vllm_available() -> bool:
+    """A vLLM server command Rufus can start ($RUFUS_VLLM_COMMAND, `vllm` on PATH, or the CPU build)."""
+    try:
+        default_command()
+    except RufusError:
         return False
-    return torch.cuda.is_available()
+    return True
+
+
+def choose_backend(requested: str) -> tuple[str, str]:
+    """(backend, why): `auto` is vLLM when a GPU and vLLM are both here, else hf in-process."""
+    if requested != "auto":
+        return requested, "as asked"
+    gpus = gpu_count()
+    if gpus and vllm_available():
+        return "vllm", f"auto: {gpus} GPU(s) and vLLM found"
+    return "hf", "auto: " + ("vLLM is not installed" if gpus else "no GPU") + ", so transformers in-process"

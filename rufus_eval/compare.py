@@ -1,15 +1,21 @@
 """`rufus-eval compare RUN...`: one table of every task's metric across runs (checkpoints), and a
-PNG of metric vs training step per task."""
+PNG of metric vs training step per task.
+
+The table is a result (stdout); a skipped task reads `skipped`, never 0. The plot shows what it
+is given: metric vs step when every run has its own step (run folders record it: checkpoint-N,
+run.json's global_step, 0 for a base model), else one point per run in the order given, with the
+reason printed; tasks with no number in any run are named, not drawn as empty lines."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_eval.results import read_results
+from rufus_eval.results import Cell, cell_text, read_results, results_console
 
 
 def load_runs(runs: list[str | Path]) -> list[dict]:
@@ -19,65 +25,94 @@ def load_runs(runs: list[str | Path]) -> list[dict]:
     return sorted(records, key=lambda r: (r.get("step") is None, r.get("step") or 0, r["run"]))
 
 
+def task_names(records: list[dict]) -> list[str]:
+    """Every task of the runs, in the order the runs list them."""
+    return list(dict.fromkeys(t for r in records for t in r["tasks"]))
+
+
 def comparison_rows(records: list[dict]) -> tuple[list[str], list[dict]]:
-    """(task columns, one row per run: run, checkpoint, step, and task -> "value ± stderr")."""
-    tasks = sorted({t for r in records for t in r["tasks"]})
-    rows = []
-    for r in records:
-        row = {"run": r["run"], "checkpoint": r["checkpoint"], "step": r.get("step")}
-        for task in tasks:
-            t = r["tasks"].get(task)
-            row[task] = None if t is None else (t["metric"], t["value"], t.get("stderr"))
-        rows.append(row)
+    """(task columns, one row per run: run, checkpoint, step, and task -> Cell(metric, value, stderr, status) or None)."""
+    tasks = task_names(records)
+    rows = [{"run": r["run"], "checkpoint": r["checkpoint"], "step": r.get("step"),
+             **{task: Cell.of(r["tasks"].get(task)) for task in tasks}} for r in records]
     return tasks, rows
 
 
-def plot_metric_vs_step(records: list[dict], png: Path) -> Path:
-    import matplotlib
+def _value(cell: Cell | None) -> float | None:
+    return None if cell is None else cell.number
+
+
+@dataclass
+class Plot:
+    """What the comparison plot shows: the PNG (None when nothing could be drawn), the tasks drawn,
+    whether the x axis is the training step, and what was said about the rest."""
+
+    png: Path | None
+    drawn: list[str] = field(default_factory=list)
+    by_step: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def plot_metric_vs_step(records: list[dict], png: Path) -> Plot:
+    """Draw every task that has a number in some run: against the step when each run has its own, else per run."""
+    tasks, rows = comparison_rows(records)
+    steps = [r["step"] for r in rows]
+    plot = Plot(None, by_step=None not in steps and len(set(steps)) == len(steps))
+    if not plot.by_step:
+        listed = ", ".join(f"{r['run']}: {r['step']}" for r in rows)
+        plot.notes.append(f"the runs do not each have their own training step ({listed}): plotted one point per run, "
+                          "in step order")
+    plot.drawn = [t for t in tasks if any(_value(r[t]) is not None for r in rows)]
+    for task in tasks:
+        if task not in plot.drawn:
+            plot.notes.append(f"{task} has no number in any run (skipped, not run, or none scored): not plotted")
+    if not plot.drawn:
+        plot.notes.append("no task has a number in these runs: no plot written")
+        return plot
+    import matplotlib  # heavy: only when a plot is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tasks, rows = comparison_rows(records)
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for task in tasks:
-        points = [(r["step"], r[task][1], r[task][2] or 0.0) for r in rows
-                  if r[task] is not None and r[task][1] is not None and r["step"] is not None]
-        if not points:
-            continue
-        steps, values, errs = zip(*points)
-        metric = next(r[task][0] for r in rows if r[task] is not None)
-        ax.errorbar(steps, values, yerr=errs, marker="o", capsize=3, label=f"{task} ({metric})")
-    ax.set_xlabel("training step")
+    fig, ax = plt.subplots(figsize=(max(7, len(rows) * 0.9), 4))
+    for task in plot.drawn:
+        points = [(r["step"] if plot.by_step else i, _value(r[task]), r[task].stderr or 0.0)
+                  for i, r in enumerate(rows) if _value(r[task]) is not None]
+        xs, ys, errs = zip(*points)
+        metric = next(r[task].metric for r in rows if r[task] is not None)
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=f"{task} ({metric})")
+    if plot.by_step:
+        ax.set_xlabel("training step")
+    else:
+        ax.set_xticks(range(len(rows)), [r["run"] for r in rows], rotation=20, ha="right", fontsize=7)
+        ax.set_xlabel("run")
     ax.set_ylabel("score")
-    ax.set_title("metric vs step")
+    ax.set_title("metric vs step" if plot.by_step else "metric per run")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=100)
     plt.close(fig)
-    return png
+    plot.png = png
+    return plot
 
 
-def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[dict], Path]:
+def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[dict], Path | None]:
     records = load_runs(runs)
     tasks, rows = comparison_rows(records)
     table = Table(title="rufus-eval compare")
-    for col in ("run", "step", *tasks):
-        table.add_column(col)
+    table.add_column("run", no_wrap=True)
+    table.add_column("step")
+    for task in tasks:
+        table.add_column(task)
     for row in rows:
-        cells = []
-        for task in tasks:
-            cell = row[task]
-            if cell is None or cell[1] is None:  # not run, or no sample scored (value null)
-                cells.append("-" if cell is None else "none scored")
-                continue
-            cells.append(f"{cell[1]:.4f}" + ("" if cell[2] is None else f" ± {cell[2]:.4f}"))
-        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *cells)
-    console.print(table)
+        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[cell_text(row[t]) for t in tasks])
+    results_console().print(table)
     first = Path(runs[0])
-    png = Path(png or (first if first.is_dir() else first.parent) / "compare.png")
-    plot_metric_vs_step(records, png)
-    console.print(f"wrote {png}")
-    return rows, png
+    plot = plot_metric_vs_step(records, Path(png or (first if first.is_dir() else first.parent) / "compare.png"))
+    for note in plot.notes:
+        console.print(note, highlight=False, soft_wrap=True)
+    if plot.png is not None:
+        console.print(f"wrote {plot.png}", highlight=False)
+    return rows, plot.png

@@ -1,29 +1,46 @@
 """Results: one `results.json` per run, and a DuckDB file that holds every run's rows.
 
-results.json: {run, suite, checkpoint, step, backend, created, model_info, tasks: {task: {metric,
-value, stderr, k, docs, scored_docs, unscored, unclosed_think, role, kind}}, judges: {task: {model,
-base_url, server_version, threshold, max_tokens}}}. `value` is null when no sample of the task could
-be scored (`unscored` 1.0), never 0.0. The DuckDB table `results` has one row per (run, task), so
-runs can be compared across checkpoints with plain SQL."""
+results.json: {run, suite, checkpoint, step, step_from, backend, created, tasks: {task: {status,
+metric, value, stderr, k, docs, scored_docs, unscored, unclosed_think, role, kind}}, judges: {task:
+{model, base_url, server_version, threshold, max_tokens}}}. `status` is `ran` or `skipped`; a
+skipped task (its data is not here) has `reason` and `fetch` (the command that gets its data) and
+value null. `value` is null too when no sample of the task could be scored (`unscored` 1.0), never
+0.0. The DuckDB table `results` has one row per (run, task), so runs can be compared across
+checkpoints with plain SQL. The summary table is a result: it goes to stdout, messages to stderr."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import duckdb
+from rich.console import Console
+from rich.table import Table
 
+from rufus_data.console import console
 from rufus_data.errors import RufusError
 
+RESULTS_JSON = "results.json"
+COLUMNS = ("run", "suite", "checkpoint", "step", "task", "metric", "value", "stderr", "k", "docs", "role", "backend",
+           "created", "results_path", "status")
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     run VARCHAR, suite VARCHAR, checkpoint VARCHAR, step BIGINT, task VARCHAR, metric VARCHAR,
     value DOUBLE, stderr DOUBLE, k INTEGER, docs INTEGER, role VARCHAR, backend VARCHAR,
-    created VARCHAR, results_path VARCHAR,
+    created VARCHAR, results_path VARCHAR, status VARCHAR,
     PRIMARY KEY (run, task)
 )
 """
+# files written before `status` existed get the column (their rows: NULL, i.e. ran)
+MIGRATE = "ALTER TABLE results ADD COLUMN IF NOT EXISTS status VARCHAR"
+
+
+def results_console() -> Console:
+    """Where result tables go: stdout, never cut at a width when it is a file or a pipe."""
+    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 10_000, highlight=False)
 
 
 def default_db_path() -> Path:
@@ -32,7 +49,7 @@ def default_db_path() -> Path:
 
 
 def write_results(record: dict, out_dir: Path) -> Path:
-    path = out_dir / "results.json"
+    path = out_dir / RESULTS_JSON
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=str))
     tmp.replace(path)
@@ -42,7 +59,7 @@ def write_results(record: dict, out_dir: Path) -> Path:
 def read_results(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
-        path = path / "results.json"
+        path = path / RESULTS_JSON
     if not path.exists():
         raise RufusError(f"{path} does not exist: give a run folder (holding results.json) or the file itself")
     try:
@@ -59,15 +76,16 @@ def store_run(record: dict, results_path: Path, db_path: Path | None = None) -> 
         (
             record["run"], record["suite"], record["checkpoint"], record.get("step"), task, t["metric"],
             t["value"], t.get("stderr"), t.get("k"), t.get("docs"), t.get("role"), record.get("backend"),
-            record.get("created"), str(Path(results_path).resolve()),
+            record.get("created"), str(Path(results_path).resolve()), t.get("status", "ran"),
         )
         for task, t in record["tasks"].items()
     ]
     with duckdb.connect(str(db_path)) as con:
         con.execute(SCHEMA)
+        con.execute(MIGRATE)
         con.execute("DELETE FROM results WHERE run = ?", [record["run"]])
         if rows:
-            con.executemany("INSERT INTO results VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})", rows)
     return db_path
 
 
@@ -81,3 +99,50 @@ def query_runs(db_path: Path, runs: list[str] | None = None) -> list[dict]:
         cursor = con.execute(sql + " ORDER BY step NULLS FIRST, run, task", params)
         names = [d[0] for d in cursor.description]
         return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+class Cell(NamedTuple):
+    """One task of one run, as tables show it."""
+
+    metric: str
+    value: float | None
+    stderr: float | None
+    status: str = "ran"
+
+    @classmethod
+    def of(cls, task: dict | None) -> Cell | None:
+        if task is None:
+            return None
+        return cls(task["metric"], task.get("value"), task.get("stderr"), task.get("status", "ran"))
+
+    @property
+    def number(self) -> float | None:
+        """The value to plot: none for a skipped or unscored task (never 0)."""
+        return None if self.status == "skipped" else self.value
+
+
+def cell_text(cell: Cell | None) -> str:
+    """How a task's number reads in a table: value (± stderr), `skipped`, `none scored`, or `-` (not in the run)."""
+    if cell is None:
+        return "-"
+    if cell.status == "skipped":
+        return "skipped"
+    if cell.value is None:
+        return "none scored"
+    return f"{cell.value:.4f}" + ("" if cell.stderr is None else f" ± {cell.stderr:.4f}")
+
+
+def print_summary(record: dict) -> None:
+    """The run's table on stdout; why tasks were skipped and how to fetch their data, on stderr."""
+    table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
+    for col in ("task", "metric", "value", "k", "docs", "unclosed", "unscored"):
+        table.add_column(col)
+    for name, t in record["tasks"].items():
+        unclosed = "-" if t.get("unclosed_think") is None else f"{t['unclosed_think']:.2f}"
+        unscored = "-" if t.get("unscored") is None else f"{t['unscored']:.2f}"
+        table.add_row(name, t["metric"], cell_text(Cell.of(t)), str(t["k"]), str(t["docs"]), unclosed, unscored)
+    results_console().print(table)
+    for name, t in record["tasks"].items():
+        if t.get("status") == "skipped":
+            console.print(f"skipped {name}: {t['reason']}\n  fetch its data with: {t['fetch']}", highlight=False,
+                          soft_wrap=True)

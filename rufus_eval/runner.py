@@ -7,6 +7,7 @@ file of all runs."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -14,17 +15,29 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import lm_eval  # the backends below register lm-eval model classes: this module is lm-eval's caller
+from lm_eval.api.registry import get_model
+from lm_eval.tasks import TaskManager
+from lm_eval.utils import handle_non_serializable
+
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
+from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
-from rufus_data.models import resolve_model
+from rufus_data.models import BUILTINS, resolve_model
+from rufus_data.shards import atomic_output_dir
 from rufus_eval.backends import CONCURRENCY, open_backend
-from rufus_eval.results import store_run, write_results
-from rufus_eval.suite import load_suite
+from rufus_eval.judge import pin_judge
+from rufus_eval.metrics import answer_of
+from rufus_eval.native import write_native
+from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_results
+from rufus_eval.suite import Suite, Task, load_suite
+from rufus_eval.task_data import TaskDataMissing, benchmark_spec, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
 
 STEP_RE = re.compile(r"checkpoint-(\d+)$")
+RUN_JSON = "run.json"  # what rufus-train writes last into a finished run folder (global_step, ...)
 
 
 @dataclass
@@ -41,11 +54,25 @@ class RunRequest:
     samples: int | None = None  # override every task's k (quick experiments, tests)
     max_tokens: int | None = None  # override every task's max_tokens
     tasks: list[str] | None = None  # run only these tasks of the suite (default: all selected)
+    strict: bool = False  # a task whose data is not here is an error, not a skip
 
 
-def checkpoint_step(checkpoint: str) -> int | None:
+def checkpoint_step(checkpoint: str) -> tuple[int, str]:
+    """(training step, where it was read): `checkpoint-N` in the name, else a run folder's run.json
+    `global_step`, else 0 (a base model: a built-in, a hub id, a folder that is no run)."""
     match = STEP_RE.search(str(checkpoint).rstrip("/"))
-    return int(match.group(1)) if match else None
+    if match:
+        return int(match.group(1)), "checkpoint folder name"
+    run_json = Path(checkpoint).expanduser() / RUN_JSON
+    if run_json.is_file():
+        try:
+            step = json.loads(run_json.read_text()).get("global_step")
+        except json.JSONDecodeError:
+            raise RufusError(f"{run_json} is not valid JSON: did the training run finish? give --step N") from None
+        if isinstance(step, int):
+            return step, f"{RUN_JSON} global_step"
+        raise RufusError(f"{run_json} has no integer global_step ({step!r}): give --step N")
+    return 0, "base model (no run.json)"
 
 
 def prepare_model(checkpoint: str) -> str:
@@ -58,25 +85,19 @@ def prepare_model(checkpoint: str) -> str:
     return str(merged_model(path))
 
 
-def run_suite(req: RunRequest) -> dict:
-    """Run the suite; returns the results record (also written to results.json and DuckDB)."""
-    import lm_eval
-    from lm_eval.api.registry import get_model
-    from lm_eval.tasks import TaskManager
+def apply_overrides(suite: Suite, req: RunRequest) -> None:
+    """--samples and --max-tokens for every task (a metric at more samples than k falls back to @k)."""
+    for task in suite.tasks:
+        if req.samples:
+            task.samples = req.samples
+            at = task.metric.split("@")[-1]
+            if task.kind == "rufus" and at != "k" and int(at) > req.samples:
+                task.metric = task.metric.split("@")[0] + "@k"
+        if req.max_tokens:
+            task.sampling = (task.sampling or suite.sampling).model_copy(update={"max_tokens": req.max_tokens})
 
-    import rufus_eval.metrics  # noqa: F401 - registers the filter and metrics
 
-    logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    suite = load_suite(req.suite)
-    if req.samples or req.max_tokens:
-        for task in suite.tasks:
-            if req.samples:
-                task.samples = req.samples
-                at = task.metric.split("@")[-1]
-                if task.kind == "rufus" and at != "k" and int(at) > req.samples:
-                    task.metric = task.metric.split("@")[0] + "@k"
-            if req.max_tokens:
-                task.sampling = (task.sampling or suite.sampling).model_copy(update={"max_tokens": req.max_tokens})
+def selected_tasks(suite: Suite, req: RunRequest) -> list[Task]:
     tasks = suite.selected(req.final)
     if req.tasks:
         unknown = sorted(set(req.tasks) - {t.name for t in suite.tasks})
@@ -87,84 +108,184 @@ def run_suite(req: RunRequest) -> dict:
             raise RufusError(f"tasks {req.tasks} of suite {suite.name} are test tasks: pass --final to run them")
     if not tasks:
         raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
-    judges = {}  # judged tasks: the judge is asked what it serves before any answer is generated
-    for task in tasks:
-        if task.scorer and task.scorer.name == "llm_judge":
-            from rufus_eval.judge import pin_judge
+    return tasks
 
-            task.scorer, judges[task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")
-    step = req.step if req.step is not None else checkpoint_step(req.checkpoint)
+
+def prepare_tasks(suite: Suite, tasks: list[Task], folder: Path) -> tuple[dict[str, str], dict[str, dict]]:
+    """Write every task's lm-eval config into `folder`: ({task: lm-eval name}, {task: why skipped, fetch command})."""
+    lm_names: dict[str, str] = {}
+    skipped: dict[str, dict] = {}
+    for task in tasks:
+        try:
+            if task.kind == "rufus":
+                write_task(suite, task, folder)
+                lm_names[task.name] = lm_eval_task_name(suite, task)
+            else:
+                check_native_ready(task, suite.name)
+                lm_names[task.name] = write_native(suite, task, folder)
+        except TaskDataMissing as err:
+            skipped[task.name] = {"reason": err.reason, "fetch": err.fetch}
+    return lm_names, skipped
+
+
+def local_model(checkpoint: str) -> str:
+    """prepare_model, refused before anything is written when the model can come from nowhere."""
+    ref = resolve_model(checkpoint)
+    if not Path(ref).expanduser().exists():
+        unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
+        if unreachable:
+            raise RufusError(f"model {checkpoint!r} is neither a model folder nor a built-in "
+                             f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
+                             f"({unreachable}): give a folder that exists")
+    return prepare_model(checkpoint)
+
+
+def run_suite(req: RunRequest) -> dict:
+    """Run the suite; returns the results record (also written to results.json and DuckDB).
+
+    Everything goes into a temporary sibling of the run folder, renamed into place at the end: a
+    run that fails leaves no half-written folder (and a re-run replaces the old folder only then).
+    A task whose data is not here is skipped (recorded with the reason and the command that
+    fetches it), or, with `strict`, refused before the model loads."""
+    suite = load_suite(req.suite)
+    apply_overrides(suite, req)
+    tasks = selected_tasks(suite, req)
+    if req.step is not None:
+        step, step_from = req.step, "--step"
+    else:
+        step, step_from = checkpoint_step(req.checkpoint)
     run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = Path(req.out or Path("outputs/eval") / run_name)
-    (out / "lm_eval").mkdir(parents=True, exist_ok=True)
-
-    lm_names = {}
-    for task in tasks:
-        if task.kind == "rufus":
-            write_task(suite, task, out / "tasks")
-            lm_names[task.name] = lm_eval_task_name(suite, task)
-        else:
-            lm_names[task.name] = task.lm_eval_task
-    manager = TaskManager(
-        include_path=str(out / "tasks") if (out / "tasks").exists() else None,
-        include_defaults=any(t.kind == "lm_eval" for t in tasks),
-    )
-
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
-    model = prepare_model(req.checkpoint) if req.backend.backend in ("hf", "vllm") else req.checkpoint
-
+    model = local_model(req.checkpoint) if req.backend.backend in ("hf", "vllm") else req.checkpoint
     record = {
         "run": run_name,
         "suite": suite.name,
         "checkpoint": str(req.checkpoint),
         "step": step,
+        "step_from": step_from,
         "final": req.final,
         "limit": req.limit,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "system_prompt": suite.system_prompt,
         "tasks": {},
-        "judges": judges,
+        "judges": {},
     }
+    with atomic_output_dir(out, overwrite=True) as work:
+        lm_names, skipped = prepare_tasks(suite, tasks, work / "tasks")
+        if skipped and (req.strict or not lm_names):  # a run that evaluates nothing is no result either
+            raise RufusError(("--strict: " if req.strict else f"no task of suite {suite.name} can run here: ") + "; ".join(
+                f"{name}: {why['reason']}; fetch it with `{why['fetch']}`" for name, why in skipped.items()))
+        to_run = [t for t in tasks if t.name in lm_names]
+        for task in to_run:  # judged tasks: the judge is asked what it serves before any answer is generated
+            if task.scorer and task.scorer.name == "llm_judge":
+                task.scorer, record["judges"][task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")
+                write_task(suite, task, work / "tasks")  # the config the metric reads names the pinned judge
+        if to_run:
+            (work / "lm_eval").mkdir()
+            _evaluate(suite, to_run, lm_names, model, req, record, work, out)
+        for task in tasks:
+            if task.name in skipped:
+                record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
+        record["tasks"] = {t.name: record["tasks"][t.name] for t in tasks}  # suite order
+        _repoint(work / "tasks", work, out)
+        write_results(record, work)
+    store_run(record, out / RESULTS_JSON, req.db_path)
+    print_summary(record)
+    console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False)
+    return record
+
+
+def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: RunRequest,
+              record: dict, work: Path, out: Path) -> None:
+    """Create the model once and run each task through lm-eval, writing into `work` (paths recorded under `out`)."""
+    logging.getLogger("lm_eval").setLevel(logging.WARNING)
     with open_backend(model, req.backend, seed=suite.seed) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
+        # RULER builds its documents with the model's tokenizer, at the lengths the task reports
+        metadata = None
+        if any(t.kind == "lm_eval" for t in tasks):
+            metadata = {"pretrained": model_args.get("pretrained") or model_args.get("tokenizer")}
+            lengths = [int(t.metric_key) for t in tasks if t.kind == "lm_eval" and str(t.metric_key).isdigit()]
+            if lengths:
+                metadata["max_seq_lengths"] = sorted(set(lengths))
+        manager = TaskManager(include_path=str(work / "tasks"), include_defaults=False, metadata=metadata)
         lm = get_model(model_name).create_from_arg_obj(model_args)
         with progress("tasks") as bar:
             job = bar.add_task(f"suite {suite.name}", total=len(tasks))
             for task in tasks:
                 bar.update(job, description=f"{suite.name}: {task.name}")
-                output = lm_eval.simple_evaluate(
-                    model=lm,
-                    tasks=[lm_names[task.name]],
-                    task_manager=manager,
-                    limit=req.limit,
-                    apply_chat_template=True,
-                    system_instruction=suite.system_prompt,
-                    log_samples=True,
-                    random_seed=suite.seed,
-                    numpy_random_seed=suite.seed,
-                    torch_random_seed=suite.seed,
-                    bootstrap_iters=1000,
-                    confirm_run_unsafe_code=True,
-                )
-                record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, out)
+                with _task_context(task):
+                    output = lm_eval.simple_evaluate(
+                        model=lm,
+                        tasks=[lm_names[task.name]],
+                        task_manager=manager,
+                        limit=req.limit,
+                        apply_chat_template=True,
+                        system_instruction=suite.system_prompt,
+                        log_samples=True,
+                        random_seed=suite.seed,
+                        numpy_random_seed=suite.seed,
+                        torch_random_seed=suite.seed,
+                        bootstrap_iters=1000,
+                        confirm_run_unsafe_code=True,
+                    )
+                record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work, out)
                 bar.advance(job)
-    results_path = write_results(record, out)
-    store_run(record, results_path, req.db_path)
-    _print_summary(record)
-    return record
 
 
-def _task_record(suite, task, lm_name: str, output: dict, out: Path) -> dict:
+def _task_context(task: Task):
+    """RULER reads the haystacks `data pull` kept; every other task needs nothing around it."""
+    if task.kind == "lm_eval" and task.benchmark:
+        return local_haystacks(benchmark_spec(task.benchmark)[0])
+    return contextlib.nullcontext()
+
+
+def _repoint(folder: Path, work: Path, out: Path) -> None:
+    """The task configs name their data files by absolute path: point them at the final folder."""
+    if not folder.is_dir():
+        return
+    old, new = str(work.resolve()), str(out.resolve())
+    for config in folder.glob("*.yaml"):
+        text = config.read_text(encoding="utf-8")
+        if old in text:
+            config.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _skipped_record(suite: Suite, task: Task, why: dict) -> dict:
+    """A task that did not run: no value (never 0.0), the reason and the command that fetches its data."""
+    return {
+        "status": "skipped",
+        "metric": metric_name(suite, task),
+        "value": None,
+        "stderr": None,
+        "k": suite.k(task) if task.kind == "rufus" else 1,
+        "docs": 0,
+        "role": task.role,
+        "kind": task.kind,
+        "reason": why["reason"],
+        "fetch": why["fetch"],
+    }
+
+
+def unclosed_fraction(samples: list[dict], think_end_token: str) -> float | None:
+    """The fraction of generated responses whose reasoning never closed (None: nothing was generated)."""
+    texts = [r for s in samples for resp in s.get("resps", []) for r in (resp if isinstance(resp, list) else [resp])
+             if isinstance(r, str)]
+    if not texts:
+        return None
+    return sum(not answer_of(t, think_end_token).closed for t in texts) / len(texts)
+
+
+def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Path, out: Path) -> dict:
     """Save lm-eval's results and samples for the task; pull out the headline number."""
-    from lm_eval.utils import handle_non_serializable
-
     results = output["results"][lm_name]
-    (out / "lm_eval" / f"results_{task.name}.json").write_text(
+    (work / "lm_eval" / f"results_{task.name}.json").write_text(
         json.dumps({k: v for k, v in output.items() if k != "samples"}, indent=2, default=handle_non_serializable)
     )
     # a native lm-eval group (global_mmlu_en, ruler) logs samples under its subtasks
     samples = [s for name in sorted(output["samples"]) for s in output["samples"][name]]
-    with open(out / "lm_eval" / f"samples_{task.name}.jsonl", "w") as fh:
+    with open(work / "lm_eval" / f"samples_{task.name}.jsonl", "w") as fh:
         fh.writelines(json.dumps(s, default=handle_non_serializable, ensure_ascii=False) + "\n" for s in samples)
     metric = metric_name(suite, task)
     if task.kind == "rufus":
@@ -181,7 +302,10 @@ def _task_record(suite, task, lm_name: str, output: dict, out: Path) -> dict:
     if not isinstance(value, (int, float)) and not (task.kind == "rufus" and unscored is not None):
         raise RufusError(f"task {task.name}: lm-eval reported no {key} (keys: {sorted(results)})")
     stderr = results.get(f"{name}_stderr,{filter_key}")
+    unclosed = results.get(f"unclosed_think,{filter_key}") if task.kind == "rufus" else \
+        unclosed_fraction(samples, suite.think_end_token)
     return {
+        "status": "ran",
         "metric": name,
         "value": float(value) if isinstance(value, (int, float)) else None,
         "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
@@ -189,23 +313,8 @@ def _task_record(suite, task, lm_name: str, output: dict, out: Path) -> dict:
         "docs": len(samples),
         "scored_docs": sum(name in s for s in samples),
         "unscored": unscored,
-        "unclosed_think": results.get(f"unclosed_think,{filter_key}"),
+        "unclosed_think": unclosed,
         "role": task.role,
         "kind": task.kind,
         "samples_file": str(out / "lm_eval" / f"samples_{task.name}.jsonl"),
     }
-
-
-def _print_summary(record: dict) -> None:
-    from rich.table import Table
-
-    table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
-    for col in ("task", "metric", "value", "stderr", "k", "docs", "unclosed", "unscored"):
-        table.add_column(col)
-    for name, t in record["tasks"].items():
-        value = "none scored" if t["value"] is None else f"{t['value']:.4f}"
-        stderr = "-" if t["stderr"] is None else f"{t['stderr']:.4f}"
-        unclosed = "-" if t["unclosed_think"] is None else f"{t['unclosed_think']:.2f}"
-        unscored = "-" if t.get("unscored") is None else f"{t['unscored']:.2f}"
-        table.add_row(name, t["metric"], value, stderr, str(t["k"]), str(t["docs"]), unclosed, unscored)
-    console.print(table)

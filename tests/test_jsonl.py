@@ -11,7 +11,7 @@ from rufus_data.dataset_source import read_file_rows
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import parse_jsonl, read_jsonl
 from rufus_eval.suite import load_suite
-from rufus_eval.tasks import source_rows
+from rufus_eval.task_data import source_rows
 
 
 def write_lines(path, *lines: bytes):
