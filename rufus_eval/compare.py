@@ -13,9 +13,9 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rufus_data.console import console
+from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
-from rufus_eval.results import Cell, cell_text, read_results, results_console
+from rufus_eval.results import Cell, cell_text, read_results
 
 
 def load_runs(runs: list[str | Path]) -> list[dict]:
@@ -108,7 +108,7 @@ def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[
         table.add_column(task)
     for row in rows:
         table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[cell_text(row[t]) for t in tasks])
-    results_console().print(table)
+    print_result(table)
     first = Path(runs[0])
     plot = plot_metric_vs_step(records, Path(png or (first if first.is_dir() else first.parent) / "compare.png"))
     for note in plot.notes:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import duckdb
-from rich.console import Console
 from rich.table import Table
 
-from rufus_data.console import console
+from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 
 RESULTS_JSON = "results.json"
@@ -37,10 +35,6 @@ CREATE TABLE IF NOT EXISTS results (
 # files written before `status` existed get the column (their rows: NULL, i.e. ran)
 MIGRATE = "ALTER TABLE results ADD COLUMN IF NOT EXISTS status VARCHAR"
 
-
-def results_console() -> Console:
-    """Where result tables go: stdout, never cut at a width when it is a file or a pipe."""
-    return Console(file=sys.stdout, width=None if sys.stdout.isatty() else 10_000, highlight=False)
 
 
 def default_db_path() -> Path:
@@ -141,7 +135,7 @@ def print_summary(record: dict) -> None:
         unclosed = "-" if t.get("unclosed_think") is None else f"{t['unclosed_think']:.2f}"
         unscored = "-" if t.get("unscored") is None else f"{t['unscored']:.2f}"
         table.add_row(name, t["metric"], cell_text(Cell.of(t)), str(t["k"]), str(t["docs"]), unclosed, unscored)
-    results_console().print(table)
+    print_result(table)
     for name, t in record["tasks"].items():
         if t.get("status") == "skipped":
             console.print(f"skipped {name}: {t['reason']}\n  fetch its data with: {t['fetch']}", highlight=False,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from rufus_data.console import print_result
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel, read_yaml
-from rufus_eval.results import results_console
 from rufus_eval.runner import prepare_model
 
 
@@ -73,7 +73,7 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         table.add_column(ckpt)
     for i, prompt in enumerate(prompts):
         table.add_row(prompt.user, *[answers[c][i] for c in ckpts])
-    results_console().print(table)
+    print_result(table)
     if out is not None:
         lines = ["# vibe test", ""]
         for i, prompt in enumerate(prompts):
