@@ -58,7 +58,7 @@ def suite(
 
     _exit_on_sigterm()
     backend, why = choose_backend(backend)
-    console.print(f"backend: {backend} ({why})", highlight=False)
+    console.print(f"backend: {backend} ({why})", highlight=False, markup=False, soft_wrap=True)
     cfg = BackendConfig(
         backend=backend, base_urls=[base_url] if base_url else [], tokenizer=tokenizer, devices=devices,
         served_model_name=run_name if backend == "vllm" else None,  # the server Rufus starts carries the run's name

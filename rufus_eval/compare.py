@@ -112,7 +112,7 @@ def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[
     first = Path(runs[0])
     plot = plot_metric_vs_step(records, Path(png or (first if first.is_dir() else first.parent) / "compare.png"))
     for note in plot.notes:
-        console.print(note, highlight=False, soft_wrap=True)
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     if plot.png is not None:
-        console.print(f"wrote {plot.png}", highlight=False)
+        console.print(f"wrote {plot.png}", highlight=False, markup=False, soft_wrap=True)
     return rows, plot.png

@@ -127,13 +127,13 @@ def pull_suite(suite_name: str, to: str | Path | None = None, tasks: list[str] |
     for task in chosen:
         if not task.benchmark:
             console.print(f"task {task.name}: its data is inline in the suite, not a registry benchmark: nothing to pull",
-                          highlight=False)
+                          highlight=False, markup=False, soft_wrap=True)
     folder.mkdir(parents=True, exist_ok=True)
     manifest_path = folder / PULL_MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {"benchmarks": {}}
     failed: dict[str, str] = {}
     for name in names:
-        console.print(f"pulling {name} ...", highlight=False)
+        console.print(f"pulling {name} ...", highlight=False, markup=False, soft_wrap=True)
         try:
             files = pull_benchmark(name, registry.benchmarks[name], folder)
         except (DatasetUnavailable, RufusError) as err:
@@ -143,11 +143,11 @@ def pull_suite(suite_name: str, to: str | Path | None = None, tasks: list[str] |
                                         "pulled": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         for entry in files:
             console.print(f"  {entry['file']}: {entry.get('rows', '-')} rows, sha256 {entry['sha256'][:12]}",
-                          highlight=False)
+                          highlight=False, markup=False, soft_wrap=True)
     _write_atomic(manifest_path, lambda tmp: tmp.write_text(json.dumps(manifest, indent=2) + "\n"))
     if failed:
         raise RufusError(f"pulled {len(names) - len(failed)} of {len(names)} benchmarks into {folder}; could not fetch "
                          + "; ".join(f"{name}: {why}" for name, why in failed.items()))
     console.print(f"pulled {len(names)} benchmarks into {folder} (manifest {manifest_path}); run the suite offline "
-                  f"with RUFUS_DATA_ROOT={folder}", highlight=False)
+                  f"with RUFUS_DATA_ROOT={folder}", highlight=False, markup=False, soft_wrap=True)
     return manifest

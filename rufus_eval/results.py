@@ -138,5 +138,5 @@ def print_summary(record: dict) -> None:
     print_result(table)
     for name, t in record["tasks"].items():
         if t.get("status") == "skipped":
-            console.print(f"skipped {name}: {t['reason']}\n  fetch its data with: {t['fetch']}", highlight=False,
+            console.print(f"skipped {name}: {t['reason']}\n  to get it: {t['fetch']}", highlight=False, markup=False,
                           soft_wrap=True)

@@ -192,7 +192,8 @@ def run_suite(req: RunRequest) -> dict:
         write_results(record, work)
     store_run(record, out / RESULTS_JSON, req.db_path)
     print_summary(record)
-    console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False)
+    console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,
+                  markup=False, soft_wrap=True)
     return record
 
 

@@ -37,7 +37,7 @@ def test_smollm3_suite_headline_command_offline(tmp_path, data_root, builtin_mod
     lcb = record["tasks"]["livecodebench"]
     assert lcb["status"] == "skipped" and lcb["value"] is None
     assert lcb["fetch"] == "rufus-eval data pull smollm3 --task livecodebench --to $RUFUS_DATA_ROOT"
-    assert "skipped" in proc.stdout and f"fetch its data with: {lcb['fetch']}" in proc.stderr
+    assert "skipped" in proc.stdout and f"to get it: {lcb['fetch']}" in proc.stderr
     assert record["step"] == 0 and record["backend"] == "hf" and "backend: hf (auto: no GPU" in proc.stderr
     with duckdb.connect(str(tmp_path / "outputs" / "eval" / "results.duckdb"), read_only=True) as con:
         assert dict(con.execute("SELECT task, status FROM results").fetchall()) == {

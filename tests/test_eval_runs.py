@@ -20,6 +20,7 @@ from rufus_eval import backends
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
+from rufus_eval.results import print_summary
 from rufus_eval.runner import checkpoint_step, unclosed_fraction
 from rufus_eval.suite import load_suite
 
@@ -76,8 +77,8 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert "livecodebench/test_v4_v5.jsonl" in lcb["reason"]
     assert lcb["fetch"] == "rufus-eval data pull mixed --task livecodebench --to $RUFUS_DATA_ROOT"
     # the table (a result) on stdout, skipped as skipped; why and how to fetch on stderr
-    assert "livecodebench" in res.stdout and "skipped" in res.stdout and "fetch its data" not in res.stdout
-    assert f"fetch its data with: {lcb['fetch']}" in res.stderr
+    assert "livecodebench" in res.stdout and "skipped" in res.stdout and "to get it" not in res.stdout
+    assert f"to get it: {lcb['fetch']}" in res.stderr
     assert f"run folder: {work / 'base'}" in res.stderr and "backend: hf (auto: no GPU" in res.stderr
     assert record["step"] == 0 and record["step_from"] == "base model (no run.json)"
     with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
@@ -230,3 +231,14 @@ tasks:
     by_doc = {s["doc"]["question"]: s["filtered_resps"] for s in samples}
     assert by_doc == {"q1": ["(A)"], "q2": ["[invalid]"], "q3": ["(B)"]}
     assert unclosed_fraction(samples, "</think>") == pytest.approx(1 / 3)
+
+
+def test_the_summary_prints_reasons_and_commands_verbatim(capsys):
+    """Skip reasons and commands hold brackets (`lm_eval[ruler]`) and long paths: printed as they are."""
+    record = {"suite": "s", "checkpoint": "m", "step": 0, "tasks": {"ruler": {
+        "status": "skipped", "metric": "4096", "value": None, "stderr": None, "k": 1, "docs": 0,
+        "reason": "task ruler: lm-eval's RULER needs the packages wonderwords", "fetch": "pip install 'lm_eval[ruler]'"}}}
+    print_summary(record)
+    out, err = capsys.readouterr()
+    assert "skipped" in out and "to get it" not in out
+    assert "to get it: pip install 'lm_eval[ruler]'" in err
