@@ -1,0 +1,50 @@
+"""Progress without a terminal (CI logs, `nohup`): rich draws its bars only when a job ends there,
+so every long command prints plain progress lines to stderr, every $RUFUS_PROGRESS_SECONDS."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from test_filter import RUFUS_DATA
+
+from rufus_data.console import ProgressLines, progress_line
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_mix(tmp_path, seconds: str, out: str) -> subprocess.CompletedProcess:
+    """`rufus-data mix catalogs/rl.yaml`, its stderr a pipe."""
+    env = {**os.environ, "RUFUS_PROGRESS_SECONDS": seconds}
+    return subprocess.run([RUFUS_DATA, "mix", str(REPO / "catalogs" / "rl.yaml"), "--out", out], check=False,
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_long_job_without_a_terminal_prints_progress_lines(tmp_path):
+    every = run_mix(tmp_path, "0", "every")
+    assert every.returncode == 0, every.stderr[-2000:]
+    lines = re.findall(r"^progress (arithmetic|word_problems): (\d+)/(\d+) rows \((\d+)%\), .*, elapsed \d:\d\d:\d\d, "
+                       r"ETA \S+$", every.stderr, re.MULTILINE)
+    assert {name for name, *_ in lines} == {"arithmetic", "word_problems"}
+    assert ("arithmetic", "0", "300", "0") in lines and ("arithmetic", "300", "300", "100") in lines  # start and end
+
+    hourly = run_mix(tmp_path, "3600", "hourly")
+    assert hourly.returncode == 0
+    assert len(re.findall(r"^progress ", hourly.stderr, re.MULTILINE)) == 2  # one line per task as it starts
+
+    bad = run_mix(tmp_path, "soon", "bad")
+    assert bad.returncode == 2 and "RUFUS_PROGRESS_SECONDS='soon' is not a number of seconds" in bad.stderr
+
+
+def test_a_progress_line_says_count_share_rates_and_time():
+    from rich.console import Console
+
+    from rufus_data.console import RateColumn
+
+    bar = ProgressLines(console=Console(file=open(os.devnull, "w")), unit="prompts", interval=60)  # noqa: SIM115
+    task = bar.add_task("filter k=8", total=384)
+    bar.update(task, completed=120)
+    line = progress_line(bar.tasks[0], "prompts", [RateColumn("prompts")])
+    assert re.fullmatch(r"progress filter k=8: 120/384 prompts \(31%\), \S+( prompts/s)?, elapsed 0:00:00, ETA \S+", line), line
