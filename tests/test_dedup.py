@@ -71,3 +71,33 @@ def test_dedup_bad_input_and_cli(data_root, tmp_path):
     assert read_shards(tmp_path / "out").column("id").to_pylist() == ["0", "2"]
     res = CliRunner().invoke(app, ["dedup", str(tmp_path / "mix"), "--out", str(tmp_path / "out")])
     assert res.exit_code == 2 and "already exists" in res.output
+
+
+def test_a_mixs_repeats_stay_and_moved_token_shares_are_reported(data_root, tmp_path):
+    """After mix: an upsampled source's repeats (same origin_id) are no duplicates of each other,
+    and a source that loses its near duplicates loses token share: reported before/after, warned."""
+    questions = [r["question"] for r in read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=40)]
+
+    def row(rid, origin, source, text, tokens):
+        return {"id": rid, "origin_id": origin, "source": source, "label": source, "num_tokens": tokens,
+                "messages": [{"role": "user", "content": text}, {"role": "assistant", "content": "ok"}]}
+
+    rows = []
+    for i, q in enumerate(questions[:10]):  # upsampled x3 by the mix: each row and two repeats
+        rows += [row(f"up{i}" if r == 0 else f"up{i}#rep{r}", f"up{i}", "upsampled", q, 10) for r in range(3)]
+    for i, q in enumerate(questions[10:40]):  # 30 rows, 10 of them copies of another of its rows
+        text = questions[10 + i % 20] if i >= 20 else q
+        rows.append(row(f"dup{i}", f"dup{i}", "copies", text, 10))
+    random.Random(0).shuffle(rows)  # mix shuffles: a repeat may come before its first copy
+    write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
+    result = deduplicate(tmp_path / "mix", tmp_path / "out", show_progress=False)
+    kept = set(read_shards(tmp_path / "out").column("id").to_pylist())
+    assert {r["id"] for r in rows if r["source"] == "upsampled"} <= kept  # all 30: repeats left alone
+    assert len(result.dropped) == 10
+    assert all(len(kept & {f"dup{i}", f"dup{i + 20}"}) == 1 for i in range(10))  # one of each planted pair
+    shares = {s["source"]: s for s in json.loads((tmp_path / "out" / "manifest.json").read_text())["shares"]}
+    assert shares["upsampled"]["before"] == pytest.approx(0.5) and shares["upsampled"]["after"] == pytest.approx(0.6)
+    assert shares["copies"]["shift_pp"] == pytest.approx(-10.0)
+    assert any("'copies' from 50.0% to 40.0%" in w and "Dedup belongs before mixing" in w for w in result.warnings)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| copies | 0.5000 | 0.4000 | -10.00 |" in report and "Dedup belongs before mixing" in report
