@@ -159,3 +159,25 @@ def test_share_must_be_a_number(tmp_path, share):
     assert result.exit_code == 2
     assert f"{catalog}:6" in result.output and "sources.0.share" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_parquet_source_names_the_file(tmp_path):
+    """A parquet file whose footer reads but whose data pages are damaged (the error comes while
+    its rows are read): one paragraph naming the file, exit 2, no traceback and no output."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    conversations = [[{"role": "user", "content": f"question {i} " + "word " * (i % 50)},
+                      {"role": "assistant", "content": f"answer {i}"}] for i in range(20_000)]
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"messages": conversations}), good, row_group_size=2_000, compression="zstd")
+    data = bytearray(good.read_bytes())
+    start = pq.ParquetFile(good).metadata.row_group(5).column(0).data_page_offset
+    for i in range(start + 50, start + 3_000):
+        data[i] = (data[i] * 7 + 3) % 256
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(bytes(data))
+    result, text, leftovers = run_mix(tmp_path, f"kind: sft\nname: c\nsources:\n  - name: broken\n    path: {bad}\n    share: 1.0\n")
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert f"source 'broken': {bad} is not a readable parquet file" in text and "Traceback" not in result.output
+    assert leftovers == []
