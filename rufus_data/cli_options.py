@@ -31,6 +31,8 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from typer.core import TyperCommand, TyperGroup
 
+from rufus_data.cpu_threads import cpu_thread_defaults
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -71,11 +73,16 @@ class FlagGroup(_BareFlags, TyperGroup):
 
 
 class CliApp(typer.Typer):
-    """The typer app of each Rufus CLI: no completion install options, help when called bare, and
-    boolean flags written and shown one way in all three CLIs (`--overwrite`, no value)."""
+    """The typer app of each Rufus CLI: no completion install options, help when called bare,
+    boolean flags written and shown one way in all three CLIs (`--overwrite`, no value), and, when
+    the program starts, the CPU thread defaults (cpu_threads.py)."""
 
     def __init__(self, **options):
         super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=False, **options)
+
+    def __call__(self, *args, **kwargs):
+        cpu_thread_defaults()  # before any command imports torch
+        return super().__call__(*args, **kwargs)
 
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **options):
         return super().command(name, cls=cls or FlagCommand, **options)
