@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 
 from rufus_data.console import console
@@ -23,6 +24,9 @@ ADAPTER_WEIGHTS = "adapter_model.safetensors"
 MERGED_DIR = "merged"
 MERGED_FROM = "rufus-merged.json"
 RUN_JSON = "run.json"
+# peft 0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`:
+# a FutureWarning on every LoRA load that no Rufus setting can avoid (peft must rename it).
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
 def is_adapter_folder(ref: str | Path) -> bool:
