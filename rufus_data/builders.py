@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from rufus_data.errors import RufusError
-from rufus_data.pairs import perturb_final_answer
+from rufus_data.perturb import perturb_final_answer
 from rufus_data.rewards.ifeval import instruction_registry
 
 

@@ -16,6 +16,8 @@ from pydantic import Field, field_validator, model_validator
 from rufus_data.builders import BUILDERS
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
+from rufus_data.rewards.data_rewards import Spec as RewardSpec
+from rufus_data.rewards.data_rewards import normalise_specs
 from rufus_data.shards import Kind
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
@@ -63,6 +65,18 @@ class SourceSpec(SourceRows):
     upsample: bool = False
     holdout: int | None = Field(default=None, ge=0)
     fallback: SourceRows | None = None
+    reward: RewardSpec | list[RewardSpec] | None = Field(
+        default=None, description="rl sources: the reward that scores this source's rows (a registry spec or a list), "
+        "written into each row for filter, pairs and the RL stages (rufus_data/rewards/data_rewards.py)")
+
+    @field_validator("reward")
+    @classmethod
+    def _known_reward(cls, value):
+        try:
+            normalise_specs(value)  # checked against the rewards registry
+        except RufusError as err:
+            raise ValueError(str(err)) from None
+        return value
 
     @model_validator(mode="after")
     def _some_origin(self) -> SourceSpec:
@@ -95,6 +109,10 @@ class MixtureCatalog(StrictModel):
 
     @model_validator(mode="after")
     def _check_sources(self) -> MixtureCatalog:
+        rewarded = [s.name for s in self.sources if s.reward is not None]
+        if rewarded and self.kind != "rl":
+            raise ValueError(f"`reward:` is for sources of an rl catalog (RL prompts), but this one is kind {self.kind}: "
+                             f"drop it from {', '.join(rewarded)}")
         names = [s.name for s in self.sources]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:

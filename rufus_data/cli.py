@@ -12,10 +12,8 @@ from rich.text import Text
 from rufus_data.cli_options import CliApp, OverwriteOption, model_options
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
-from rufus_data.filter import FilterConfig, filter_prompts, rebucket
+from rufus_data.generate.options import FilterConfig, PairsConfig
 from rufus_data.models import list_models, pull
-from rufus_data.pairs import PairsConfig, build_pairs
-from rufus_data.shard_inspect import SQL_FORMATS, inspect_shards, rows_as_text, run_sql, to_json
 from rufus_data.yaml_config import model_from_options
 
 app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
@@ -74,6 +72,8 @@ def inspect_command(
 ) -> None:
     """Rows and tokens per source and label, a token-length histogram, and data-bug warnings
     (all on stdout: they are what was asked for)."""
+    from rufus_data.shard_inspect import inspect_shards, to_json  # heavy: duckdb and arrow, not for --help
+
     found = inspect_shards(folder)
     if as_json:
         typer.echo(to_json(found))
@@ -100,10 +100,13 @@ def inspect_command(
 def sql_command(
     folder: Path = typer.Argument(..., help="shard folder"),
     query: str = typer.Argument(..., help="SQL over the views train (alias shards) and holdout"),
-    fmt: str = typer.Option("table", "--format", help=f"{' | '.join(SQL_FORMATS)}: csv and json for files and pipes "
+    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes "
                             "(a table written there keeps every value whole)"),
 ) -> None:
     """Run a DuckDB query over a shard folder; the rows go to stdout."""
+    # heavy: duckdb and arrow, not for --help
+    from rufus_data.shard_inspect import SQL_FORMATS, rows_as_text, run_sql
+
     if fmt not in SQL_FORMATS:
         raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
     columns, rows = run_sql(folder, query)
@@ -119,56 +122,66 @@ def sql_command(
 
 
 # --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
-# Their options are the fields of FilterConfig / PairsConfig, one flag each (cli_options.py).
-OutOption = Annotated[Path, typer.Option("--out", help="output folder")]
+# Their options are the fields of FilterConfig / PairsConfig, one flag each (cli_options.py); the
+# commands themselves load arrow, an HTTP client and a model, so they are imported when they run.
+InputsArgument = Annotated[list[Path], typer.Argument(
+    help="rl shard folder(s), or catalog(s) to mix first (default: catalogs/rl.yaml)", show_default=False)]
 
 
 @app.command("filter")
 @cli_errors
-@model_options(FilterConfig, optional=("policy", "reward"))  # --from-rollouts needs neither
+@model_options(FilterConfig, optional=("policy",))  # --from-rollouts needs none
 def filter_command(
-    shards: list[Path] = typer.Argument(None, help="rl shard folder(s) (id, prompt, expected_output)"),
-    out: OutOption = ...,
+    inputs: InputsArgument = None,
+    out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-filtered)"),
     from_rollouts: Path = typer.Option(None, "--from-rollouts", help="re-bucket an earlier filter --out (no generation)"),
     overwrite: OverwriteOption = False,
     options: dict | None = None,
 ) -> None:
     """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
     all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
+    from rufus_data.filter import filter_prompts, rebucket  # heavy: arrow, the generation backends
+
     if from_rollouts is not None:
-        result = rebucket(from_rollouts, out, options["keep"], overwrite=overwrite)
+        if out is None:
+            raise RufusError("--from-rollouts DIR needs --out: the folder for the re-bucketed output")
+        result = rebucket(from_rollouts, out, options.get("keep", FilterConfig.model_fields["keep"].default),
+                          overwrite=overwrite)
     else:
-        if not shards or "policy" not in options or "reward" not in options:
-            raise RufusError("filter needs SHARDS, --policy and --reward (or --from-rollouts DIR to re-bucket)")
-        result = filter_prompts(shards, out, model_from_options(FilterConfig, options), overwrite=overwrite)
-    table = Table(title=f"{out}: prompts per bucket")
+        if "policy" not in options:
+            raise RufusError("filter needs --policy MODEL: the model whose samples decide the buckets "
+                             "(e.g. --policy smollm2-135m), or --from-rollouts DIR to re-bucket an earlier run")
+        result = filter_prompts(inputs, out, model_from_options(FilterConfig, options), overwrite=overwrite)
+    table = Table(title=f"{result['out']}: prompts per bucket")
     for col in ("bucket", "prompts"):
         table.add_column(col)
     for bucket, count in result["counts"].items():
         table.add_row(bucket, str(count))
-    console.print(table)
-    console.print(f"wrote {out}: see {out / 'report.md'}")
+    print_result(table)
+    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
 @app.command("pairs")
 @cli_errors
 @model_options(PairsConfig)
 def pairs_command(
-    shards: list[Path] = typer.Argument(..., help="rl shard folder(s) (id, prompt, expected_output)"),
-    out: OutOption = ...,
+    inputs: InputsArgument = None,
+    out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-pairs)"),
     overwrite: OverwriteOption = False,
     options: dict | None = None,
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
-    result = build_pairs(shards, out, model_from_options(PairsConfig, options), overwrite=overwrite)
-    table = Table(title=f"{out}: {result['method']}")
+    from rufus_data.pairs import build_pairs  # heavy: arrow, the generation backends
+
+    result = build_pairs(inputs, out, model_from_options(PairsConfig, options), overwrite=overwrite)
+    table = Table(title=f"{result['out']}: {result['method']}")
     for col in ("count", "value"):
         table.add_column(col)
     for name, value in result["counts"].items():
         table.add_row(name, str(value))
     table.add_row("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"]))
-    console.print(table)
-    console.print(f"wrote {out}: see {out / 'report.md'}")
+    print_result(table)
+    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
 @app.command("decontam")

@@ -7,12 +7,17 @@ prompt is sampled k times with the policy, scored with the reward(s), and bucket
     OUT/all_pass/  learnable/  all_fail/  unscored/   shard folders: the canonical rows + pass_rate
        (constant/ for equal non-0/1 rewards and outside_band/ for learnable prompts outside
         --keep appear only when they have rows)
+       each with its own report.md and manifest.json; learnable/ also carries the input's
+       `holdout` split (mix's held-out prompts), unfiltered, so it travels on to decontam and training
     OUT/rollouts.parquet   every completion with its reward(s), sampling parameters and model
     OUT/report.md, pass_rate_hist.png, manifest.json
 
-Generation is resumable per prompt (generate/journal.py) and the output folder is written
-atomically. `--from-rollouts DIR` re-buckets DIR's stored rewards (e.g. with another --keep
-band) without generating."""
+The input is shard folders or catalogs (mixed first); none means the default RL mixture,
+catalogs/rl.yaml. Each row is scored by --reward, or else by its own source's reward (the
+`reward_spec` column mix writes from a catalog's `reward:`; rewards/data_rewards.py). `--limit N`
+takes a seeded sample of N prompts. Generation is resumable per prompt (generate/journal.py)
+and the output folder is written atomically. `--from-rollouts DIR` re-buckets DIR's stored
+rewards (e.g. with another --keep band) without generating."""
 
 from __future__ import annotations
 
@@ -24,35 +29,32 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import Field
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.generate import SamplingParams, check_prompts_fit, open_generator
+from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import GenerationOptions, RewardSpecs
-from rufus_data.generate.prompts import read_prompt_rows
+from rufus_data.generate.options import FilterConfig
+from rufus_data.generate.prompts import (
+    default_out,
+    input_entries,
+    input_folders,
+    read_holdout,
+    read_prompt_rows,
+)
+from rufus_data.generate.sampling import SamplingParams
+from rufus_data.generate.scoring import Scorer, known_token_ids
 from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table, pyplot
-from rufus_data.shards import MANIFEST, read_shards, write_manifest, write_shards
+from rufus_data.rewards.data_rewards import scoring_specs
+from rufus_data.rewards.groups import group_outcomes
+from rufus_data.shards import DATA_DIR, MANIFEST, read_shards, write_shards
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
 EXTRA_BUCKETS = ("constant", "outside_band")
 ROLLOUTS = "rollouts.parquet"
+HOLDOUT_BUCKET = "learnable"  # the input's holdout split travels with the prompts trained on
 PASS_RATE = "pass_rate"
-
-
-class FilterConfig(GenerationOptions):
-    """Everything that decides the rollouts (hashed for resumption) plus where they run."""
-
-    policy: str = Field(description="model: built-in name, local folder or hub id")
-    reward: RewardSpecs = Field(min_length=1)
-    k: int = Field(8, ge=1, description="samples per prompt")
-    keep: str = Field("0<p<1", description="pass-rate band of learnable/, e.g. '0.1<p<0.9'")
-
-    def rollout_hash(self, inputs: list[dict]) -> str:
-        """The journal key (--keep does not change the rollouts and is left out)."""
-        return self.run_hash(self.k, inputs, policy=self.policy, reward=self.reward)
 
 
 # --- the keep band --------------------------------------------------------------------------
@@ -105,26 +107,34 @@ def partial_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.partial"
 
 
-def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConfig, overwrite: bool = False) -> dict:
-    """Sample, score and bucket; returns the summary that also goes into the manifest."""
-    step = OutputStep("rufus-data filter", out, overwrite=overwrite)
+def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, config: FilterConfig,
+                   overwrite: bool = False) -> dict:
+    """Sample, score and bucket; returns the summary that also goes into the manifest. `inputs`:
+    shard folders or catalogs (None: catalogs/rl.yaml); `out` None: outputs/<input name>-filtered."""
+    entries = input_entries(inputs)
+    step = OutputStep("rufus-data filter", out if out is not None else default_out(entries, "filtered"), overwrite=overwrite)
     out = step.out
     parse_band(config.keep)
-    from rufus_data.generate.scoring import Scorer
-
-    scorer = Scorer.from_specs(config.reward)
-    rows, prompts, inputs, schema = read_prompt_rows(shards)
+    if config.reward:
+        Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
+    check_model(config.policy, config.backend_config())
+    folders, catalogs = input_folders(entries, partial_dir(out))
+    rows, prompts, inputs_, schema = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
-        raise RufusError(f"no prompts in {', '.join(map(str, shards))}: nothing to filter")
+        raise RufusError(f"no prompts in {', '.join(map(str, folders))}: nothing to filter")
+    specs, rewards_from = scoring_specs(config.reward, rows)
+    scorer = Scorer.from_specs(specs)
+    for entry in inputs_:
+        entry.update({"catalog": catalogs[entry["path"]]} if entry["path"] in catalogs else {})
     sampling = config.sampling(config.k)
-    config_hash = config.rollout_hash(inputs)
+    config_hash = config.rollout_hash(inputs_, specs)
     journal = Journal(partial_dir(out) / f"filter-{config_hash}.jsonl", config_hash)
     by_id = {str(r["id"]): r for r in rows}
 
     def to_record(result) -> dict:
         row = by_id[result.prompt.id]
         texts = [c.text for c in result.completions]
-        combined, per_function = scorer.score(row, result.prompt.messages, texts)
+        combined, per_function = scorer.score(row, result.prompt.messages, texts, known_token_ids(result.completions))
         return {
             "completions": [
                 {
@@ -163,12 +173,13 @@ def filter_prompts(shards: list[str | Path], out: str | Path, config: FilterConf
         run={
             "config": config.model_dump(),
             "config_hash": config_hash,
-            "inputs": inputs,
+            "inputs": inputs_,
             "seed": config.seed,
             "generation": timings,
             "max_model_len_check": context_status,
-            "rewards": scorer.names,
+            "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names},
         },
+        holdout=read_holdout(folders),
     )
     shutil.rmtree(partial_dir(out), ignore_errors=True)
     return summary
@@ -222,8 +233,6 @@ def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampl
 # --- bucketing and output -------------------------------------------------------------------
 def bucket_prompts(rollouts: pa.Table, k: int, keep: str) -> dict[str, tuple[str, float | None]]:
     """{prompt id: (bucket, pass rate)} from the stored per-completion rewards."""
-    from rufus_data.rewards.groups import group_outcomes
-
     band = parse_band(keep)
     ids = rollouts.column("prompt_id").to_pylist()
     rewards = rollouts.column("reward").to_pylist()
@@ -239,10 +248,10 @@ def bucket_prompts(rollouts: pa.Table, k: int, keep: str) -> dict[str, tuple[str
     return result
 
 
-def write_filter_output(
-    step: OutputStep, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str, run: dict
-) -> dict:
-    """Write the bucket folders (input schema + pass_rate), rollouts, report and manifest atomically.
+def write_filter_output(step: OutputStep, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str,
+                        run: dict, holdout: pa.Table | None = None) -> dict:
+    """Write the bucket folders (input schema + pass_rate; each with report.md and manifest.json),
+    the input's holdout split into learnable/, rollouts, report and manifest, atomically.
     `run`: what made the rollouts (config, config_hash, inputs, generation, ...), for the manifest."""
     buckets = bucket_prompts(rollouts, k, keep)
     by_bucket: dict[str, list[dict]] = {b: [] for b in BUCKETS + EXTRA_BUCKETS}
@@ -253,22 +262,65 @@ def write_filter_output(
         schema = schema.remove(schema.get_field_index(PASS_RATE))
     schema = schema.append(pa.field(PASS_RATE, pa.float64()))
     counts = {b: len(r) for b, r in by_bucket.items()}
-    summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k}
+    holdout_rows = holdout.num_rows if holdout is not None else 0
+    summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k,
+               "holdout_rows": holdout_rows}
+    core = {"config": run.get("config"), "config_hash": run.get("config_hash"), "inputs": run.get("inputs"),
+            "versions": ("transformers", "torch", "httpx")}
     with step.folder() as tmp:
         for bucket, bucket_rows in by_bucket.items():
             if bucket in EXTRA_BUCKETS and not bucket_rows:
                 continue
-            table = pa.Table.from_pylist(bucket_rows, schema=schema)
-            write_shards(table, tmp / bucket)
-            write_manifest(tmp / bucket, {"command": step.command, "bucket": bucket, "rows": len(bucket_rows),
-                                          "config_hash": run.get("config_hash"), "keep": keep})
+            write_shards(pa.Table.from_pylist(bucket_rows, schema=schema), tmp / bucket)
+            held = holdout_rows if bucket == HOLDOUT_BUCKET else 0
+            if held:
+                write_shards(holdout, tmp / bucket, split="holdout")
+            manifest = step.manifest(**core, counts={"rows": len(bucket_rows), "holdout": held}, bucket=bucket,
+                                     keep=keep, k=k, part_of="../manifest.json")
+            step.finish(tmp / bucket, manifest, bucket_report(bucket, bucket_rows, held, keep, k, len(rows)))
         pq.write_table(rollouts, tmp / ROLLOUTS, compression="zstd")
         own = {key: value for key, value in run.items() if key not in ("config", "config_hash", "inputs")}
-        manifest = step.manifest(config=run.get("config"), config_hash=run.get("config_hash"), inputs=run.get("inputs"),
-                                 counts=counts, versions=("transformers", "torch", "httpx"),
-                                 **own, **{key: value for key, value in summary.items() if key != "counts"})
+        manifest = step.manifest(**core, counts=counts, **own,
+                                 **{key: value for key, value in summary.items() if key != "counts"})
         step.finish(tmp, manifest, filter_report(tmp, rows, rollouts, buckets, counts, keep, manifest))
     return {**summary, "out": str(step.out), "generation": run.get("generation", {})}
+
+
+BUCKET_MEANING = {
+    "all_pass": "every sample passed: too easy for this policy, no GRPO signal",
+    "learnable": "some samples passed and some failed, with a pass rate inside the keep band: train on these",
+    "all_fail": "no sample passed: too hard for this policy now (try again after training)",
+    "unscored": "no reward scored any sample (every reward was None: a missing gold answer or tests)",
+    "constant": "every sample got the same reward, neither 0 nor 1: no GRPO signal",
+    "outside_band": "some passed and some failed, but the pass rate is outside the keep band",
+}
+
+
+def bucket_report(bucket: str, rows: list[dict], holdout_rows: int, keep: str, k: int, total: int) -> str:
+    """The report.md of one bucket folder: what its prompts are, per label, and what is next."""
+    per_label: dict[str, list] = {}
+    for row in rows:
+        per_label.setdefault(str(row.get("label")), []).append(row[PASS_RATE])
+    table = [[label, len(rates), _mean([r for r in rates if r is not None])] for label, rates in sorted(per_label.items())]
+    lines = [
+        f"# rufus-data filter: `{bucket}/`",
+        "",
+        (f"{len(rows):,} of {total:,} prompts: {BUCKET_MEANING[bucket]} ({k} samples per prompt, keep band `{keep}`). "
+        "The whole run: [../report.md](../report.md)."),
+        "",
+        markdown_table(["label", "prompts", "mean pass rate"], table) if table else "No prompts.\n",
+    ]
+    if bucket == HOLDOUT_BUCKET:
+        lines += [
+            (f"The input's `holdout` split ({holdout_rows:,} rows, mix's held-out prompts) passes through here unfiltered "
+            "(`data/holdout-*.parquet`), so it travels on with the prompts you train on."),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def _mean(values: list[float]) -> str:
+    return f"{sum(values) / len(values):.3f}" if values else "-"
 
 
 def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict, keep: str, manifest: dict) -> str:
@@ -287,6 +339,10 @@ def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict,
             f"Policy `{rollouts.column('model')[0].as_py() if rollouts.num_rows else '?'}`, "
             f"{rollouts.num_rows // max(len(rows), 1)} samples per prompt, keep band `{keep}` for `learnable/`."
         ),
+        "",
+        _rewards_line(manifest.get("rewards")),
+        "",
+        _inputs_line(len(rows), (manifest.get("config") or {}).get("limit"), manifest.get("holdout_rows", 0)),
         "",
         "## Buckets per label",
         "",
@@ -317,6 +373,21 @@ def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict,
     return "\n".join(lines) + "\n"
 
 
+def _rewards_line(rewards) -> str:
+    """Which rewards scored, and where they came from (older manifests list only names)."""
+    if isinstance(rewards, dict):
+        specs = ", ".join(f"`{json.dumps(spec, sort_keys=True)}`" for spec in rewards.get("specs", []))
+        return f"Rewards from {rewards.get('from')}: {specs}."
+    return f"Rewards: {', '.join(rewards or []) or '-'}."
+
+
+def _inputs_line(prompts: int, limit: int | None, holdout_rows: int) -> str:
+    sample = f"a seeded sample of {prompts:,} prompts (--limit {limit})" if limit else f"{prompts:,} prompts"
+    held = (f"; the input's holdout split ({holdout_rows:,} rows) passes through unfiltered into `learnable/`"
+            if holdout_rows else "; the input had no holdout split")
+    return f"Input: {sample}{held}."
+
+
 def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False) -> dict:
     """Re-bucket a finished filter output from its stored rewards (no generation)."""
     step = OutputStep("rufus-data filter --from-rollouts", out, overwrite=overwrite)
@@ -327,7 +398,7 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
     parse_band(keep)
     rollouts = pq.read_table(path)
     previous = json.loads((src / MANIFEST).read_text()) if (src / MANIFEST).exists() else {}
-    tables = [read_shards(src / b) for b in BUCKETS + EXTRA_BUCKETS if (src / b / "data").exists()]
+    tables = [read_shards(src / b) for b in BUCKETS + EXTRA_BUCKETS if (src / b / DATA_DIR).exists()]
     if not tables:
         raise RufusError(f"{src} has no bucket folders ({', '.join(BUCKETS)}): is it a `rufus-data filter` output?")
     table = pa.concat_tables(tables, promote_options="permissive").drop_columns([PASS_RATE])
@@ -340,4 +411,4 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
     k = previous.get("k") or rollouts.num_rows // max(len(order), 1)
     run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
     run.update(from_rollouts=str(src), max_model_len_check="n/a (no generation)")
-    return write_filter_output(step, rows, schema, rollouts, k, keep, run)
+    return write_filter_output(step, rows, schema, rollouts, k, keep, run, holdout=read_holdout([src / HOLDOUT_BUCKET]))

@@ -24,7 +24,9 @@ from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_ca
 from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
 from rufus_data.output_step import OutputStep
+from rufus_data.paths import shipped_path
 from rufus_data.report import bar_chart, markdown_table
+from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.shards import write_shards
 from rufus_data.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.sources import (
@@ -86,9 +88,11 @@ def mix(
     on_bad_row: OnBadRow | None = None,
     show_progress: bool = True,
 ) -> MixResult:
-    """Build the mixture described by a catalog; returns the output folder and its manifest."""
-    catalog_path = Path(catalog_path)
+    """Build the mixture described by a catalog; returns the output folder and its manifest. A
+    relative catalog path the working folder lacks is read from the Rufus repository (catalogs/)."""
+    catalog_path = shipped_path(catalog_path)
     catalog = load_catalog(catalog_path)
+    rewards = _rewards_by_label(catalog)
     on_bad_row = on_bad_row or catalog.on_bad_row
     step = OutputStep("rufus-data mix", out if out is not None else Path("outputs") / catalog_path.stem, overwrite=overwrite)
     opened = [open_source(spec) for spec in catalog.sources]  # find every source's rows before the tokenizer loads
@@ -113,10 +117,25 @@ def mix(
             folder.rmdir()
         parts_dir.rmdir()
         manifest = _manifest(step, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
-                             {"holdout": holdout, "on_bad_row": on_bad_row})
+                             {"holdout": holdout, "on_bad_row": on_bad_row}, rewards)
         step.finish(tmp, manifest, _report(tmp, catalog, manifest))
     _print_summary(manifest)
     return MixResult(out=step.out, manifest=manifest)
+
+
+def _rewards_by_label(catalog: MixtureCatalog) -> dict[str, list]:
+    """{label: reward specs} of the sources that declare `reward:`; sources sharing a label must share it."""
+    found: dict[str, tuple[str, list]] = {}
+    for source in catalog.sources:
+        if source.reward is None:
+            continue
+        specs = normalise_specs(source.reward)
+        label = source.default_label
+        first = found.setdefault(label, (source.name, specs))
+        if first[1] != specs:
+            raise RufusError(f"sources '{first[0]}' and '{source.name}' share the label {label!r} but declare different "
+                             "rewards: a row's reward is looked up by its label, so give one of them its own `label:`")
+    return {label: specs for label, (_, specs) in sorted(found.items())}
 
 
 def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> None:
@@ -219,6 +238,7 @@ def _chain(first, rest):
 
 def _flush(batch, measured, counts, folder, tokens_column) -> None:
     limit = counts.spec.max_tokens_per_example
+    reward = None if counts.spec.reward is None else encode_specs(normalise_specs(counts.spec.reward))
     kept = []
     for row, total, trainable in zip(batch, measured.total, measured.trainable, strict=True):
         if limit is not None and total > limit:
@@ -226,6 +246,8 @@ def _flush(batch, measured, counts, folder, tokens_column) -> None:
             continue
         row["num_tokens"] = total
         row["num_trainable_tokens"] = trainable
+        if reward is not None:  # the source's reward travels with each row (rewards/data_rewards.py)
+            row[REWARD_COLUMN] = reward
         counts.total.append(total)
         counts.trainable.append(trainable)
         kept.append(row)
@@ -314,7 +336,7 @@ def _budget(catalog: MixtureCatalog, counted: list[SourceCounts], available: lis
 
 
 def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
-              options: dict) -> dict:
+              options: dict, rewards: dict[str, list]) -> dict:
     """The common core (config: the catalog's content and the command's options) and mix's own keys."""
     total_basis = sum(s.tokens for s in selections) or 1
     sources = []
@@ -340,6 +362,7 @@ def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selecti
                 "target_tokens": round(sel.target_tokens, 1),
                 "repeat_factor": round(sel.repeat_factor, 6),
                 "system": c.spec.system,
+                "reward": normalise_specs(c.spec.reward) or None,
             }
         )
     notes = [
@@ -365,6 +388,7 @@ def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selecti
         budget={"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
         rows={"train": rows_train, "holdout": rows_held},
         sources=sources,
+        rewards=rewards,
         notes=notes,
     )
 

@@ -7,7 +7,13 @@ Three ways to get a chosen and a rejected answer per prompt:
   failing sample (all pass, all fail, or all score the same) give no pair;
 - `--perturb-answer`: rejected = chosen with only its final number changed (Tulu 3's GSM8K
   recipe: the same reasoning ending in a wrong answer); chosen comes from --strong, from a
-  passing --policy sample, or else from the row's `solution` column.
+  passing --policy sample, or else from the row's reference answer (`solution`, else
+  `expected_output`).
+
+The input is shard folders or catalogs (mixed first), by default catalogs/rl.yaml; `--limit N`
+takes a seeded sample. Rewards are --reward, or else each row's own source's reward (the
+`reward_spec` column; rewards/data_rewards.py), or none (strong vs weak and perturbed pairs need
+none).
 
 Pairs whose answers are identical, or tie under the reward(s), are dropped and counted; when the
 reward ranks the rejected answer higher (a strong model that got it wrong, a weak one that got it
@@ -17,7 +23,9 @@ journaled per prompt and model (resumable after a kill) and the output folder is
 
     OUT/data/*.parquet   id, source, label, prompt, chosen, rejected, chosen_model, rejected_model,
                          chosen_reward, rejected_reward, pair_method, sampling, chosen_sha256,
-                         rejected_sha256, + the input row's other columns
+                         rejected_sha256, num_tokens (prompt + chosen), num_trainable_tokens
+                         (chosen), num_rejected_tokens (prompt + rejected), + the input row's
+                         other columns (its prompt-only token counts and pass_rate are replaced)
     OUT/report.md, manifest.json"""
 
 from __future__ import annotations
@@ -25,101 +33,32 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
 
 import pyarrow as pa
-from pydantic import Field
 
-from rufus_data.cli_options import Flag
 from rufus_data.errors import RufusError
-from rufus_data.generate import check_prompts_fit, open_generator, prompt_seed
+from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import GenerationOptions, RewardSpecs
-from rufus_data.generate.prompts import read_prompt_rows
-from rufus_data.output_step import OutputStep
-from rufus_data.report import markdown_table
-from rufus_data.shards import write_shards
-
-
-class PairsConfig(GenerationOptions):
-    strong: str | None = Field(None, description="model whose answers are chosen")
-    weak: str | None = Field(None, description="model whose answers are rejected")
-    policy: str | None = Field(None, description="on-policy pairs: a passing vs a failing sample of k (needs --reward)")
-    k: int = Field(4, ge=1, description="on-policy samples per prompt")
-    reward: RewardSpecs = Field(default_factory=list)
-    perturb_answer: bool = Field(False, description="rejected = chosen with its final number changed")
-    require_verified: bool = Field(False, description="keep only chosen-passes/rejected-fails")
-    pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this")
-    temperature: float = Field(0.7, description="sampling temperature")
-    strong_base_urls: Annotated[list[str], Flag("--strong-base-url")] = Field(
-        default_factory=list, description="server backend: URL of --strong (default: --base-url)"
-    )
-    weak_base_urls: Annotated[list[str], Flag("--weak-base-url")] = Field(
-        default_factory=list, description="server backend: URL of --weak (default: --base-url)"
-    )
-
-    def method(self) -> str:
-        if self.policy:
-            if self.strong or self.weak:
-                raise RufusError("give either --policy (on-policy pairs) or --strong/--weak, not both")
-            if not self.reward:
-                raise RufusError("on-policy pairs (--policy) need --reward to tell passing from failing samples")
-            return "on_policy_perturbed" if self.perturb_answer else "on_policy"
-        if self.strong and self.weak:
-            if self.perturb_answer:
-                raise RufusError("--perturb-answer replaces the weak model: drop --weak or --perturb-answer")
-            return "strong_vs_weak"
-        if self.strong and self.perturb_answer:
-            return "strong_perturbed"
-        if self.strong or self.weak:
-            raise RufusError("strong-vs-weak pairs need both --strong and --weak (or --strong with --perturb-answer)")
-        if self.perturb_answer:
-            return "solution_perturbed"
-        raise RufusError(
-            "say how to build pairs: --strong A --weak B, --policy M --k 4 --reward SPEC, or --perturb-answer"
-        )
-
-    def config_hash(self, role: str, model: str, n: int, inputs: list[dict]) -> str:
-        return self.run_hash(n, inputs, role=role, model=model, reward=self.reward)
-
-
-# --- perturbing a final answer --------------------------------------------------------------
-_NUMBER = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-_FINAL_PATTERNS = (
-    re.compile(r"####\s*\$?(" + _NUMBER + ")"),
-    re.compile(r"\\boxed\{\s*(" + _NUMBER + r")\s*\}"),
-    re.compile(r"(" + _NUMBER + ")"),
+from rufus_data.generate.options import PairsConfig
+from rufus_data.generate.prompts import (
+    default_out,
+    input_entries,
+    input_folders,
+    normalise_prompt,
+    read_prompt_rows,
 )
-
-
-def perturb_final_answer(text: str, rng: random.Random) -> str | None:
-    """`text` with only its final answer changed to another number (None: no number to change).
-
-    The final answer is the number after the last `####`, else in the last `\\boxed{}`, else the
-    last number in the text; it moves by a random non-zero amount, keeping its sign and decimals."""
-    for pattern in _FINAL_PATTERNS:
-        matches = list(pattern.finditer(text))
-        if matches:
-            match = matches[-1]
-            break
-    else:
-        return None
-    original = match.group(1)
-    plain = original.replace(",", "")
-    decimals = len(plain.split(".", 1)[1]) if "." in plain else 0
-    value = float(plain)
-    delta = rng.choice([d for d in range(-10, 11) if d != 0])
-    new = value + delta
-    if value >= 0 and new < 0:
-        new = value + abs(delta)
-    replacement = f"{new:.{decimals}f}" if decimals else str(round(new))
-    if plain.startswith("+"):
-        replacement = "+" + replacement
-    return text[: match.start(1)] + replacement + text[match.end(1) :]
+from rufus_data.generate.sampling import prompt_seed
+from rufus_data.generate.scoring import Scorer, known_token_ids
+from rufus_data.models import DEFAULT_MODEL
+from rufus_data.output_step import OutputStep
+from rufus_data.perturb import perturb_final_answer
+from rufus_data.report import markdown_table
+from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
+from rufus_data.shards import read_manifest, write_shards
+from rufus_data.tokens import TokenCounter
 
 
 # --- the run --------------------------------------------------------------------------------
@@ -127,23 +66,16 @@ def _text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, overwrite: bool = False) -> dict:
-    step = OutputStep("rufus-data pairs", out, overwrite=overwrite)
+def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config: PairsConfig,
+                overwrite: bool = False) -> dict:
+    """Build the pairs; `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
+    outputs/<input name>-pairs. Returns the summary that also goes into the manifest."""
+    entries = input_entries(inputs)
+    step = OutputStep("rufus-data pairs", out if out is not None else default_out(entries, "pairs"), overwrite=overwrite)
     out = step.out
-    method = config.method()
-    if config.require_verified and not config.reward:
-        raise RufusError("--require-verified needs --reward to verify that chosen passes and rejected fails")
-    scorer = None
+    config.method(data_rewards=True)  # refuses a configuration that builds no pairs, before anything loads
     if config.reward:
-        from rufus_data.generate.scoring import Scorer
-
-        scorer = Scorer.from_specs(config.reward)
-    rows, prompts, inputs, _ = read_prompt_rows(shards)
-    if not prompts:
-        raise RufusError(f"no prompts in {', '.join(map(str, shards))}: nothing to pair")
-    by_id = {str(r["id"]): r for r in rows}
-    partial = out.parent / f".{out.name}.partial"
-
+        Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
     # which models sample, and how many samples each
     roles: list[tuple[str, str, int, list[str]]] = []
     if config.policy:
@@ -152,12 +84,31 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
         roles.append(("strong", config.strong, 1, config.strong_base_urls))
     if config.weak:
         roles.append(("weak", config.weak, 1, config.weak_base_urls))
+    for _, model, _, urls in roles:
+        check_model(model, config.backend_config(urls))
+    partial = out.parent / f".{out.name}.partial"
+    folders, catalogs = input_folders(entries, partial)
+    rows, prompts, inputs_, _ = read_prompt_rows(folders, config.limit, config.seed)
+    if not prompts:
+        raise RufusError(f"no prompts in {', '.join(map(str, folders))}: nothing to pair")
+    for entry in inputs_:
+        entry.update({"catalog": catalogs[entry["path"]]} if entry["path"] in catalogs else {})
+    specs, rewards_from = scoring_specs(config.reward, rows) if config.reward or declares_rewards(rows) else ([], "none")
+    method = config.method(data_rewards=bool(specs))
+    if config.require_verified and not specs:
+        raise RufusError("--require-verified needs a reward to verify that chosen passes and rejected fails: pass "
+                         "--reward SPEC, or give the rows' sources a `reward:` in their catalog")
+    scorer = Scorer.from_specs(specs) if specs else None
+    tokenizer = pair_tokenizer(config, folders)
+    counter = TokenCounter(tokenizer)
+    by_id = {str(r["id"]): r for r in rows}
 
     def to_record(result) -> dict:
         texts = [c.text for c in result.completions]
         rewards = [None] * len(texts)
         if scorer is not None:
-            rewards, _ = scorer.score(by_id[result.prompt.id], result.prompt.messages, texts)
+            rewards, _ = scorer.score(by_id[result.prompt.id], result.prompt.messages, texts,
+                                      known_token_ids(result.completions))
         return {
             "texts": texts,
             "num_tokens": [c.num_tokens for c in result.completions],
@@ -169,7 +120,7 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
     generation = {}
     for role, model, n, urls in roles:
         sampling = config.sampling(n)
-        config_hash = config.config_hash(role, model, n, inputs)
+        config_hash = config.config_hash(role, model, n, inputs_, specs)
         journal = Journal(partial / f"pairs-{role}-{config_hash}.jsonl", config_hash)
         todo = [p for p in prompts if p.id not in journal]
         if todo:
@@ -179,12 +130,42 @@ def build_pairs(shards: list[str | Path], out: str | Path, config: PairsConfig, 
                 generation[role]["max_model_len_check"] = status
         else:
             generation[role] = {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
-        samples[role] = journal.records
+        samples[role] = {pid: journal.records[pid] for pid in by_id}
+        generation[role]["finish_length"] = sum(
+            reason == "length" for record in samples[role].values() for reason in record["finish_reasons"])
 
-    pairs, counts = make_pairs(rows, config, method, samples, scorer)
-    summary = write_pairs_output(step, pairs, counts, config, method, inputs, generation)
+    pairs, counts = make_pairs(rows, config, method, samples, scorer,
+                               encode=lambda text: counter.tokenizer.encode(text, add_special_tokens=False))
+    count_pair_tokens(pairs, counter)
+    rewards = {"from": rewards_from, "specs": specs, "names": scorer.names if scorer else []}
+    summary = write_pairs_output(step, pairs, counts, config, method, inputs_, generation,
+                                 rewards=rewards, tokenizer=tokenizer)
     shutil.rmtree(partial, ignore_errors=True)
     return summary
+
+
+def pair_tokenizer(config: PairsConfig, folders: list[Path]) -> str:
+    """The tokenizer that counts a pair's tokens: the model whose answers are chosen (--policy or
+    --strong), else the input mix's tokenizer, else the built-in model's."""
+    if config.policy or config.strong:
+        return config.policy or config.strong
+    manifest = read_manifest(folders[0])
+    return manifest.get("tokenizer") or (manifest.get("config") or {}).get("policy") or DEFAULT_MODEL
+
+
+def count_pair_tokens(pairs: list[dict], counter: TokenCounter) -> None:
+    """Token counts of each pair, as mix counts preference rows: num_tokens = prompt + chosen,
+    num_trainable_tokens = the chosen reply; plus num_rejected_tokens = prompt + rejected. The
+    input's prompt-only counts and filter's pass_rate describe another row and are replaced or
+    dropped."""
+    if not pairs:
+        return
+    (_, chosen), = counter.count_batches([pairs], "preference")
+    rejected_rows = [{"prompt": p["prompt"], "chosen": p["rejected"]} for p in pairs]
+    (_, rejected), = counter.count_batches([rejected_rows], "preference")
+    for pair, total, trainable, rejected_total in zip(pairs, chosen.total, chosen.trainable, rejected.total, strict=True):
+        pair.pop("pass_rate", None)
+        pair.update(num_tokens=total, num_trainable_tokens=trainable, num_rejected_tokens=rejected_total)
 
 
 def report_counters(config: PairsConfig, method: str, scored: bool) -> list[str]:
@@ -198,14 +179,35 @@ def report_counters(config: PairsConfig, method: str, scored: bool) -> list[str]
         reasons += ["dropped_unscored", "dropped_no_passing_sample"]
     if method.endswith("perturbed"):
         reasons.append("dropped_no_answer_to_perturb")
-    if method == "solution_perturbed":
-        reasons.append("dropped_no_solution")
+    if method == "reference_perturbed":
+        reasons.append("dropped_no_reference_answer")
     if config.require_verified:
         reasons.append("dropped_not_verified")
     return reasons
 
 
-def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) -> tuple[list[dict], Counter]:
+REFERENCE_COLUMNS = ("solution", "expected_output")  # a row's reference answer, the worked one first
+
+
+def reference_answer(row: dict) -> tuple[str, str] | None:
+    """(the row's reference answer, its column): `solution`, else `expected_output`; None without one."""
+    for column in REFERENCE_COLUMNS:
+        value = row.get(column)
+        if value is not None and not isinstance(value, (str, int, float)):
+            continue  # tests or structured gold: no answer text to perturb
+        text = None if value is None else str(value)
+        if text and text.strip():
+            return text, column
+    return None
+
+
+def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer, encode=None) -> tuple[list[dict], Counter]:
+    """The pairs of `method` from the sampled answers (or the rows' own); `encode`: text -> token
+    ids, for length rewards that score an answer no model generated."""
+
+    def score_text(row: dict, text: str) -> float | None:
+        return scorer.score(row, _messages(row), [text], [encode(text)] if encode else None)[0][0]
+
     counts: Counter = Counter(dict.fromkeys(report_counters(config, method, scorer is not None), 0))
     pairs = []
     sampling_json = json.dumps(
@@ -240,14 +242,14 @@ def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) ->
             if method == "strong_vs_weak":
                 weak = samples["weak"][pid]
                 rejected, rejected_reward, rejected_model = weak["texts"][0], weak["rewards"][0], config.weak
-        else:  # solution_perturbed
-            solution = row.get("solution")
-            if not isinstance(solution, str) or not solution.strip():
-                counts["dropped_no_solution"] += 1
+        else:  # reference_perturbed
+            reference = reference_answer(row)
+            if reference is None:
+                counts["dropped_no_reference_answer"] += 1
                 continue
-            chosen, chosen_model = solution, "dataset:solution"
+            chosen, chosen_model = reference[0], f"dataset:{reference[1]}"
             if scorer is not None:
-                chosen_reward = scorer.score(row, _messages(row), [chosen])[0][0]
+                chosen_reward = score_text(row, chosen)
         if method.endswith("perturbed"):
             rng = random.Random(prompt_seed(config.seed or 0, pid))
             rejected = perturb_final_answer(chosen, rng)
@@ -256,7 +258,7 @@ def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) ->
                 continue
             rejected_model = f"perturbed:{chosen_model}"
             if scorer is not None:
-                rejected_reward = scorer.score(row, _messages(row), [rejected])[0][0]
+                rejected_reward = score_text(row, rejected)
         if chosen.strip() == rejected.strip():
             counts["dropped_identical"] += 1
             continue
@@ -296,12 +298,11 @@ def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer) ->
 
 
 def _messages(row: dict) -> list[dict]:
-    from rufus_data.generate.prompts import normalise_prompt
-
     return normalise_prompt(row["prompt"], f"row {row.get('id')!r}")
 
 
-def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsConfig, method: str, inputs, generation) -> dict:
+def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsConfig, method: str, inputs, generation,
+                       rewards: dict | None = None, tokenizer: str | None = None) -> dict:
     """Write the pairs as shards, with report.md and manifest.json, atomically; returns the summary."""
     chosen_chars = [len(p["chosen"][0]["content"]) for p in pairs]
     rejected_chars = [len(p["rejected"][0]["content"]) for p in pairs]
@@ -313,6 +314,7 @@ def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsCo
         "mean_chosen_chars": round(sum(chosen_chars) / len(pairs), 1) if pairs else None,
         "mean_rejected_chars": round(sum(rejected_chars) / len(pairs), 1) if pairs else None,
     }
+    rewards = rewards or {"from": "none", "specs": [], "names": []}
     with step.folder() as tmp:
         message = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
         table = pa.Table.from_pylist(pairs) if pairs else pa.table(
@@ -320,25 +322,30 @@ def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsCo
              "rejected": pa.array([], message)}
         )
         write_shards(table, tmp)
+        specs = ", ".join(f"`{json.dumps(spec, sort_keys=True)}`" for spec in rewards["specs"]) or "none"
         lines = [
             "# rufus-data pairs",
             "",
             (f"Method `{method}`; chosen/rejected length ratio (characters): "
-            f"{'-' if ratio is None else f'{ratio:.3f}'} (far from 1 means a length bias the trainer can learn)."),
+             f"{'-' if ratio is None else f'{ratio:.3f}'} (far from 1 means a length bias the trainer can learn)."),
+            "",
+            (f"Rewards from {rewards['from']}: {specs}. Token counts (num_tokens = prompt + chosen, "
+            f"num_rejected_tokens = prompt + rejected) with the tokenizer of `{tokenizer}`."),
             "",
             markdown_table(["count", "value"], sorted(counts.items())),
             "## Generation",
             "",
             markdown_table(
-                ["model role", "prompts", "resumed", "generated", "tokens/s", "max_model_len check"],
+                ["model role", "prompts", "resumed", "generated", "tokens/s", "finish=length", "max_model_len check"],
                 [[role, g.get("prompts_total"), g.get("prompts_resumed"), g.get("prompts_generated"),
-                  g.get("tokens_per_s", "-"), g.get("max_model_len_check", "-")] for role, g in generation.items()],
-            ),
+                  g.get("tokens_per_s", "-"), g.get("finish_length", "-"), g.get("max_model_len_check", "-")]
+                 for role, g in generation.items()],
+            ) if generation else "No model sampled (the pairs come from the rows' reference answers).\n",
         ]
         manifest = step.manifest(
             config=config.model_dump(), inputs=inputs, counts=summary["counts"],
-            versions=("transformers", "torch", "httpx"), seed=config.seed, generation=generation,
-            **{key: value for key, value in summary.items() if key != "counts"},
+            versions=("transformers", "torch", "httpx"), seed=config.seed, generation=generation, rewards=rewards,
+            tokenizer=tokenizer, **{key: value for key, value in summary.items() if key != "counts"},
         )
         step.finish(tmp, manifest, "\n".join(lines) + "\n")
     return {**summary, "out": str(step.out)}

@@ -114,6 +114,15 @@ def shard_files(folder: str | Path, split: str = "train") -> list[Path]:
         raise RufusError(f"shard folder {folder} does not exist: pass a folder written by rufus-data (mix, decontam, filter)")
     files = sorted((folder / DATA_DIR).glob(f"{split}-*.parquet"))
     if not files:
+        inner = sorted(path.name for path in folder.iterdir() if (path / DATA_DIR).is_dir()) if folder.is_dir() else []
+        if inner:
+            # a folder of shard folders: `rufus-data filter` writes one per bucket
+            best = "learnable" if "learnable" in inner else inner[0]
+            raise RufusError(
+                f"{folder} holds shard folders, not shards: {', '.join(f'{folder}/{name}' for name in inner)} "
+                f"(a `rufus-data filter` output has one per bucket). Pass one of them, e.g. {folder}/{best}"
+                + (" (the prompts to train on)" if best == "learnable" else "")
+            )
         raise RufusError(f"no {split} shards in {folder}/{DATA_DIR}/: is this a folder written by rufus-data?")
     return files
 

@@ -20,8 +20,9 @@ from rufus_data.catalog import load_catalog
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.mix import mix
+from rufus_data.paths import shipped_path
+from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.shards import KIND_COLUMNS, ROW_COLUMNS, kind_columns_hint, read_shards, shard_files
-from rufus_train.config import REPO_ROOT
 
 log = logging.getLogger("rufus_train")
 
@@ -33,10 +34,7 @@ def is_catalog(entry: str) -> bool:
 def resolve_entry(entry: str) -> str:
     """`entry` as given when it exists; a relative path that exists only in the Rufus repository
     (the default catalogs/data/*.yaml of the stage YAMLs) from there."""
-    path = Path(entry)
-    if path.exists() or path.is_absolute() or not (REPO_ROOT / path).exists():
-        return entry
-    return str(REPO_ROOT / path)
+    return str(shipped_path(entry))
 
 
 def check_data(entries: list[str], stage: str) -> None:
@@ -52,7 +50,8 @@ def check_data(entries: list[str], stage: str) -> None:
 
 def columns_of(entry: str) -> set[str]:
     """The columns the entry's rows have: a shard folder's schema, or what its catalog's kind makes
-    plus the columns its builder steps write (on every place a source may load from)."""
+    plus the columns its builder steps write (on every place a source may load from) and the
+    reward column when every source declares `reward:`."""
     entry = resolve_entry(entry)
     if is_catalog(entry):
         catalog = load_catalog(entry)
@@ -61,6 +60,8 @@ def columns_of(entry: str) -> set[str]:
             steps = [rows.build for rows in (source, source.fallback) if rows is not None]
             if all(steps):
                 built |= set.intersection(*(set(BUILDERS[step].writes) for step in steps))
+        if all(source.reward is not None for source in catalog.sources):
+            built.add(REWARD_COLUMN)
         return {*ROW_COLUMNS, *KIND_COLUMNS[catalog.kind], *built}
     return set(pq.read_schema(shard_files(entry)[0]).names)
 

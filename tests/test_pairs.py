@@ -67,15 +67,15 @@ def test_report_always_shows_the_no_answer_to_perturb_count(tmp_path, data_root)
 
 
 def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch):
-    import rufus_data.cli
+    import rufus_data.pairs
 
     seen = {}
 
     def capture(shards, out, config, overwrite=False):
         seen["config"] = config
-        return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None}
+        return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None, "out": str(out)}
 
-    monkeypatch.setattr(rufus_data.cli, "build_pairs", capture)
+    monkeypatch.setattr(rufus_data.pairs, "build_pairs", capture)
     result = CliRunner().invoke(app, [
         "pairs", str(tmp_path), "--out", str(tmp_path / "p"), "--strong", "a", "--weak", "b", "--top-k", "20",
         "--min-p", "0.05", "--repetition-penalty", "1.1", "--max-model-len", "4096", "--served-model-name", "served",
@@ -233,3 +233,58 @@ def test_on_policy_pairs_through_vllm(vllm_server, tmp_path):
     counts = summary["counts"]
     assert counts["pairs"] + counts["dropped_no_pass_fail_split"] + counts["dropped_not_verified"] == 12
     assert read_manifest(out)["generation"]["policy"]["max_model_len_check"] == "ok"
+
+
+# --- the reference answer, rewards from the data, token counts of the pair -----------------------
+def test_perturbed_reference_answers_from_a_catalog_with_its_own_rewards(tmp_path, builtin_tokenizer):
+    """`pairs catalogs/rl.yaml --perturb-answer`: the catalog is mixed first; rows without a
+    `solution` use their `expected_output` (catalogs/rl.yaml's word problems), each pair is scored
+    by its source's reward (no --reward), and its token counts are the pair's, not the prompt's."""
+    out = tmp_path / "pairs"
+    result = CliRunner().invoke(app, ["pairs", "catalogs/rl.yaml", "--perturb-answer", "--require-verified",
+                                      "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(out)
+    counts = manifest["counts"]
+    assert counts["prompts"] == 384 and counts["dropped_no_reference_answer"] == 0  # 100 have no `solution`
+    assert counts["pairs"] == 384 - counts["dropped_no_answer_to_perturb"] - counts["dropped_not_verified"] > 300
+    assert manifest["rewards"]["from"].startswith("data") and len(manifest["rewards"]["specs"]) == 2
+    rows = read_shards(out).to_pylist()
+    by_source = {r["source"]: r for r in rows}
+    assert by_source["word_problems"]["chosen_model"] == "dataset:expected_output"
+    assert by_source["arithmetic"]["chosen_model"] == "dataset:solution"
+    for row in rows:
+        assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
+        assert "pass_rate" not in row
+        chosen = builtin_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True)
+        rejected = builtin_tokenizer.apply_chat_template(row["prompt"] + row["rejected"], tokenize=True)
+        prompt = builtin_tokenizer.apply_chat_template(row["prompt"], tokenize=True)
+        length = (lambda ids: len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+        assert (row["num_tokens"], row["num_rejected_tokens"]) == (length(chosen), length(rejected))
+        assert 0 < row["num_trainable_tokens"] < row["num_tokens"] - length(prompt) + 3  # the chosen reply
+    assert manifest["tokenizer"] == "smollm2-135m"
+
+
+def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tmp_path, data_root):
+    """Rewards beyond string matching: the async judge (stand-in server) and the overlong penalty,
+    on the rows' own answers (token ids from the pair's tokenizer) and on hf samples, whose
+    report counts the samples cut at --max-tokens."""
+    from test_filter_cli import _judged
+
+    stub = openai_stub(lambda request: _judged(request.text), models=["judge-model"])
+    judge = {"name": "llm_judge", "base_url": stub.v1_url, "reference_column": "expected_output"}
+    overlong = {"name": "overlong_penalty", "max_length": 4096, "cache": 64}
+    shards = write_rl_shards(tmp_path / "rl", gsm8k_rows(data_root, 3))
+    perturbed = build_pairs([shards], tmp_path / "perturbed",
+                            PairsConfig(perturb_answer=True, require_verified=True, reward=[judge, overlong]))
+    assert perturbed["counts"]["pairs"] == 3 and len(stub.requests) == 6
+    assert all((r["chosen_reward"], r["rejected_reward"]) == (1.0, 0.0) for r in read_shards(tmp_path / "perturbed").to_pylist())
+
+    short = {"name": "overlong_penalty", "max_length": 4, "cache": 2}
+    sampled = build_pairs([shards], tmp_path / "sampled", PairsConfig(policy="smollm2-135m", k=2, max_tokens=4,
+                                                                        reward=[judge, short]))
+    assert len(stub.requests) == 6 + 6  # one judge request per sample
+    generation = read_manifest(tmp_path / "sampled")["generation"]["policy"]
+    assert generation["finish_length"] == 6  # 4 tokens never finish a GSM8K answer
+    assert "| policy | 3 | 0 | 3 |" in (tmp_path / "sampled" / "report.md").read_text()
+    assert sampled["counts"]["prompts"] == 3

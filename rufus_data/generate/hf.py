@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 # cores are shared with a vLLM server or other jobs; libgomp reads this when torch first loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from rufus_data.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
 
@@ -31,9 +32,13 @@ class HFGenerator(Generator):
 
         path = resolve_model(model)
         self.model = model_name or model
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        except OSError as err:  # a hub id that does not exist, or files missing from a folder
+            raise RufusError(f"could not load model {model!r} ({str(err).splitlines()[0]}): give a built-in name, a "
+                             "model folder (config.json, weights, tokenizer) or a hub id that exists") from None
         eos = self.lm.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self.eos_ids.discard(None)

@@ -23,28 +23,19 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
 import httpx
 
 from rufus_data.errors import RufusError
-from rufus_data.generate.vllm_command import VLLMServerArgs, server_command
+from rufus_data.generate.vllm_command import LaunchConfig, server_command
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@dataclass
-class LaunchConfig(VLLMServerArgs):
-    """The server's settings (vllm_command.py) and how long to wait for it; `port` None picks a free one."""
-
-    ready_timeout_s: float = 600.0
-    log_path: str | None = None  # default: a temporary file, named in errors
 
 
 class VLLMServer:

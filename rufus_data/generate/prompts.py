@@ -1,15 +1,57 @@
-"""Reading RL prompts (canonical `rl` rows) from shard folders into generation prompts."""
+"""The inputs of `filter` and `pairs`: RL prompts (canonical `rl` rows) read from shard folders,
+or from catalogs mixed on the fly, into generation prompts.
+
+With no input the commands read the default RL mixture, `catalogs/rl.yaml`; a catalog input is
+mixed (rufus_data.mix) into the run's working folder first, deterministically, so a resumed run
+finds the same shards and the same journal."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
+from rufus_data.catalog import catalog_hash
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
-from rufus_data.shards import folder_fingerprint, read_shards, shard_files
+from rufus_data.mix import mix
+from rufus_data.paths import shipped_path
+from rufus_data.shards import DATA_DIR, folder_fingerprint, read_shards, shard_files
+
+DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
+
+
+def is_catalog(entry: str | Path) -> bool:
+    return str(entry).endswith((".yaml", ".yml"))
+
+
+def input_entries(entries: Sequence[str | Path] | None) -> list[Path]:
+    """The inputs as given, or the default RL mixture; a relative catalog path the working folder
+    lacks is read from the Rufus repository."""
+    return [shipped_path(e) if is_catalog(e) else Path(e) for e in (entries or [DEFAULT_RL_CATALOG])]
+
+
+def default_out(entries: Sequence[Path], suffix: str) -> Path:
+    """`outputs/<input name>-<suffix>`: the folder or catalog name (names joined by '+' for several)."""
+    names = [Path(e).stem if is_catalog(e) else Path(e).resolve().name for e in entries]
+    return Path("outputs") / f"{'+'.join(names)}-{suffix}"
+
+
+def input_folders(entries: Sequence[Path], work: Path) -> tuple[list[Path], dict[str, dict]]:
+    """Shard folders for the inputs: each catalog is mixed into `work`/input-<name>. Returns the
+    folders and, per mixed folder, its catalog (path and sha256) for the manifest."""
+    folders, catalogs = [], {}
+    for entry in entries:
+        if not is_catalog(entry):
+            folders.append(Path(entry))
+            continue
+        out = Path(work) / f"input-{Path(entry).stem}"
+        mix(entry, out=out, overwrite=True)
+        folders.append(out)
+        catalogs[str(out)] = {"path": str(entry), "sha256": catalog_hash(entry)}
+    return folders, catalogs
 
 
 def normalise_prompt(value, where: str) -> list[dict]:
@@ -21,9 +63,20 @@ def normalise_prompt(value, where: str) -> list[dict]:
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
 
 
-def read_prompt_rows(folders: Sequence[str | Path]) -> tuple[list[dict], list[Prompt], list[dict], pa.Schema]:
+def sample_rows(rows: list, limit: int | None, seed: int | None) -> list:
+    """A seeded sample of `limit` rows in their original order (all rows when limit is None or
+    not smaller), as a stage's `max_rows` takes one."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    chosen = np.sort(np.random.default_rng(seed or 0).permutation(len(rows))[:limit])
+    return [rows[i] for i in chosen.tolist()]
+
+
+def read_prompt_rows(
+    folders: Sequence[str | Path], limit: int | None = None, seed: int | None = 0
+) -> tuple[list[dict], list[Prompt], list[dict], pa.Schema]:
     """(canonical rows, prompts, input fingerprints, arrow schema of the rows) of one or more rl
-    shard folders; ids must be unique across them."""
+    shard folders, or a seeded sample of `limit` of them; ids must be unique across them."""
     rows, prompts, inputs, seen, schemas = [], [], [], {}, []
     for folder in folders:
         files = shard_files(folder)
@@ -47,10 +100,13 @@ def read_prompt_rows(folders: Sequence[str | Path]) -> tuple[list[dict], list[Pr
             messages = normalise_prompt(row["prompt"], where)
             rows.append(row)
             prompts.append(Prompt(row_id, messages))
-    return rows, prompts, inputs, pa.unify_schemas(schemas, promote_options="permissive")
+    picked = sample_rows(list(range(len(rows))), limit, seed)
+    return ([rows[i] for i in picked], [prompts[i] for i in picked], inputs,
+            pa.unify_schemas(schemas, promote_options="permissive"))
 
 
-def content_fingerprint(inputs: Sequence[dict]) -> list[dict[str, str]]:
-    """The input part of a run's configuration hash: each input folder's {file name: sha256},
-    without its path, so the same shards copied or reached from another directory resume."""
-    return [dict(sorted(entry["files"].items())) for entry in inputs]
+def read_holdout(folders: Sequence[str | Path]) -> pa.Table | None:
+    """The `holdout` split of the input folders (mix writes one), passed through by filter."""
+    tables = [read_shards(folder, "holdout") for folder in folders
+              if list((Path(folder) / DATA_DIR).glob("holdout-*.parquet"))]
+    return pa.concat_tables(tables, promote_options="permissive") if tables else None

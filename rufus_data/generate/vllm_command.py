@@ -94,6 +94,16 @@ class VLLMServerArgs:
         return self.devices is None and shutil.which("nvidia-smi") is None
 
 
+@dataclass
+class LaunchConfig(VLLMServerArgs):
+    """A server Rufus starts itself (launcher.py): its settings and how long to wait for it; `port`
+    None picks a free one. Here, beside the settings, so that a config can name it without loading
+    the launcher's HTTP client."""
+
+    ready_timeout_s: float = 600.0
+    log_path: str | None = None  # default: a temporary file, named in errors
+
+
 def server_command(args: VLLMServerArgs) -> tuple[dict[str, str], list[str]]:
     """(environment additions, argv) that start the server `args` describes. The CPU defaults are
     added only where this process's environment does not already set them."""

@@ -9,6 +9,8 @@ process. Subclasses implement `score_rows`.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -35,6 +37,13 @@ def rows_from_kwargs(count: int, kwargs: dict[str, Any]) -> list[Row]:
             for row in rows:
                 row[key] = values
     return rows
+
+
+def call_reward(reward: Callable, **kwargs) -> list[float | None]:
+    """A reward's scores outside a trainer: an async reward (the LLM judge) is run to completion
+    here, as TRL runs it on its own event loop. Not for use inside a running event loop."""
+    scores = reward(**kwargs)
+    return list(asyncio.run(scores) if inspect.isawaitable(scores) else scores)
 
 
 def is_missing(value: Any) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rufus_data.errors import RufusError
-from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.contract import RewardFunction, rows_from_kwargs
 
 
 def overlong_penalty(length: int, max_length: int, cache: int) -> float:
@@ -20,15 +20,18 @@ class OverlongPenalty(RewardFunction):
 
     strip_think = False
 
-    def __init__(self, max_length: int, cache: int):
+    def __init__(self, max_length: int, cache: int, only_label: str | None = None):
         if not 0 <= cache <= max_length:
             raise RufusError(f"overlong_penalty: need 0 <= cache ({cache}) <= max_length ({max_length})")
         self.max_length = max_length
         self.cache = cache
         self.name = "overlong_penalty"
-        super().__init__()
+        super().__init__(only_label=only_label)
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs):
         if completion_ids is None:
-            raise RufusError("overlong_penalty needs completion_ids (token ids per completion), as TRL passes them")
-        return [overlong_penalty(len(ids), self.max_length, self.cache) for ids in completion_ids]
+            raise RufusError("overlong_penalty needs completion_ids (token ids per completion), as TRL passes them; "
+                             "a server that returns no token ids cannot be scored by it")
+        applies = self.applies(rows_from_kwargs(len(completion_ids), kwargs))
+        return [overlong_penalty(len(ids), self.max_length, self.cache) if ok else None
+                for ids, ok in zip(completion_ids, applies, strict=True)]

@@ -1,0 +1,88 @@
+"""Opening a generator: `check_model` refuses a model that cannot load before anything starts,
+`open_generator` picks one of the three backends for a BackendConfig, and `check_prompts_fit`
+runs the max_model_len check (context.py) before the first request."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from rufus_data.console import console
+from rufus_data.errors import RufusError
+from rufus_data.generate.backend_config import BackendConfig
+from rufus_data.generate.base import Generator, Prompt
+from rufus_data.generate.context import check_context_fits
+from rufus_data.generate.hf import HFGenerator
+from rufus_data.generate.launcher import launch
+from rufus_data.generate.sampling import SamplingParams
+from rufus_data.generate.server import ServerConfig, ServerGenerator
+from rufus_data.hub import model_unavailable
+from rufus_data.models import BUILTINS, resolve_model
+
+
+def check_model(model: str, config: BackendConfig) -> None:
+    """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
+    neither cached nor reachable (a built-in name is converted, a folder must exist). A server's
+    model is the server's business."""
+    if config.backend == "server" or resolve_model(model) != model or Path(model).exists():
+        return
+    problem = model_unavailable(model)
+    if problem:
+        raise RufusError(
+            f"model {model!r} cannot be loaded: {problem}. Give a built-in name ({', '.join(sorted(BUILTINS))}), a "
+            "model folder, or a hub id that is cached here or reachable (or --backend server --base-url URL)"
+        )
+
+
+@contextlib.contextmanager
+def open_generator(model: str, config: BackendConfig) -> Iterator[Generator]:
+    """A ready generator for `model`; anything it started (a vLLM server) is stopped on exit."""
+    if config.backend == "hf":
+        with HFGenerator(model, dtype=config.dtype or "bfloat16") as gen:
+            yield gen
+        return
+    if config.backend == "server":
+        name = config.served_model_name or model
+        with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
+            yield gen
+        return
+    with launch(config.launch_config(resolve_model(model), model)) as server:
+        cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
+        with ServerGenerator(cfg) as gen:
+            yield gen
+
+
+def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
+    """Tokens of the longest chat-templated prompt, with the model's tokenizer (None if unavailable)."""
+    try:
+        from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
+
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+    except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
+        return None
+    longest = 0
+    for prompt in prompts:
+        ids = tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=True)
+        longest = max(longest, len(ids["input_ids"] if hasattr(ids, "keys") else ids))
+    return longest
+
+
+def check_prompts_fit(generator: Generator, model: str, prompts: Sequence[Prompt], sampling: SamplingParams) -> str:
+    """For server-backed generators: refuse prompts + max_tokens above any server's max_model_len
+    (context.check_fits). Returns "ok", "n/a" (in-process hf), or "skipped: <why>" - no local
+    tokenizer to count prompt tokens, or a server that did not answer - after printing that."""
+    base_urls = getattr(generator, "base_urls", None)
+    if not base_urls or not prompts:
+        return "n/a"
+    longest = longest_prompt_tokens(model, prompts)
+    if longest is None:
+        status = f"skipped: no local tokenizer for {model!r} to count the prompt tokens"
+    else:
+        silent = [url for url in base_urls
+                  if check_context_fits(url, longest, sampling.max_tokens, model=generator.model) != "ok"]
+        if not silent:
+            return "ok"
+        status = f"skipped: the server did not answer GET /v1/models at {', '.join(silent)}"
+    console.print(f"[yellow]max_model_len check {status}[/]")
+    return status
