@@ -3,7 +3,9 @@ the dataset of prompts, and the trainer (Rufus's dynamic-sampling GRPOTrainer, o
 AsyncGRPOTrainer against a vLLM server with `grpo_execution: async`). Its keys are in config.py.
 
 Rewards are named through the rewards registry (`rewards: ["string_match:gsm8k", {name: ...,
-weight: 0.5}]`), their weights become TRL's `reward_weights`. Generation runs in the trainer
+weight: 0.5}]`), their weights become TRL's `reward_weights`. A stage given none (`rewards: []`,
+or only the length-shaping overlong penalty) scores each row with its own source's reward, which
+travels with the data (rufus_data/rewards/data_rewards.py). Generation runs in the trainer
 (transformers) by default, on a vLLM server with `vllm_server: URL` (sync server mode), or
 asynchronously. Before the tokenizer, dataset or model load, `check` reads the context limit
 (the server's max_model_len, else the model's max_position_embeddings) and refuses a
@@ -23,7 +25,9 @@ from rufus_data.errors import RufusError
 from rufus_data.jsonl import read_jsonl
 from rufus_data.models import read_model_config, resolve_model
 from rufus_data.rewards import build_rewards, parse_spec
+from rufus_data.rewards.data_rewards import REWARD_COLUMN, data_reward_specs
 from rufus_train.config import StageConfig
+from rufus_train.data import columns_of
 from rufus_train.grpo.async_checks import check_picklable, validate_async_args
 from rufus_train.grpo.config import GRPOStageConfig
 from rufus_train.grpo.gpu_roles import check_gpu_roles
@@ -48,8 +52,9 @@ class GRPOStage(Stage):
 
     # ------------------------------------------------------------------ before anything loads
     def check(self, config: GRPOStageConfig) -> None:
-        if not config.rewards and not config.reward_model:
-            raise RufusError(f"stage {config.stage} has no rewards: name at least one (e.g. rewards: ['string_match:gsm8k'])")
+        if uses_data_rewards(config) and not all(REWARD_COLUMN in columns_of(entry) for entry in config.data):
+            raise RufusError(f"stage {config.stage} has no rewards: name at least one (e.g. rewards: ['string_match:gsm8k']), "
+                             "or train on data whose catalog sources declare `reward:` (docs/filter.md)")
         for spec in config.rewards:
             parse_spec(spec)
         if config.reward_model:
@@ -71,6 +76,12 @@ class GRPOStage(Stage):
     def build_dataset(self, config: GRPOStageConfig, rows: pa.Table, tokenizer):
         from datasets import Dataset  # heavy: only when a run builds its dataset
 
+        if uses_data_rewards(config):  # before the TRL arguments (reward_weights) and the reward functions
+            specs = data_reward_specs(rows.select(["label", REWARD_COLUMN]).to_pylist())
+            object.__setattr__(config, "rewards", [*specs, *config.rewards])
+            named = ", ".join(f"{spec['name']}@{spec['only_label']}" for spec in specs)
+            console.print(f"stage {config.stage}: each row is scored by its source's reward (from the data): {named}",
+                          highlight=False)
         columns: dict[str, list] = {"prompt": conversational(rows, "prompt")}
         for name in rows.column_names:
             if name != "prompt":
@@ -184,6 +195,15 @@ def async_config(args, config: GRPOStageConfig):
         max_staleness=config.max_staleness,
         dtype="bfloat16" if args.bf16 else "float32",
     )
+
+
+SHAPING_REWARDS = ("overlong_penalty",)  # score length, not correctness: a stage with only these has no reward
+
+
+def uses_data_rewards(config: GRPOStageConfig) -> bool:
+    """True when the stage names no reward of its own (none, or only shaping ones) and no reward
+    model: each row is then scored by its source's reward, which the data carries."""
+    return not config.reward_model and all(parse_spec(spec)[0] in SHAPING_REWARDS for spec in config.rewards)
 
 
 def check_reward_model(ref: str) -> None:
