@@ -80,7 +80,9 @@ class StageConfig(StrictModel):
     save_steps: int = Field(500, ge=1)
     logging_steps: int = Field(10, ge=1)
     gradient_checkpointing: bool = True
-    dtype: Literal["auto", "float32", "bfloat16"] = Field("auto", description="auto: bf16 on CUDA, fp32 on CPU")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bf16 on a GPU with native bf16, else fp16 mixed precision (gradient scaler); fp32 on CPU"
+    )
     resume_from_checkpoint: str | None = None
     trainer: dict[str, Any] = Field(default_factory=dict, description="extra TRL config fields, checked")
     eval: CheckpointEvalConfig = Field(

@@ -9,6 +9,7 @@ merged copy on disk, RUN/merged, is rufus_data.merged_model's)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from pathlib import Path
 
 from rufus_data.errors import RufusError
@@ -19,12 +20,48 @@ _PRISTINE: dict[tuple[str, str], object] = {}  # loaded base models, never train
 _MAX_CACHED = 3
 
 
-def torch_dtype(name: str):
+@dataclass(frozen=True)
+class Precision:
+    """How a stage trains: the dtype the weights load in, and the trainer's autocast switch.
+    fp16 keeps fp32 weights (autocast to fp16 plus a gradient scaler, which refuses fp16 weights)."""
+
+    dtype: str  # torch dtype name of the loaded weights
+    bf16: bool
+    fp16: bool
+
+
+def native_bf16() -> bool:
+    """A CUDA GPU that computes bf16 in hardware (Ampere or newer; ROCm), not by emulation."""
     import torch  # heavy: torch, transformers and peft load only when a model does (not for --help)
 
+    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+
+
+def precision(name: str) -> Precision:
+    """`dtype` of a stage config -> Precision. `auto`, as the Tulu 3 recipe trains on a 16 GB GPU:
+    bf16 on a GPU that supports it natively, fp16 mixed precision with a gradient scaler on an
+    older GPU (emulated bf16 is several times slower), fp32 on CPU. `float16` asks for fp16 mixed
+    precision; `bfloat16` and `float32` load and train in that dtype."""
+    import torch  # heavy: see native_bf16
+
+    cuda = torch.cuda.is_available()
     if name == "auto":
-        return torch.bfloat16 if torch.cuda.is_available() else torch.float32
-    return getattr(torch, name)
+        if not cuda:
+            return Precision("float32", bf16=False, fp16=False)
+        return Precision("bfloat16", bf16=True, fp16=False) if native_bf16() else Precision("float32", bf16=False, fp16=True)
+    if name == "float16":
+        if not cuda:
+            raise RufusError("dtype: float16 trains with fp16 autocast and a gradient scaler, which need a CUDA GPU; "
+                             "use dtype: auto (fp32 on CPU)")
+        return Precision("float32", bf16=False, fp16=True)
+    return Precision(name, bf16=name == "bfloat16" and cuda, fp16=False)
+
+
+def torch_dtype(name: str):
+    """The torch dtype the weights load in for a stage's `dtype` (see `precision`)."""
+    import torch  # heavy: see native_bf16
+
+    return getattr(torch, precision(name).dtype)
 
 
 def load_model(ref: str, dtype: str = "auto"):

@@ -66,9 +66,9 @@ def check_config(config: StageConfig) -> None:
 
 
 def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
-    import torch
+    import torch  # heavy: only when a run builds its TRL config
 
-    use_bf16 = modeling.torch_dtype(config.dtype) == torch.bfloat16 and torch.cuda.is_available()
+    precision = modeling.precision(config.dtype)
     return {
         "output_dir": str(output_dir),
         "learning_rate": config.learning_rate,
@@ -82,7 +82,11 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "save_steps": config.save_steps,
         "logging_steps": config.logging_steps,
         "activation_checkpointing": config.gradient_checkpointing,  # transformers 5's name; the old one warns
-        "bf16": use_bf16,
+        "bf16": precision.bf16,
+        "fp16": precision.fp16,  # transformers adds the gradient scaler
+        # without CUDA, accelerate treats processes started by torchrun as MULTI_CPU (gloo) only with
+        # use_cpu; otherwise each rank trains alone (DistributedType.NO) and every rank is "process zero"
+        "use_cpu": not torch.cuda.is_available(),
         "dataloader_num_workers": 0,
         "disable_tqdm": False,
     }
@@ -209,7 +213,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
             "base_model": portable_reference(config.model),
             "data": config.data,
             "lora": config.lora.model_dump() if config.lora.enabled else None,
-            "dtype": str(modeling.torch_dtype(config.dtype)).removeprefix("torch."),  # of the trained weights
+            "dtype": modeling.precision(config.dtype).dtype,  # of the trained weights (a merge uses it)
             "global_step": trainer.state.global_step,
             "trainable_params": trainable,
             "total_params": total,
