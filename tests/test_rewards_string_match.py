@@ -274,11 +274,10 @@ def _call_in_child(payload):
     return asyncio.run(out) if inspect.isawaitable(out) else out
 
 
-def test_every_reward_pickles_and_runs_in_a_spawned_process():
+def test_every_reward_pickles_and_runs_in_a_spawned_process(openai_stub):
     from test_rewards_llm_judge import ScriptedJudge
 
-    judge = ScriptedJudge()  # a real OpenAI-compatible server on 127.0.0.1: the child takes the HTTP path
-    judge.thread.start()
+    judge = ScriptedJudge(openai_stub)  # a real OpenAI-compatible server on 127.0.0.1: the child takes the HTTP path
     rewards = [
         (StringMatchReward("boxed"), {"completions": [r"\boxed{2}"], "solution": ["2"]}, [1.0]),
         (MathEquivalenceReward(), {"completions": [r"\boxed{0.5}"], "solution": [r"\frac{1}{2}"]}, [1.0]),
@@ -291,13 +290,9 @@ def test_every_reward_pickles_and_runs_in_a_spawned_process():
          {"prompts": ["q", "q"], "completions": ["[[case:score8]]", "[[case:score3]]"], "solution": ["b", "b"]}, [1.0, 0.0]),
     ]
     context = multiprocessing.get_context("spawn")
-    try:
-        with context.Pool(1) as pool:
-            for reward, kwargs, expected in rewards:
-                assert pool.apply(_call_in_child, (pickle.dumps((reward, kwargs)),)) == expected, reward
-    finally:
-        judge.server.shutdown()
-        judge.server.server_close()
+    with context.Pool(1) as pool:
+        for reward, kwargs, expected in rewards:
+            assert pool.apply(_call_in_child, (pickle.dumps((reward, kwargs)),)) == expected, reward
     assert judge.attempts == {"score8": 1, "score3": 1}  # the child's requests reached the server
 
 
