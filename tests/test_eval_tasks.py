@@ -46,6 +46,25 @@ def test_smollm3_local_tasks_prepare(tmp_path, data_root):
     assert len(rows) == 30 and json.loads(rows[0]["gold"])["answer"] == "70"
 
 
+# items per smollm3 benchmark whose data is not under the shared data root (hub-only or gated)
+HUB_ONLY_SIZES = {"livecodebench": 268, "gpqa_diamond": 198, "mixeval_hard": 1000, "global_mmlu": 14042}
+
+
+def test_small_benchmarks_are_averaged_over_several_samples(data_root):
+    """The playbook's rule: a set under about 2,000 items is averaged over k > 1 samples (one sample
+    of a few hundred items is too noisy to compare checkpoints); larger sets take one. --samples
+    still sets every task's k."""
+    from rufus_eval.runner import RunRequest, apply_overrides
+
+    suite = load_suite("smollm3")
+    for task in (t for t in suite.tasks if t.kind == "rufus"):
+        size = HUB_ONLY_SIZES.get(task.name) or len(task_rows(task, "smollm3"))
+        assert (suite.k(task) > 1) == (size < 2000), (task.name, size, suite.k(task))
+    apply_overrides(suite, RunRequest(suite="smollm3", checkpoint="m", samples=1))
+    assert {suite.k(t) for t in suite.tasks} == {1}
+    assert all(suite.metric_at(t) == (t.metric.split("@")[0], 1) for t in suite.tasks if t.kind == "rufus")
+
+
 def test_tasks_whose_data_is_not_here_say_how_to_fetch_it(data_root, monkeypatch):
     """Offline, a registry benchmark with neither a local copy nor a reachable hub raises TaskDataMissing:
     every place tried, and the `data pull` command that fetches it (the runner skips the task with both)."""

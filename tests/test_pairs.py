@@ -66,6 +66,23 @@ def test_report_always_shows_the_no_answer_to_perturb_count(tmp_path, data_root)
     assert "| dropped_no_answer_to_perturb | 0 |" in (tmp_path / "p" / "report.md").read_text()
 
 
+def test_limit_pairs_a_seeded_sample_of_the_prompts(tmp_path, data_root):
+    """`pairs --limit N`: the same N prompts on every run with one seed, in their input order."""
+    rows = gsm8k_rows(data_root, 8)
+    shards = write_rl_shards(tmp_path / "rl", rows)
+    picked = []
+    for out in ("a", "b"):
+        result = CliRunner().invoke(app, ["pairs", str(shards), "--out", str(tmp_path / out), "--perturb-answer",
+                                          "--limit", "3"])
+        assert result.exit_code == 0, result.output
+        manifest = read_manifest(tmp_path / out)
+        assert manifest["counts"]["prompts"] == 3 and manifest["config"]["limit"] == 3
+        picked.append([r["id"] for r in read_shards(tmp_path / out).to_pylist()])
+    order = [r["id"] for r in rows]
+    assert picked[0] == picked[1] and len(picked[0]) == 3
+    assert picked[0] == sorted(picked[0], key=order.index) and picked[0] != order[:3]  # a sample, not the head
+
+
 def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch):
     import rufus_data.pairs
 
