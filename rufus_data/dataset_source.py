@@ -25,7 +25,14 @@ import pyarrow.parquet as pq
 from pydantic import field_validator, model_validator
 
 from rufus_data.errors import RufusError
-from rufus_data.hub import COMMIT, hub_commit, hub_unreachable, offline_mode, warn_if_unpinned
+from rufus_data.hub import (
+    COMMIT,
+    hub_commit,
+    hub_unreachable,
+    offline_honoured,
+    offline_mode,
+    warn_if_unpinned,
+)
 from rufus_data.jsonl import read_jsonl
 from rufus_data.paths import data_root
 from rufus_data.shards import file_sha256
@@ -224,11 +231,12 @@ def _hub_rows(hub: HubDataset, what: str, tried: list[str], pin_hint: str) -> Lo
 
     builder = _builder_of(hub.data_files, what) if hub.data_files else None
     try:
-        if builder:
-            dataset = datasets.load_dataset(builder, split="train",
-                                            data_files=[_hub_file(hub, name, folder) for name in hub.data_files])
-        else:
-            dataset = datasets.load_dataset(hub.id, hub.config, split=hub.split, revision=hub.revision)
+        with offline_honoured(datasets):
+            if builder:
+                dataset = datasets.load_dataset(builder, split="train",
+                                                data_files=[_hub_file(hub, name, folder) for name in hub.data_files])
+            else:
+                dataset = datasets.load_dataset(hub.id, hub.config, split=hub.split, revision=hub.revision)
     except Exception as err:  # noqa: BLE001 - offline, gated, missing split, bad revision: all end the same way
         first_line = str(err).splitlines()[0][:200] if str(err) else ""
         tried.append(f"could not load hub dataset {hub.describe()}: {type(err).__name__}: {first_line}")

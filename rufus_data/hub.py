@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import socket
 import sys
 import warnings
+from collections.abc import Iterator
 from urllib.parse import urlparse
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -46,6 +48,22 @@ def offline_mode() -> bool:
     if datasets is not None and getattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE", False):
         return True
     return any(os.environ.get(v, "").lower() in OFFLINE_VALUES for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+@contextlib.contextmanager
+def offline_honoured(datasets_module) -> Iterator[None]:
+    """`datasets` and `huggingface_hub` read HF_HUB_OFFLINE once, at import: set later (a notebook,
+    a test), it must still mean "the cache only", not ~25 s of retries per dataset against a dead
+    network. Their flags follow `offline_mode()` for the duration, then return to what they were."""
+    from huggingface_hub import constants  # loaded with `datasets`, which the caller holds
+
+    before = datasets_module.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE
+    if offline_mode():
+        datasets_module.config.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        datasets_module.config.HF_HUB_OFFLINE, constants.HF_HUB_OFFLINE = before
 
 
 @functools.cache

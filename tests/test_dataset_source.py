@@ -107,6 +107,31 @@ def test_a_dead_network_is_found_at_once(monkeypatch):
     hub.hub_unreachable.cache_clear()
 
 
+def test_offline_set_after_datasets_loaded_still_means_no_network(monkeypatch):
+    """HF_HUB_OFFLINE set once `datasets` has read its environment (a notebook, a test session):
+    the hub is still never contacted; the dataset fails at once from the cache."""
+    import socket
+
+    import datasets
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)  # as if imported before the variable was set
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", "/nonexistent-rufus-cache")
+    connects: list = []
+
+    def record_lookup(host, *args, **kwargs):
+        connects.append(host)
+        raise socket.gaierror("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", record_lookup)  # every client resolves the host first
+    with pytest.raises(DatasetUnavailable, match=r"could not load hub dataset org/never-cached"):
+        load_rows(DatasetSource(hub=HubDataset(id="org/never-cached", revision="c" * 40)), "source 's'")
+    assert connects == []
+    assert datasets.config.HF_HUB_OFFLINE is False and constants.HF_HUB_OFFLINE is False  # restored
+
+
 def test_id_ranges_keep_a_split_of_a_larger_file(data_root):
     local = "mbpp_sanitized/sanitized-mbpp.jsonl"
     train = list(load_rows(DatasetSource(local=local, ids=IdRange(field="task_id", outside=(11, 510))), "mbpp").rows)
