@@ -4,6 +4,9 @@ upsampling, holdout, and the canonical-row rules of each catalog kind."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -318,6 +321,22 @@ def test_sample_catalogs_run(tmp_path):
         assert result.manifest["rows"]["train"] > 100
         assert not result.manifest["notes"], result.manifest["notes"]
         assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0
+
+
+def test_the_headline_command_mixes_the_sft_catalog_from_a_fresh_folder(tmp_path, data_root):
+    """`rufus-data mix catalogs/sft.yaml` as the README writes it, from a folder that is not the
+    repository: the shipped catalog is found, outputs/sft is written, the table goes to stdout."""
+    cli = Path(sys.executable).with_name("rufus-data")
+    env = {**os.environ, "RUFUS_DATA_ROOT": str(data_root)}
+    run = subprocess.run([str(cli), "mix", "catalogs/sft.yaml"], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stderr[-3000:]
+    manifest = json.loads((tmp_path / "outputs" / "sft" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["path"].endswith("catalogs/sft.yaml") and manifest["rows"]["train"] > 100
+    for source in manifest["sources"]:
+        assert abs(source["share_error_pp"]) <= 1.0, source
+        assert source["name"] in run.stdout
+    assert "wrote outputs/sft" in run.stderr and "wrote" not in run.stdout
 
 
 def test_smollm3_recipe_catalog_validates():
