@@ -12,6 +12,8 @@ import warnings
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
+from rufus_data.console import console
+
 COMMIT = re.compile(r"[0-9a-f]{40}")
 OFFLINE_VALUES = ("1", "true", "yes", "on")
 PROBE_TIMEOUT_S = 3.0
@@ -21,8 +23,6 @@ def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: st
     """Warn (console and `warnings`) when `revision` is a branch or tag: its rows can change."""
     if revision and COMMIT.fullmatch(revision):
         return
-    from rufus_data.console import console
-
     state = f"revision {revision!r} of {repo} is a branch or tag, not a commit" if revision else f"{repo} has no revision"
     message = (f"{what}: {state}: {consequence}; pin a commit sha{where} "
                f"(https://huggingface.co/datasets/{repo}/commits/main)")

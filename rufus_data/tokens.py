@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rufus_data.errors import RufusError
+from rufus_data.models import resolve_model
 from rufus_data.shards import Kind
 
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
@@ -30,8 +31,6 @@ class TokenCounter:
 
     def __init__(self, tokenizer_ref: str, chat_template: str | None = None):
         from transformers import AutoTokenizer
-
-        from rufus_data.models import resolve_model
 
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))

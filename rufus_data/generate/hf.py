@@ -21,14 +21,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
+from rufus_data.models import resolve_model
 
 
 class HFGenerator(Generator):
     def __init__(self, model: str, dtype: str = "bfloat16", device: str | None = None, model_name: str | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from rufus_data.models import resolve_model
 
         path = resolve_model(model)
         self.model = model_name or model
