@@ -57,7 +57,7 @@ def cpu_seconds() -> float:
 
 
 def openr1_style(rows: list[dict], eval_texts: list[str], n: int = 8) -> tuple[float, int]:
-    def normalize(text: str) -> str:
+    def normalise(text: str) -> str:
         return " ".join(text.lower().split())
 
     def ngrams(text: str) -> list[str]:
@@ -65,8 +65,8 @@ def openr1_style(rows: list[dict], eval_texts: list[str], n: int = 8) -> tuple[f
         return [" ".join(words[i : i + n]) for i in range(len(words) - n + 1)]
 
     start = time.perf_counter()
-    lookup = {g for t in eval_texts for g in ngrams(normalize(t))}
-    flagged = sum(any(g in lookup for m in row["messages"] for g in ngrams(normalize(m["content"]))) for row in rows)
+    lookup = {g for t in eval_texts for g in ngrams(normalise(t))}
+    flagged = sum(any(g in lookup for m in row["messages"] for g in ngrams(normalise(m["content"]))) for row in rows)
     return time.perf_counter() - start, flagged
 
 

@@ -31,7 +31,7 @@ from rufus_data.shards import write_shards
 from rufus_data.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.sources import (
     BadRow,
-    Canonicalizer,
+    Canonicaliser,
     OpenedSource,
     detect_format,
     open_source,
@@ -184,7 +184,7 @@ def _count_source(
         raise RufusError(f"source '{spec.name}' ({source.provenance['from']}) is empty: it has no rows")
     counts.format = detect_format(spec, first, catalog.kind)
     columns = resolve_columns(spec, counts.format, first)
-    canonicalize = Canonicalizer(spec, catalog.kind, counts.format, columns)
+    canonicalise = Canonicaliser(spec, catalog.kind, counts.format, columns)
     tokens_column = TokensColumn()
     index = 0
 
@@ -193,7 +193,7 @@ def _count_source(
         batch: list[dict] = []
         for index, record in enumerate(_chain(first, records), start=1):
             try:
-                batch.append(canonicalize(record, index - 1))
+                batch.append(canonicalise(record, index - 1))
             except BadRow as err:
                 counts.bad_rows.append((index, str(err)))
             if len(batch) >= BATCH_ROWS:
@@ -341,7 +341,7 @@ def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selecti
     total_basis = sum(s.tokens for s in selections) or 1
     sources = []
     for c, sel in zip(counted, selections, strict=True):
-        realized = sel.tokens / total_basis
+        realised = sel.tokens / total_basis
         picked_total = sum(c.total[i] for i, _ in sel.picks)
         picked_trainable = sum(c.trainable[i] for i, _ in sel.picks)
         sources.append(
@@ -357,8 +357,8 @@ def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selecti
                 "bad_row_examples": [{"row": n, "why": why} for n, why in c.bad_rows[:BAD_ROW_EXAMPLES]],
                 "tokens": {"total": picked_total, "trainable": picked_trainable, "basis": sel.tokens},
                 "share_requested": c.spec.share,
-                "share_realized": round(realized, 6),
-                "share_error_pp": round(100 * (realized - c.spec.share), 4),
+                "share_realised": round(realised, 6),
+                "share_error_pp": round(100 * (realised - c.spec.share), 4),
                 "target_tokens": round(sel.target_tokens, 1),
                 "repeat_factor": round(sel.repeat_factor, 6),
                 "system": c.spec.system,
@@ -404,7 +404,7 @@ def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
     bar_chart(
         folder / "shares.png",
         names,
-        {"requested": [s["share_requested"] for s in sources], "realized": [s["share_realized"] for s in sources]},
+        {"requested": [s["share_requested"] for s in sources], "realised": [s["share_realised"] for s in sources]},
         title=f"{catalog.name}: token share by source ({manifest['basis']} tokens)",
         ylabel="share of tokens",
     )
@@ -412,12 +412,12 @@ def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
         (
             s["name"], s["label"], s["rows_in"], s["rows_out"], s["rows_holdout"],
             s["rows_dropped"]["bad_row"] + s["rows_dropped"]["too_long"], s["tokens"]["basis"],
-            f"{s['share_requested']:.3f}", f"{s['share_realized']:.4f}", f"{s['repeat_factor']:.3f}",
+            f"{s['share_requested']:.3f}", f"{s['share_realised']:.4f}", f"{s['repeat_factor']:.3f}",
         )
         for s in sources
     ]
     table = markdown_table(
-        ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realized", "repeat"], rows
+        ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realised", "repeat"], rows
     )
     notes = "".join(f"- {n}\n" for n in manifest["notes"]) or "- every source is within 1 pp of its share\n"
     return (
@@ -432,19 +432,19 @@ def _print_summary(manifest: dict) -> None:
     from rich.table import Table
 
     table = Table(title=f"mix {manifest['name']}: {manifest['rows']['train']:,} rows")
-    for col in ("source", "rows out", "tokens", "share", "realized", "repeat", "dropped"):
+    for col in ("source", "rows out", "tokens", "share", "realised", "repeat", "dropped"):
         table.add_column(col, justify="right" if col != "source" else "left")
     for s in manifest["sources"]:
         dropped = s["rows_dropped"]["bad_row"] + s["rows_dropped"]["too_long"]
         table.add_row(
             s["name"], f"{s['rows_out']:,}", f"{s['tokens']['basis']:,}", f"{s['share_requested']:.3f}",
-            f"{s['share_realized']:.4f}", f"{s['repeat_factor']:.2f}", str(dropped),
+            f"{s['share_realised']:.4f}", f"{s['repeat_factor']:.2f}", str(dropped),
         )
     print_result(table)
     for note in manifest["notes"]:
         console.print(f"[yellow]note:[/] {note}")
 
 
-def realized_shares(manifest: dict) -> dict[str, float]:
-    return {s["name"]: s["share_realized"] for s in manifest["sources"]}
+def realised_shares(manifest: dict) -> dict[str, float]:
+    return {s["name"]: s["share_realised"] for s in manifest["sources"]}
 

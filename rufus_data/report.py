@@ -28,7 +28,7 @@ def pyplot():
 
 
 def bar_chart(path: Path, labels: Sequence[str], series: dict[str, Sequence[float]], title: str, ylabel: str) -> None:
-    """Grouped bars, one group per label, one bar per series (e.g. requested vs realized share)."""
+    """Grouped bars, one group per label, one bar per series (e.g. requested vs realised share)."""
     plt = pyplot()
     width = 0.8 / max(1, len(series))
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(labels) + 2), 3.8))

@@ -140,7 +140,7 @@ def resolve_columns(spec: SourceSpec, fmt: str, first: dict) -> dict[str, str | 
     return columns
 
 
-class Canonicalizer:
+class Canonicaliser:
     """Turns raw records of one source into canonical rows of the catalog's kind."""
 
     def __init__(self, spec: SourceSpec, kind: Kind, fmt: str, columns: dict[str, str | None]):

@@ -21,7 +21,7 @@ _SENTENCE_PUNCT = "[;:!?\"'`()\\[\\]\\x{2018}\\x{2019}\\x{201a}\\x{201c}\\x{201d
 _SEPARATOR_NOT_IN_NUMBER = r"[.,]+(\D|$)"
 
 
-def normalize_array(texts: pa.Array) -> pa.Array:
+def normalise_array(texts: pa.Array) -> pa.Array:
     """The normalised text of each element (see the module docstring), words split by whitespace."""
     texts = pc.utf8_lower(pc.utf8_normalize(texts, "NFKC"))
     texts = pc.replace_substring_regex(texts, _SEPARATOR_NOT_IN_NUMBER, r" \1")
@@ -30,7 +30,7 @@ def normalize_array(texts: pa.Array) -> pa.Array:
 
 def tokenize_array(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """All words of all texts as one flat string array, and each text's start offset (len + 1)."""
-    lists = pc.utf8_split_whitespace(normalize_array(texts))
+    lists = pc.utf8_split_whitespace(normalise_array(texts))
     flat = pc.list_flatten(lists)
     offsets = lists.offsets.to_numpy().astype(np.int64)
     offsets -= offsets[0]

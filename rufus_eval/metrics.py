@@ -30,7 +30,7 @@ from lm_eval.api.filter import Filter
 from lm_eval.api.registry import register_filter, register_metric
 
 from rufus_data.rewards.contract import RewardFunction
-from rufus_data.rewards.extract import THINK_CLOSE, normalize_answer, strip_reasoning
+from rufus_data.rewards.extract import THINK_CLOSE, normalise_answer, strip_reasoning
 from rufus_data.rewards.registry import build_reward
 
 
@@ -145,7 +145,7 @@ def rufus_maj(references, predictions, scorer: str | dict, k: int, at: int, **_)
     for i, answer in enumerate(answers[:at]):
         value = extract(answer) if answer.closed else None
         if value is not None:
-            votes.setdefault(normalize_answer(value), []).append(i)
+            votes.setdefault(normalise_answer(value), []).append(i)
     if not votes:
         return {f"maj@{at}": 0.0, **extra}
     counts = Counter({key: len(idx) for key, idx in votes.items()})

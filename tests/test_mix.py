@@ -55,7 +55,7 @@ def real_mix(tmp_path_factory, data_root):
     return catalog, result
 
 
-def test_realized_token_shares_recounted_independently(real_mix, builtin_tokenizer):
+def test_realised_token_shares_recounted_independently(real_mix, builtin_tokenizer):
     _, result = real_mix
     table = read_shards(result.out).to_pylist()
     tokens: dict[str, int] = {}
@@ -67,7 +67,7 @@ def test_realized_token_shares_recounted_independently(real_mix, builtin_tokeniz
     total = sum(tokens.values())
     for source, share in {"gsm8k": 0.5, "code_alpaca": 0.3, "mbpp": 0.2}.items():
         assert abs(tokens[source] / total - share) < 0.01, (source, tokens[source] / total)
-    recorded = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
+    recorded = {s["name"]: s["share_realised"] for s in result.manifest["sources"]}
     for source, count in tokens.items():
         assert recorded[source] == pytest.approx(count / total, abs=1e-5)
 
@@ -155,7 +155,7 @@ def test_small_source_with_long_answers_gets_its_token_share(tmp_path, data_root
     rows = read_shards(result.out).to_pylist()
     long_share_rows = sum(r["source"] == "long" for r in rows) / len(rows)
     assert long_share_rows < 0.01
-    shares = {s["name"]: s["share_realized"] for s in result.manifest["sources"]}
+    shares = {s["name"]: s["share_realised"] for s in result.manifest["sources"]}
     assert abs(shares["long"] - 0.2) < 0.01
 
 

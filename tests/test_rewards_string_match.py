@@ -24,7 +24,7 @@ from rufus_data.rewards import (
     extract_boxed,
     extract_gsm8k,
     extract_last_number,
-    normalize_answer,
+    normalise_answer,
     split_reasoning,
     strip_reasoning,
 )
@@ -105,21 +105,21 @@ def test_integer_comparison_and_gold_extractor_options(data_root):
 
 
 def test_normalisation_list():
-    assert normalize_answer("  1,234 ") == "1234"
-    assert normalize_answer("$5$") == "5"
-    assert normalize_answer(r"\$5") == "5"
-    assert normalize_answer(r"\$5\$") == "5"
-    assert normalize_answer("$5") == "5"  # a currency amount (GSM8K style)
-    assert normalize_answer("5$") == "5"  # symmetric: a math delimiter cut in half
-    assert normalize_answer(r"5\$") == "5"
-    assert normalize_answer(r"$\frac{1}{2}$.") == r"\frac{1}{2}"
-    assert normalize_answer("{7}") == "7"
-    assert normalize_answer("42.") == "42"
-    assert normalize_answer("The   Answer\nIs  X") == "the answer is x"
-    assert normalize_answer(r"{\frac{1}{2}}") == r"\frac{1}{2}"
-    assert normalize_answer(r"{1}{2}") == "{1}{2}"  # not one surrounding group
-    assert normalize_answer("3.50") == "3.50"  # no numeric canonicalisation: that is math_equivalence's job
-    assert normalize_answer("1,2") == "1,2"  # a list, not a thousands separator
+    assert normalise_answer("  1,234 ") == "1234"
+    assert normalise_answer("$5$") == "5"
+    assert normalise_answer(r"\$5") == "5"
+    assert normalise_answer(r"\$5\$") == "5"
+    assert normalise_answer("$5") == "5"  # a currency amount (GSM8K style)
+    assert normalise_answer("5$") == "5"  # symmetric: a math delimiter cut in half
+    assert normalise_answer(r"5\$") == "5"
+    assert normalise_answer(r"$\frac{1}{2}$.") == r"\frac{1}{2}"
+    assert normalise_answer("{7}") == "7"
+    assert normalise_answer("42.") == "42"
+    assert normalise_answer("The   Answer\nIs  X") == "the answer is x"
+    assert normalise_answer(r"{\frac{1}{2}}") == r"\frac{1}{2}"
+    assert normalise_answer(r"{1}{2}") == "{1}{2}"  # not one surrounding group
+    assert normalise_answer("3.50") == "3.50"  # no numeric canonicalisation: that is math_equivalence's job
+    assert normalise_answer("1,2") == "1,2"  # a list, not a thousands separator
 
 
 def test_think_rule_is_one_function():
@@ -226,7 +226,7 @@ def test_gsm8k_train_every_answer(data_root):
     assert reward(completions=changed, answer=completions) == [0.0] * len(rows)
     # independent cross-check: the last number of the worked solution vs the #### answer
     agree = sum(
-        normalize_answer(extract_last_number(row["answer"].rsplit("####", 1)[0]) or "") == normalize_answer(gold)
+        normalise_answer(extract_last_number(row["answer"].rsplit("####", 1)[0]) or "") == normalise_answer(gold)
         for row, gold in zip(rows, golds)
     )
     share = agree / len(rows)
@@ -237,7 +237,7 @@ def test_gsm8k_train_every_answer(data_root):
 def test_math500_boxed_solution_equals_answer(data_root):
     rows = read_jsonl(data_root / "math500" / "test.jsonl")
     assert len(rows) == 500
-    misses = [row["unique_id"] for row in rows if normalize_answer(extract_boxed(row["solution"]) or "") != normalize_answer(row["answer"])]
+    misses = [row["unique_id"] for row in rows if normalise_answer(extract_boxed(row["solution"]) or "") != normalise_answer(row["answer"])]
     assert len(misses) <= 5, misses  # >= 99%; measured 0 misses (see docs/rewards.md)
     reward = StringMatchReward("boxed", answer_column="answer")
     assert reward(completions=[row["solution"] for row in rows], answer=[row["answer"] for row in rows]).count(1.0) >= 495

@@ -20,7 +20,7 @@ The package is a pipeline of small steps, one job per module:
 
 A stage is a module with a `build_*_index(texts, config)` for the eval side and a
 `scan_*(batch, its index, ..., candidates)` for a batch of rows; it joins the pipeline with a
-field of `EvalIndex`, a line in `scan_table`, and its method in `rules.finalize`."""
+field of `EvalIndex`, a line in `scan_table`, and its method in `rules.finalise`."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
 from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_index
 from rufus_data.decontam.report import DecontamResult, decontam_report, source_benchmark_counts, summary_table
-from rufus_data.decontam.rules import HIT_SCHEMA, finalize
+from rufus_data.decontam.rules import HIT_SCHEMA, finalise
 from rufus_data.decontam.scan import scan_table
 from rufus_data.decontam.semantic_judge import judge_candidates
 from rufus_data.errors import RufusError
@@ -46,7 +46,7 @@ from rufus_data.shards import shard_row_counts, split_files
 
 __all__ = [
     "HIT_SCHEMA", "Candidate", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",
-    "decontaminate", "finalize", "scan_table", "source_benchmark_counts", "summary_table",
+    "decontaminate", "finalise", "scan_table", "source_benchmark_counts", "summary_table",
 ]
 
 AUTO_PROCESSES_FROM_ROWS = 20_000
@@ -85,11 +85,11 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
             cands = scan_ray(tasks, index, done)
         else:
             cands = scan_local(tasks, index, workers, done)
-    hits, boiler = finalize(cands, index, rows_in)
+    hits, boiler = finalise(cands, index, rows_in)
     verdicts = {}
     if config.judge_url:  # the judge reads the pairs that only the semantic stage found, then the rules run again
         verdicts = judge_candidates(cands, index, _flagged_by_text(hits, index))
-        hits, boiler = finalize(cands, index, rows_in)
+        hits, boiler = finalise(cands, index, rows_in)
     hits, splits = _with_splits(hits, by_split, tasks)
     flagged = set(hits.column("row").to_pylist())
     result = DecontamResult(hits, rows_in, rows_in - len(flagged), flagged, loaded.missing, loaded.sources, boiler,

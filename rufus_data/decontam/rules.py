@@ -28,7 +28,7 @@ HIT_SCHEMA = pa.schema([
 
 
 def may_count(c: Candidate, index: EvalIndex) -> bool:
-    """Whether a candidate can pass `finalize` (which only ever removes grams): the rest need
+    """Whether a candidate can pass `finalise` (which only ever removes grams): the rest need
     not travel back from the worker."""
     cfg, exact = index.config, index.exact
     if c.containment >= cfg.containment:
@@ -46,7 +46,7 @@ def semantic_verdict(c: Candidate) -> bool:
     return c.judge == "yes" if c.judge in ("yes", "no") else c.semantic_passed
 
 
-def finalize(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa.Table, list[str]]:
+def finalise(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa.Table, list[str]]:
     """Apply the rules that need the whole corpus: training-side boilerplate and the answer rule.
     Returns the hits (HIT_SCHEMA) and the n-grams ignored as training-side boilerplate."""
     cfg, exact = index.config, index.exact

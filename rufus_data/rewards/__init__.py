@@ -14,7 +14,7 @@ from rufus_data.rewards.extract import (
     extract_full,
     extract_gsm8k,
     extract_last_number,
-    normalize_answer,
+    normalise_answer,
     split_reasoning,
     strip_reasoning,
 )
@@ -72,7 +72,7 @@ __all__ = [
     "grpo_advantages",
     "ifeval_scores",
     "namespaces_available",
-    "normalize_answer",
+    "normalise_answer",
     "overlong_penalty",
     "parse_calls",
     "parse_response",

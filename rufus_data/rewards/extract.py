@@ -172,7 +172,7 @@ _WHITESPACE = re.compile(r"\s+")
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 
 
-def normalize_answer(answer: str) -> str:
+def normalise_answer(answer: str) -> str:
     """Normalise one answer string; both sides go through this before the exact comparison.
 
     strip; collapse inner whitespace; lowercase; drop a trailing `.`; drop thousands-separator commas

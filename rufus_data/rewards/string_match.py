@@ -7,17 +7,17 @@ from functools import lru_cache
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction, Row, is_missing
-from rufus_data.rewards.extract import get_extractor, normalize_answer
+from rufus_data.rewards.extract import get_extractor, normalise_answer
 
 COMPARISONS = ("string", "integer")
 
 
 @lru_cache(maxsize=1 << 16)
-def normalized_gold(extractor: str, gold: str) -> str:
+def normalised_gold(extractor: str, gold: str) -> str:
     """The gold side, extracted (raw when extraction fails) and normalised; cached because a GRPO batch
     repeats each prompt's gold once per generation."""
     extracted = get_extractor(extractor)(gold)
-    return normalize_answer(extracted if extracted is not None else gold)
+    return normalise_answer(extracted if extracted is not None else gold)
 
 
 def as_integer(answer: str | None) -> int | None:
@@ -25,7 +25,7 @@ def as_integer(answer: str | None) -> int | None:
     if answer is None:
         return None
     try:
-        number = float(normalize_answer(answer).replace(" ", ""))
+        number = float(normalise_answer(answer).replace(" ", ""))
     except ValueError:
         return None
     return int(number) if number.is_integer() else None
@@ -61,7 +61,7 @@ class StringMatchReward(RewardFunction):
         gold = row.get(self.answer_column)
         if is_missing(gold):
             return None
-        return normalized_gold(self.gold_extractor or self.extractor, str(gold))
+        return normalised_gold(self.gold_extractor or self.extractor, str(gold))
 
     def score_rows(self, prompts, texts, closed, rows, log_metric):
         self.warn_missing_column(rows, self.answer_column, "the gold answer; set answer_column to the column that holds it")
@@ -81,7 +81,7 @@ class StringMatchReward(RewardFunction):
 
 
 def _same_string(answer: str, gold: str) -> bool:
-    return normalize_answer(answer) == gold
+    return normalise_answer(answer) == gold
 
 
 def _same_integer(answer: str, gold: str) -> bool:
