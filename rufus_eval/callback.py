@@ -3,15 +3,19 @@
 `CheckpointEvalCallback` (a transformers TrainerCallback, attached by every rufus-train stage):
 - rank 0 only (`state.is_world_process_zero`); other ranks return at once and no collective
   operation is issued;
-- `on_train_begin` (with `eval_baseline`): the starting model is saved as
-  `<output_dir>/_eval_staging/checkpoint-0` and evaluated as `<tag>-checkpoint-0`, logs in
-  `<output_dir>/eval_logs/step-0/`;
+- `on_train_begin` (with `eval_baseline`, on a fresh run): the starting model's own folder is
+  evaluated as `<tag>-checkpoint-0`, logs in `<output_dir>/eval_logs/step-0/` (nothing is saved:
+  under FSDP or ZeRO-3 rank 0 holds only shards). A resumed run has no baseline: its first
+  evaluation is the first checkpoint it saves, at its real step;
 - `on_save`: the checkpoint is snapshotted at once into `_eval_staging/checkpoint-N` with hard
-  links (weights, tokenizer, configs; no optimizer/scheduler/RNG state), so `save_total_limit`
-  rotation cannot delete what is being evaluated (across file systems it copies, with a warning).
-  A LoRA checkpoint holds only the adapter: the evaluation merges it into the base in the staging
-  copy (`rufus_eval.runner.prepare_model`);
-- one evaluation at a time: a checkpoint arriving while one runs is skipped with a warning;
+  links (staging.py), so `save_total_limit` rotation cannot delete what is being evaluated. A
+  sharded checkpoint (FSDP SHARDED_STATE_DICT, ZeRO-3 partitions) is consolidated in the
+  evaluation's process before the server starts. A LoRA checkpoint holds only the adapter: the
+  evaluation merges it into the base in the staging copy (`rufus_eval.runner.prepare_model`).
+  Once its evaluation has finished the staged folder is removed (`keep_staging` keeps it); the
+  disk it used is reported and written to `eval_logs/staging.jsonl`;
+- one evaluation at a time: a checkpoint arriving while one runs is skipped with a warning; the
+  last checkpoint (training stopped) waits for the running evaluation instead (`wait_at_end`);
 - the evaluation is `rufus-eval suite` in a child process in its own session (it starts the vLLM
   server for the vllm backend, or runs transformers for hf); it is stopped with `os.killpg` on
   the normal path, on exceptions, in `on_train_end` and from an `atexit` hook;
@@ -45,12 +49,10 @@ from transformers import TrainerCallback
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel
+from rufus_eval.staging import STAGING, sharded_kind, stage_checkpoint, staging_usage, write_model_files
 
-STAGING = "_eval_staging"
 EVAL_LOGS = "eval_logs"
-# what a checkpoint folder holds that evaluation does not need
-SKIP_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json")
-SKIP_PREFIXES = ("rng_state", "optimizer", "global_step")
+STAGING_LOG = "staging.jsonl"
 TRACKERS = ("wandb", "trackio")
 # the trainer's launcher (torchrun, accelerate) describes ITS process group in these; an evaluation
 # that inherited them would try to join the training's rendezvous and hang
@@ -75,6 +77,7 @@ class CheckpointEvalConfig(StrictModel):
     final: bool = False
     wait_at_end: bool = True  # on_train_end waits for a running evaluation (then stops it)
     end_timeout_s: float = 3600.0
+    keep_staging: bool = False  # keep _eval_staging/checkpoint-N after its evaluation (default: removed)
 
 
 def gpu_count() -> int:
@@ -95,36 +98,37 @@ def trainer_devices() -> set[str]:
     return {str(i) for i in range(gpu_count())}
 
 
-def stage_checkpoint(src: Path, dst: Path) -> str:
-    """Hard-link the files evaluation needs from `src` into `dst`; copy across file systems.
+def _keep_beside_results(log, job: dict, out: Path) -> None:
+    """rufus-eval writes its run folder atomically, replacing `out` with what it wrote: put the
+    evaluation's log and job.json (written there before it started) back beside its results."""
+    try:
+        if not (out / "eval.log").exists():
+            log.seek(0)
+            (out / "eval.log").write_bytes(log.read())
+        if not (out / "job.json").exists() and out.exists():
+            (out / "job.json").write_text(json.dumps(job, indent=2))
+    finally:
+        log.close()
 
-    Returns "link" or "copy"."""
-    tmp = dst.with_name(dst.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    mode = "link"
-    for item in sorted(src.iterdir()):
-        if item.name in SKIP_FILES or item.name.startswith(SKIP_PREFIXES) or item.is_dir():
-            continue
-        try:
-            os.link(item, tmp / item.name)
-        except OSError:
-            shutil.copy2(item, tmp / item.name)
-            mode = "copy"
-    shutil.rmtree(dst, ignore_errors=True)
-    tmp.rename(dst)
-    if mode == "copy":
-        warnings.warn(
-            f"staging {src} -> {dst}: hard links failed (different file systems?), the checkpoint was copied",
-            stacklevel=2,
-        )
-    return mode
+
+def model_source(model) -> str | None:
+    """The folder or hub id a model was loaded from (a PEFT model's base), None when unknown."""
+    if model is None:
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    source = getattr(base, "name_or_path", None) or getattr(getattr(base, "config", None), "_name_or_path", None)
+    return str(source) if source else None
 
 
 class CheckpointEvalCallback(TrainerCallback):
-    def __init__(self, config: CheckpointEvalConfig | dict | None = None):
+    def __init__(self, config: CheckpointEvalConfig | dict | None = None, starting_model: str | None = None):
+        """`starting_model`: the model folder (or hub id) training starts from, evaluated as the
+        step-0 baseline; default: the trained model's `name_or_path`."""
         self.config = config if isinstance(config, CheckpointEvalConfig) else CheckpointEvalConfig(**(config or {}))
+        self.starting_model = starting_model
         self.devices = self._check_devices()
+        self.staging: list[dict] = []  # per staged checkpoint: step, bytes, only_here_bytes, removed
+        self._staging_reported = 0
         self._proc: subprocess.Popen | None = None
         self._watcher: threading.Thread | None = None
         self._results: queue.Queue = queue.Queue()
@@ -170,20 +174,32 @@ class CheckpointEvalCallback(TrainerCallback):
         self._setup_trackers(args)
         self._metrics_file = Path(args.output_dir) / EVAL_LOGS / "metrics.jsonl"
         self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
-        if self.config.eval_baseline:
-            staged = Path(args.output_dir) / STAGING / "checkpoint-0"
-            shutil.rmtree(staged, ignore_errors=True)
-            model.save_pretrained(staged)
-            tokenizer = processing_class or kwargs.get("tokenizer")
-            if tokenizer is not None:
-                tokenizer.save_pretrained(staged)
-            self._start(args, 0, staged)
+        if not self.config.eval_baseline:
+            return
+        if state.global_step > 0:
+            console.print(f"eval: resumed at step {state.global_step}: no baseline (the resumed weights are not the "
+                          "starting model); the next checkpoint is evaluated at its own step")
+            return
+        source = self.starting_model or model_source(model)
+        if source is None:
+            message = ("checkpoint evaluation: the model has no folder or hub id to evaluate as the step-0 baseline "
+                       "(pass starting_model); the baseline is skipped")
+            console.print(f"[yellow]WARNING:[/] {message}")
+            warnings.warn(message, stacklevel=2)
+            return
+        self._start(args, 0, Path(source))  # the starting model itself: no copy, no gather of shards
 
     def on_save(self, args, state, control, **kwargs):
         if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
             return
         self.drain(state)
         step = state.global_step
+        last = control is not None and control.should_training_stop
+        if last and self.busy() and self.config.wait_at_end:
+            # training is over: the final checkpoint waits for the running evaluation instead of being skipped
+            console.print(f"eval: checkpoint-{step} is the last one: waiting for the running evaluation first")
+            self.wait(self.config.end_timeout_s)
+            self.drain(state)
         if self.busy():
             self.skipped.append(step)
             message = f"checkpoint-{step}: an evaluation is still running; this checkpoint is skipped (not queued)"
@@ -193,8 +209,10 @@ class CheckpointEvalCallback(TrainerCallback):
             source = Path(args.output_dir) / f"checkpoint-{step}"
             staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
             stage_checkpoint(source, staged)
-            self._start(args, step, staged)
-        if control is not None and control.should_training_stop:
+            if sharded_kind(staged) and kwargs.get("model") is not None:
+                write_model_files(staged, kwargs["model"], kwargs.get("processing_class"), self.starting_model)
+            self._start(args, step, staged, staged=staged)
+        if last:
             # the last checkpoint: finish here, because transformers runs the trackers' on_train_end
             # before ours, and TrackioCallback closes its run there
             self._finish(state)
@@ -218,6 +236,16 @@ class CheckpointEvalCallback(TrainerCallback):
             self.wait(self.config.end_timeout_s)
         self.shutdown()
         self.drain(state)
+        self._report_staging()
+
+    def _report_staging(self) -> None:
+        if len(self.staging) == self._staging_reported:  # once per new staged checkpoint (on_save, then on_train_end)
+            return
+        self._staging_reported = len(self.staging)
+        peak = max(u["only_here_bytes"] for u in self.staging)
+        left = sum(u["bytes"] for u in self.staging if not u["removed"])
+        console.print(f"eval: staging held at most {peak / 1e6:.1f} MB of its own at a time (one evaluation at a "
+                      f"time); {left / 1e6:.1f} MB left in {STAGING}/")
 
     # ------------------------------------------------------------------ the evaluation process
     def busy(self) -> bool:
@@ -242,37 +270,44 @@ class CheckpointEvalCallback(TrainerCallback):
         if backend == "vllm" and gpu_count() > 0:  # without GPUs the launcher picks vLLM's CPU build
             dp = cfg.data_parallel_size or len(self.devices.split(","))
             argv += ["--devices", self.devices, "--data-parallel-size", str(dp)]
+        if sharded_kind(Path(staged)):  # consolidated in the evaluation's process, before the server starts
+            argv = [sys.executable, "-m", "rufus_eval.staging", str(staged), "--", *argv]
         env = {k: v for k, v in os.environ.items()
                if k not in DISTRIBUTED_ENV and not k.startswith(DISTRIBUTED_ENV_PREFIXES)}
         # physical ids, verbatim, whatever the trainer's own CUDA_VISIBLE_DEVICES says
         env["CUDA_VISIBLE_DEVICES"] = self.devices
         return argv, env
 
-    def _start(self, args, step: int, staged: Path) -> None:
-        argv, env = self.eval_command(args.output_dir, step, staged)
+    def _start(self, args, step: int, target: Path, staged: Path | None = None) -> None:
+        """Evaluate the model folder `target` as step `step`; `staged` is removed once it is done."""
+        argv, env = self.eval_command(args.output_dir, step, target)
         out = Path(args.output_dir) / EVAL_LOGS / f"step-{step}"
         out.mkdir(parents=True, exist_ok=True)
         name = f"{self.config.tag}-checkpoint-{step}"
         backend = self.backend()
-        log = open(out / "eval.log", "wb")  # noqa: SIM115 - closed by the watcher thread
+        log = open(out / "eval.log", "w+b")  # noqa: SIM115 - closed by the watcher thread
         with self._lock:
             self._proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True,
             )
             proc = self._proc
-        job = {"step": step, "name": name, "pid": proc.pid, "pgid": proc.pid, "argv": argv, "out": str(out)}
+        job = {"step": step, "name": name, "pid": proc.pid, "pgid": proc.pid, "argv": argv, "out": str(out),
+               "model": str(target), "rank": int(os.environ.get("RANK", "0"))}
         self.jobs.append(job)
         (out / "job.json").write_text(json.dumps(job, indent=2))
         console.print(f"eval: evaluating {name} ({backend}) in process group {proc.pid}; log {out / 'eval.log'}")
-        self._watcher = threading.Thread(target=self._watch, args=(proc, log, step, out), daemon=True)
+        self._watcher = threading.Thread(target=self._watch, args=(proc, log, job, out, staged), daemon=True)
         self._watcher.start()
 
-    def _watch(self, proc: subprocess.Popen, log, step: int, out: Path) -> None:
+    def _watch(self, proc: subprocess.Popen, log, job: dict, out: Path, staged: Path | None = None) -> None:
+        step = job["step"]
         try:
             code = proc.wait()
         finally:
-            log.close()
+            _keep_beside_results(log, job, out)
+            if staged is not None:
+                self._release_staging(step, staged, out.parent)
             with self._lock:
                 if self._proc is proc:
                     self._proc = None
@@ -281,6 +316,22 @@ class CheckpointEvalCallback(TrainerCallback):
         else:
             tail = (out / "eval.log").read_text(errors="replace")[-1500:]
             console.print(f"[red]eval:[/] evaluation of step {step} failed (exit {code}); log {out / 'eval.log'}:\n{tail}")
+
+    def _release_staging(self, step: int, staged: Path, logs: Path) -> None:
+        """Measure what the staged folder used; remove it unless `keep_staging` (its evaluation is over)."""
+        if not staged.exists():
+            return
+        usage = {"step": step, **staging_usage(staged), "removed": not self.config.keep_staging}
+        if usage["removed"]:
+            shutil.rmtree(staged, ignore_errors=True)
+        self.staging.append(usage)
+        with open(logs / STAGING_LOG, "a") as fh:
+            fh.write(json.dumps(usage) + "\n")
+        console.print(
+            f"eval: staging of checkpoint-{step} used {usage['bytes'] / 1e6:.1f} MB, "
+            f"{usage['only_here_bytes'] / 1e6:.1f} MB of it held by staging alone; "
+            + ("removed" if usage["removed"] else f"kept in {staged} (keep_staging)")
+        )
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Wait for the running evaluation; True if none is left running."""

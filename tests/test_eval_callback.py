@@ -12,15 +12,18 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import torch
 from eval_callback_run import build_trainer, tiny_suite
 from train_helpers import WaitForBaseline
 from transformers import TrainerCallback
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.launcher import group_members
-from rufus_eval.callback import STAGING, CheckpointEvalCallback, stage_checkpoint
+from rufus_eval.callback import STAGING_LOG, CheckpointEvalCallback
+from rufus_eval.staging import STAGING, consolidate, sharded_kind, stage_checkpoint, write_model_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,7 +61,9 @@ def test_sft_run_baseline_staging_rotation_busy_skip_and_eval_axis(tmp_path, bui
     suite = tiny_suite(tmp_path / "suite")
     out = tmp_path / "run"
     inodes = RecordInodes()
-    trainer, evaluator = build_trainer(builtin_model, out, eval_config(suite), max_steps=3, save_total_limit=1)
+    # keep_staging: the staged copies are inspected after the run (by default they go once evaluated)
+    trainer, evaluator = build_trainer(builtin_model, out, eval_config(suite, keep_staging=True), max_steps=3,
+                                       save_total_limit=1)
     trainer.add_callback(WaitForBaseline(evaluator))
     trainer.add_callback(inodes)
     arrivals = RecordBusyAtSave(evaluator)
@@ -85,7 +90,8 @@ def test_sft_run_baseline_staging_rotation_busy_skip_and_eval_axis(tmp_path, bui
     # Which ones arrive while checkpoint-1 is evaluated depends on the machine's speed (the
     # deterministic case is test_checkpoint_arriving_while_busy_is_skipped_not_queued).
     assert arrivals.busy_at_save[1] is False
-    assert evaluator.skipped == [s for s in (2, 3) if arrivals.busy_at_save[s]]
+    assert evaluator.skipped == [s for s in (2,) if arrivals.busy_at_save[s]]
+    assert 3 not in evaluator.skipped  # the last checkpoint waits for the running evaluation (wait_at_end)
     assert sum("still running; this checkpoint is skipped" in m for m in messages) == len(evaluator.skipped)
     for step in (2, 3):
         assert (out / "eval_logs" / f"step-{step}").exists() == (step not in evaluator.skipped)
@@ -129,6 +135,7 @@ def test_rank_zero_alone_evaluates_under_two_gloo_ranks(tmp_path, builtin_model,
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = {r: json.loads((tmp_path / "run" / f"rank{r}.json").read_text()) for r in (0, 1)}
     assert [j["step"] for j in ranks[0]["jobs"]] == [1] and ranks[1]["jobs"] == [] and ranks[1]["logged"] == []
+    assert [j["rank"] for j in ranks[0]["jobs"]] == [0]  # started by the process of RANK 0
     assert [e["eval/step"] for e in ranks[0]["logged"]] == [1]
     assert sorted(p.name for p in (tmp_path / "run" / "eval_logs").iterdir() if p.is_dir()) == ["step-1"]
 
@@ -198,3 +205,198 @@ def test_checkpoint_arriving_while_busy_is_skipped_not_queued(tmp_path, monkeypa
     assert group_members(pgid) != []
     evaluator.shutdown(grace_s=2)
     assert group_members(pgid) == [] and not evaluator.busy()
+
+
+# ------------------------------------------------------------------ baseline, resume, staging cleanup
+
+
+def quick_evaluator(tmp_path, monkeypatch, seconds: float = 0.0, **config) -> CheckpointEvalCallback:
+    """A callback whose evaluation is a stand-in process (sleeps `seconds`, then exits 0)."""
+    starting_model = config.pop("starting_model", None)
+    evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf", **config}, starting_model)
+    monkeypatch.setattr(evaluator, "eval_command", lambda output_dir, step, staged: (
+        [sys.executable, "-c", f"import time; time.sleep({seconds})"], dict(os.environ)))
+    return evaluator
+
+
+def save_checkpoint(out: Path, step: int, size: int = 1000) -> Path:
+    checkpoint = out / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "model.safetensors").write_bytes(b"w" * size)
+    (checkpoint / "config.json").write_text("{}")
+    (checkpoint / "optimizer.pt").write_bytes(b"o" * size)
+    return checkpoint
+
+
+def train_state(step: int, stop: bool = False):
+    return (SimpleNamespace(is_world_process_zero=True, global_step=step, log_history=[]),
+            SimpleNamespace(should_training_stop=stop))
+
+
+def test_baseline_is_the_starting_model_folder_and_a_resumed_run_has_none(tmp_path, monkeypatch, builtin_model):
+    """Nothing is saved for the baseline (under FSDP or ZeRO-3 rank 0 holds only shards): the
+    starting model's folder is evaluated as step 0. A resumed run evaluates nothing at its start."""
+    args = SimpleNamespace(output_dir=str(tmp_path / "run"), report_to=[])
+    model = SimpleNamespace(name_or_path=builtin_model)  # what from_pretrained leaves on a model
+    evaluator = quick_evaluator(tmp_path, monkeypatch)
+    evaluator.on_train_begin(args, *train_state(0), model=model)
+    assert evaluator.wait(30)
+    assert [(j["step"], j["model"]) for j in evaluator.jobs] == [(0, builtin_model)]
+    assert not (tmp_path / "run" / STAGING).exists()
+
+    resumed = quick_evaluator(tmp_path, monkeypatch, starting_model="smollm2-135m")
+    resumed.on_train_begin(args, *train_state(4), model=model)
+    assert resumed.jobs == []  # no "step 0" of the resumed weights
+    save_checkpoint(tmp_path / "run", 6)
+    resumed.on_save(args, *train_state(6))
+    assert resumed.wait(30) and [j["step"] for j in resumed.jobs] == [6]  # the first evaluation: its real step
+
+
+def test_staged_checkpoint_removed_once_evaluated_and_its_disk_reported(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = SimpleNamespace(output_dir=str(out))
+    evaluator = quick_evaluator(tmp_path, monkeypatch, seconds=1.0)
+    checkpoint = save_checkpoint(out, 2, size=5000)
+    evaluator.on_save(args, *train_state(2))
+    staged = out / STAGING / "checkpoint-2"
+    assert (staged / "model.safetensors").stat().st_ino == (checkpoint / "model.safetensors").stat().st_ino
+    shutil.rmtree(checkpoint)  # save_total_limit rotates it away while it is evaluated
+    assert evaluator.wait(30)
+    assert not staged.exists()  # the evaluation is over: the staged copy is gone, its disk freed
+    usage = [json.loads(line) for line in (out / "eval_logs" / STAGING_LOG).read_text().splitlines()]
+    assert usage == [{"step": 2, "bytes": 5002, "only_here_bytes": 5002, "removed": True}]  # weights + config
+
+    kept = quick_evaluator(tmp_path, monkeypatch, keep_staging=True)
+    save_checkpoint(out, 4, size=300)
+    kept.on_save(args, *train_state(4))
+    assert kept.wait(30) and (out / STAGING / "checkpoint-4" / "model.safetensors").exists()
+    assert kept.staging == [{"step": 4, "bytes": 302, "only_here_bytes": 0, "removed": False}]  # all shared
+
+
+def test_last_checkpoint_waits_for_the_running_evaluation(tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    args = SimpleNamespace(output_dir=str(out))
+    evaluator = quick_evaluator(tmp_path, monkeypatch, seconds=2.0)
+    for step, last in ((2, False), (3, False), (4, True)):
+        save_checkpoint(out, step)
+        evaluator.on_save(args, *train_state(step, stop=last))
+    assert evaluator.skipped == [3]  # arrived while checkpoint-2 was evaluated
+    assert [j["step"] for j in evaluator.jobs] == [2, 4]  # the last one waited, then was evaluated
+
+
+# ------------------------------------------------------------------ sharded checkpoints
+
+
+@pytest.fixture(scope="module")
+def small_model(builtin_model):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(builtin_model, dtype=torch.float32)
+
+
+def save_sharded_like_accelerate(state_dict: dict, checkpoint: Path) -> None:
+    """What accelerate's save_fsdp_model writes for SHARDED_STATE_DICT: {"model": state} in DCP
+    format under pytorch_model_fsdp_0/ (written here by one process, as its reader sees it)."""
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # DCP notes it runs without a process group
+        dcp.save({"model": state_dict}, storage_writer=dcp.FileSystemWriter(str(checkpoint / "pytorch_model_fsdp_0")))
+    for name in ("scheduler.pt", "trainer_state.json", "rng_state_0.pth"):
+        (checkpoint / name).write_text("x")
+    (checkpoint / "optimizer_0").mkdir()
+
+
+def test_fsdp_sharded_checkpoint_is_staged_and_consolidated(tmp_path, small_model, builtin_tokenizer):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    checkpoint = tmp_path / "run" / "checkpoint-3"
+    checkpoint.mkdir(parents=True)
+    save_sharded_like_accelerate(small_model.state_dict(), checkpoint)
+    assert sharded_kind(checkpoint) == "fsdp"
+    staged = tmp_path / "run" / STAGING / "checkpoint-3"
+    stage_checkpoint(checkpoint, staged)
+    assert sorted(p.name for p in staged.iterdir()) == ["pytorch_model_fsdp_0"]  # the shards, linked; no optimizer
+    write_model_files(staged, small_model, builtin_tokenizer)
+    evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
+    argv, _ = evaluator.eval_command(tmp_path / "run", 3, staged)
+    assert argv[:5] == [sys.executable, "-m", "rufus_eval.staging", str(staged), "--"]  # consolidated first
+    assert argv[5:8] == [sys.executable, "-m", "rufus_eval.cli"]
+    assert consolidate(staged) == "fsdp"
+    assert not (staged / "pytorch_model_fsdp_0").exists() and sharded_kind(staged) is None
+    weights = load_file(staged / "model.safetensors")
+    original = small_model.state_dict()
+    assert set(weights) == set(original)
+    assert all(torch.equal(weights[k], original[k]) for k in original)
+    loaded = AutoModelForCausalLM.from_pretrained(staged)  # config.json from the live model
+    assert torch.equal(loaded.model.layers[3].mlp.up_proj.weight, small_model.model.layers[3].mlp.up_proj.weight)
+
+
+def test_fsdp_sharded_lora_checkpoint_becomes_an_adapter(tmp_path, small_model, builtin_model):
+    import copy
+
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    peft_model = get_peft_model(copy.deepcopy(small_model), LoraConfig(r=4, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in peft_model.named_parameters():
+            if "lora_B" in name:
+                param.fill_(0.01)  # trained: B is no longer zero
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    save_sharded_like_accelerate(peft_model.state_dict(), checkpoint)
+    staged = tmp_path / "staged"
+    stage_checkpoint(checkpoint, staged)
+    write_model_files(staged, peft_model, None, base_model=builtin_model)
+    assert json.loads((staged / "adapter_config.json").read_text())["base_model_name_or_path"] == builtin_model
+    consolidate(staged)
+    adapter = load_file(staged / "adapter_model.safetensors")
+    expected = get_peft_model_state_dict(peft_model)
+    assert set(adapter) == set(expected) and all(torch.equal(adapter[k], expected[k]) for k in expected)
+
+
+def test_zero3_partitions_are_staged_and_their_consolidation_names_what_it_needs(tmp_path):
+    checkpoint = tmp_path / "checkpoint-2"
+    (checkpoint / "global_step2").mkdir(parents=True)
+    (checkpoint / "global_step2" / "zero_pp_rank_0_mp_rank_00_model_states.pt").write_bytes(b"m")
+    (checkpoint / "global_step2" / "bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt").write_bytes(b"o")
+    (checkpoint / "latest").write_text("global_step2")
+    (checkpoint / "config.json").write_text("{}")
+    assert sharded_kind(checkpoint) == "deepspeed"
+    staged = tmp_path / "staged"
+    stage_checkpoint(checkpoint, staged)
+    assert sorted(str(p.relative_to(staged)) for p in staged.rglob("*") if p.is_file()) == [
+        "config.json", "global_step2/bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt",
+        "global_step2/zero_pp_rank_0_mp_rank_00_model_states.pt", "latest"]
+    with pytest.raises(RufusError, match="consolidating them needs the deepspeed package"):
+        consolidate(staged)
+    (checkpoint / "model.safetensors").write_bytes(b"w")  # zero3_save_16bit_model: gathered weights, no shards
+    assert sharded_kind(checkpoint) is None
+
+
+REPLACE_OUT = """import pathlib, shutil, sys
+out = pathlib.Path(sys.argv[1])
+print("evaluating", flush=True)
+tmp = out.with_name(out.name + ".tmp")
+tmp.mkdir()
+(tmp / "results.json").write_text('{"tasks": {}}')
+out.rename(out.with_name(".old"))
+tmp.rename(out)
+shutil.rmtree(out.with_name(".old"))
+"""
+
+
+def test_log_and_job_stay_beside_results_when_the_evaluation_replaces_its_folder(tmp_path, monkeypatch):
+    """rufus-eval writes its run folder atomically (the folder the callback logged into is replaced)."""
+    out = tmp_path / "run"
+    evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
+    monkeypatch.setattr(evaluator, "eval_command", lambda output_dir, step, staged: (
+        [sys.executable, "-c", REPLACE_OUT, str(Path(output_dir) / "eval_logs" / f"step-{step}")], dict(os.environ)))
+    save_checkpoint(out, 2)
+    evaluator.on_save(SimpleNamespace(output_dir=str(out)), *train_state(2))
+    assert evaluator.wait(30)
+    step = out / "eval_logs" / "step-2"
+    assert (step / "results.json").exists() and "evaluating" in (step / "eval.log").read_text()
+    assert json.loads((step / "job.json").read_text())["step"] == 2
