@@ -21,6 +21,7 @@ import functools
 import inspect
 import types
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -32,6 +33,7 @@ from pydantic_core import PydanticUndefined
 from typer.core import TyperCommand, TyperGroup
 
 from rufus_data.cpu_threads import cpu_thread_defaults
+from rufus_data.hub import UnpinnedRevision
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,15 @@ class FlagGroup(_BareFlags, TyperGroup):
 class CliApp(typer.Typer):
     """The typer app of each Rufus CLI: no completion install options, help when called bare,
     boolean flags written and shown one way in all three CLIs (`--overwrite`, no value), and, when
-    the program starts, the CPU thread defaults (cpu_threads.py)."""
+    the program starts, the CPU thread defaults (cpu_threads.py) and warnings the console has
+    already given shown once."""
 
     def __init__(self, **options):
         super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=False, **options)
 
     def __call__(self, *args, **kwargs):
         cpu_thread_defaults()  # before any command imports torch
+        warnings.filterwarnings("ignore", category=UnpinnedRevision)  # the console said it
         return super().__call__(*args, **kwargs)
 
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **options):

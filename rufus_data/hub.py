@@ -19,6 +19,11 @@ OFFLINE_VALUES = ("1", "true", "yes", "on")
 PROBE_TIMEOUT_S = 3.0
 
 
+class UnpinnedRevision(UserWarning):
+    """A hub revision that is a branch or tag. Said on the console as well, so the CLIs do not
+    print it a second time (cli_options.CliApp); library callers and tests still catch it."""
+
+
 def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: str, where: str = "") -> None:
     """Warn (console and `warnings`) when `revision` is a branch or tag: its rows can change."""
     if revision and COMMIT.fullmatch(revision):
@@ -26,8 +31,8 @@ def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: st
     state = f"revision {revision!r} of {repo} is a branch or tag, not a commit" if revision else f"{repo} has no revision"
     message = (f"{what}: {state}: {consequence}; pin a commit sha{where} "
                f"(https://huggingface.co/datasets/{repo}/commits/main)")
-    console.print(f"[yellow]WARNING:[/] {message}", highlight=False)
-    warnings.warn(message, stacklevel=3)
+    console.print(f"[yellow]WARNING:[/] {message}", highlight=False, soft_wrap=True)
+    warnings.warn(message, UnpinnedRevision, stacklevel=3)
 
 
 def hub_commit(repo: str, revision: str | None) -> str | None:

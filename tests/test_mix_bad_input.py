@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,6 +141,22 @@ def test_hub_source_without_hub_access_says_what_to_do(tmp_path, monkeypatch):
     result, text, left = run_mix(tmp_path, text_catalog)
     assert_refused(result, left)
     assert "could not load hub dataset allenai/tulu-3-sft-mixture" in text and "use `path:`" in text
+
+
+def test_an_unpinned_hub_revision_is_warned_once_on_one_line(tmp_path):
+    """From the command line the console's warning is the only one (no second copy from Python's
+    warnings with a source line), and it is not cut at 80 columns when stderr is no terminal."""
+    catalog_path = tmp_path / "unpinned.yaml"
+    catalog_path.write_text("kind: sft\nname: hub\nsources:\n  - name: a\n"
+                            "    hub: {id: someone/some-set, split: train, revision: main}\n    share: 1.0\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
+    run = subprocess.run([str(Path(sys.executable).with_name("rufus-data")), "mix", str(catalog_path), "--out",
+                          str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 2
+    warned = [line for line in run.stderr.splitlines() if "revision 'main' of someone/some-set" in line]
+    assert len(warned) == 1 and warned[0].startswith("WARNING: source 'a'") and warned[0].endswith("/commits/main)")
+    assert "UserWarning" not in run.stderr
 
 
 @pytest.mark.parametrize("bad", ["0", "1.5"])
