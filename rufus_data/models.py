@@ -83,23 +83,6 @@ def resolve_model(ref: str) -> str:
     return ref
 
 
-def read_model_config(ref: str | None) -> dict:
-    """config.json of a local model folder (built-ins resolved, never converted here); {} for hub
-    ids or missing files. Checks read it before anything loads (context length, architecture)."""
-    if not ref:
-        return {}
-    if ref in BUILTINS:
-        if not is_cached(ref):
-            return {}
-        folder = builtin_path(ref)
-    else:
-        folder = Path(ref).expanduser()
-    path = folder / "config.json"
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text())
-
-
 def portable_reference(ref: str) -> str:
     """The form of a model reference to record in a run folder (adapter_config.json, run.json),
     which `resolve_model` loads on any machine: a built-in's name (also for its cache folder), a
@@ -115,6 +98,23 @@ def portable_reference(ref: str) -> str:
         if path == builtin_path(name).resolve():
             return name
     return str(path)
+
+
+def read_model_config(ref: str | None) -> dict:
+    """config.json of a local model folder (built-ins resolved, never converted here); {} for hub
+    ids or missing files. Checks read it before anything loads (context length, architecture)."""
+    if not ref:
+        return {}
+    if ref in BUILTINS:
+        if not is_cached(ref):
+            return {}
+        folder = builtin_path(ref)
+    else:
+        folder = Path(ref).expanduser()
+    path = folder / "config.json"
+    if not path.exists():
+        return {}
+    return json.loads(path.read_text())
 
 
 def pull(name: str = DEFAULT_MODEL) -> Path:

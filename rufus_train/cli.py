@@ -23,7 +23,7 @@ from rufus_train.data import check_columns, is_catalog, read_rows
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
-from rufus_train.serve import ServeSpec, exec_server, serve_command
+from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
 
 app = CliApp(help="Rufus training stages on curated shards.")
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -64,7 +64,9 @@ STAGE_HELP = (
     "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_ratio 0.1` (any field "
     "of the TRL config); a boolean key is a bare flag (`--overwrite`, `--no-packing`). To see a stage's keys: the "
     "stage YAML lists each with its default and what it does, and `rufus-train stage NAME --dry-run` prints them "
-    "all resolved."
+    "all resolved.\n\n"
+    "`--num_processes N --accelerate_config ddp|fsdp2|zero2|zero3|FILE` runs the stage in N processes: Rufus "
+    "starts `accelerate launch` itself (docs/train.md, multi-GPU)."
 )
 
 
@@ -80,6 +82,7 @@ def stage_cmd(
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
     from rufus_train.config import resolved_yaml  # heavy: the runner and stages import TRL and peft
+    from rufus_train.launch import launch_command, run_launch, wants_launch
     from rufus_train.runner import check_config, run_stage
 
     cfg = resolve_stage_config(name, config, list(ctx.args))
@@ -90,6 +93,12 @@ def stage_cmd(
         return
     if show_mask:
         print_masks(cfg, show_mask)
+        return
+    if wants_launch(cfg):
+        check_config(cfg)  # refused here, before any process starts
+        code = run_launch(launch_command(name, cfg, config, list(ctx.args)))
+        if code:
+            raise typer.Exit(code)
         return
     run_stage(cfg)
 
@@ -114,11 +123,21 @@ def print_masks(cfg, n: int) -> None:
 
 @app.command("pipeline")
 @cli_errors
-def pipeline_cmd(file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")]) -> None:
+def pipeline_cmd(
+    file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")],
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="print every stage's resolved config, as `stage --dry-run` does; load nothing")] = False,
+) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
-    from rufus_train.pipeline import load_pipeline, run_pipeline  # heavy: the stages import TRL and peft
+    from rufus_train.pipeline import dry_run as pipeline_dry_run  # heavy: the stages import TRL and peft
+    from rufus_train.pipeline import load_pipeline, run_pipeline
 
-    run_pipeline(load_pipeline(file))
+    pipeline = load_pipeline(file)
+    if dry_run:
+        print_result(pipeline_dry_run(pipeline), end="", markup=False, highlight=False)
+        console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        return
+    run_pipeline(pipeline)
 
 
 @app.command("export")
@@ -171,22 +190,36 @@ def plan_cmd(
 @app.command("serve")
 @cli_errors
 def serve_cmd(
-    model: str = typer.Argument(..., help="model to serve: built-in name, model folder or hub id"),
-    devices: str = typer.Option("0", "--devices", help="the server's GPU ids (CUDA_VISIBLE_DEVICES); never the trainer's"),
-    port: int = typer.Option(8000, "--port"),
+    model: str | None = typer.Argument(
+        None, help="model to serve: built-in name, model folder or hub id (default: the --stage's model)"),
+    stage: str | None = typer.Option(
+        None, "--stage", help="a GRPO stage whose config sets the model, devices.server, the port of vllm_server, "
+        "the LoRA rank and max_staleness"),
+    config: Path | None = typer.Option(None, "--config", help="with --stage: its YAML (default catalogs/stages/NAME.yaml)"),
+    devices: str | None = typer.Option(
+        None, "--devices", help="the server's physical GPU ids (CUDA_VISIBLE_DEVICES); never the trainer's "
+        "[default: the stage's devices.server, else 1]"),
+    port: int | None = typer.Option(None, "--port", help="[default: the stage's vllm_server port, else 8000]"),
     host: str = typer.Option("0.0.0.0", "--host"),
-    max_model_len: int = typer.Option(4096, "--max-model-len", help="prompt + completion tokens per request"),
+    max_model_len: int = typer.Option(DEFAULT_MAX_MODEL_LEN, "--max-model-len", help="prompt + completion tokens per request"),
     gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
-    lora_rank: int | None = typer.Option(None, "--lora-rank", help="serve LoRA adapters (adapter-only weight sync)"),
-    max_staleness: int = typer.Option(4, "--max-staleness", help="with --lora-rank: adapter slots = this + 2"),
+    lora_rank: int | None = typer.Option(
+        None, "--lora-rank", help="serve LoRA adapters (adapter-only weight sync) [default: the stage's lora.r]"),
+    max_staleness: int | None = typer.Option(
+        None, "--max-staleness", help="with --lora-rank: adapter slots = this + 2 [default: the stage's, else 4]"),
     python: str | None = typer.Option(None, "--python", help="interpreter with vllm (default: this one)"),
     print_only: bool = typer.Option(False, "--print", help="print the command instead of running it"),
 ) -> None:
     """Start the vLLM server async GRPO needs (weight-transfer routes, processed logprobs, NCCL, bf16)."""
-    spec = ServeSpec(
-        model=model, devices=devices, host=host, port=port, max_model_len=max_model_len,
-        gpu_memory_utilization=gpu_memory_utilization, lora_rank=lora_rank, max_staleness=max_staleness, python=python,
-    )
+    given = {"devices": devices, "port": port, "host": host, "max_model_len": max_model_len,
+             "gpu_memory_utilization": gpu_memory_utilization, "lora_rank": lora_rank,
+             "max_staleness": max_staleness, "python": python}
+    if stage is not None:
+        spec = spec_for_stage(resolve_stage_config(stage, config, []), model=model, **given)
+    elif model is None:
+        raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
+    else:
+        spec = ServeSpec(model=model, **{k: v for k, v in given.items() if v is not None})
     if print_only:
         env, argv = serve_command(spec)
         typer.echo(format_command(env, argv))

@@ -84,6 +84,12 @@ class StageConfig(StrictModel):
         "auto", description="auto: bf16 on a GPU with native bf16, else fp16 mixed precision (gradient scaler); fp32 on CPU"
     )
     resume_from_checkpoint: str | None = None
+    num_processes: int | None = Field(
+        None, ge=1, description="processes `rufus-train stage` launches with accelerate (null: one, or the accelerate config's)"
+    )
+    accelerate_config: str | None = Field(
+        None, description="ddp | fsdp2 | zero2 | zero3 (catalogs/accelerate/) or a file: `rufus-train stage` launches with it"
+    )
     trainer: dict[str, Any] = Field(default_factory=dict, description="extra TRL config fields, checked")
     eval: CheckpointEvalConfig = Field(
         default_factory=CheckpointEvalConfig, description="checkpoint evaluation during training (rufus_eval)"
@@ -111,6 +117,10 @@ class StageConfig(StrictModel):
     def trl_kwargs(self) -> dict[str, Any]:
         """Stage-specific TRL config fields; subclasses extend (common fields come from the runner)."""
         return {"max_length": self.max_length}
+
+    def trainer_devices(self) -> str | None:
+        """GPU ids the launched trainer processes get as CUDA_VISIBLE_DEVICES (None: inherited)."""
+        return None
 
 
 # ---------------------------------------------------------------- loading and overrides

@@ -35,7 +35,7 @@ from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
 from rufus_data.shards import package_versions
-from rufus_train import data, guards, modeling, weight_update
+from rufus_train import data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.model_card import write_model_card
 from rufus_train.stages import StageContext, get_stage
@@ -92,9 +92,14 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
     }
 
 
+def trl_kwargs_for(config: StageConfig, output_dir: Path) -> dict:
+    """Every field the stage sets on its TRL config: the common ones, the stage's, the `trainer:` block."""
+    return {**common_trl_kwargs(config, output_dir), **config.trl_kwargs(), **config.trainer}
+
+
 def build_trl_args(config: StageConfig, output_dir: Path):
     stage = get_stage(config.stage)
-    kwargs = {**common_trl_kwargs(config, output_dir), **config.trl_kwargs(), **config.trainer}
+    kwargs = trl_kwargs_for(config, output_dir)
     try:
         return stage.trl_config_class()(**kwargs)
     except (ValueError, TypeError) as err:
@@ -175,13 +180,20 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
     stage = get_stage(config.stage)
+    if launch.wants_launch(config):
+        raise RufusError(
+            f"stage {config.stage} asks for num_processes {config.num_processes} / accelerate_config "
+            f"{config.accelerate_config}: run it with `rufus-train stage {config.stage} ...`, which launches accelerate; "
+            "this call runs in one process (a pipeline runs its stages in one process too)"
+        )
     check_config(config)
     callbacks = [checkpoint_eval_callback(config)]
-    out = prepare_output(config)
+    out = launch.on_main_process(prepare_output, config)  # several processes: one prepares, the others wait
     started = time.time()
     with run_logging(out):
         log.info("stage %s: model %s, data %s, output %s", config.stage, config.model, config.data, out)
-        folders = data.mix_catalog_entries(config.data, out)  # catalogs are mixed before any weights load
+        # catalogs are mixed before any weights load, by one process
+        folders = launch.on_main_process(data.mix_catalog_entries, config.data, out)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
         model = model if model is not None else modeling.load_model(config.model, config.dtype)
@@ -240,7 +252,8 @@ def checkpoint_eval_callback(config: StageConfig):
         return None
     from rufus_eval.callback import CheckpointEvalCallback
 
-    return CheckpointEvalCallback(config.eval)
+    # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
+    return CheckpointEvalCallback(config.eval, starting_model=config.model)
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:

@@ -18,6 +18,7 @@ from rufus_train import serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
 from rufus_train.grpo import async_checks, gpu_roles, length_checks, rollout_state
+from rufus_train.grpo.async_config import async_config
 from rufus_train.grpo.dynamic_sampling import (
     ResampleStream,
     dead_groups,
@@ -25,7 +26,7 @@ from rufus_train.grpo.dynamic_sampling import (
     mask_warnings,
 )
 from rufus_train.grpo.search_index import SearchIndex, build_index
-from rufus_train.grpo.stage import async_config, check_reward_model
+from rufus_train.grpo.stage import check_reward_model
 from rufus_train.grpo.tools import (
     TOOLS,
     CodingEnvironment,
@@ -35,7 +36,6 @@ from rufus_train.grpo.tools import (
     run_python,
     search_environment_factory,
 )
-from rufus_train.runner import build_trl_args
 from rufus_train.stages import get_stage
 
 
@@ -96,7 +96,7 @@ def test_cli_override_grpo_execution_wins_and_check_refuses(tmp_path, builtin_mo
 
 def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_tokenizer, tmp_path):
     config = grpo_config(grpo_execution="async", output_dir=str(tmp_path / "run"), max_steps=3, token_budget=None)
-    args = async_config(build_trl_args(config, tmp_path / "run"), config)
+    args = async_config(config)
     assert args.vllm_server_base_url == "http://localhost:8000" and args.token_budget is None  # null: server's max_model_len
     assert args.max_completion_length == config.max_completion_length and args.max_steps == 3
     # what TRL pickles into the spawned rollout worker: rewards, tools, environments, the tokenizer (with its parser)
@@ -181,16 +181,21 @@ def test_gpu_roles():
 
 def test_stage_config_guards():
     config = grpo_config(max_completion_length=64)
-    assert config.rewards[-1] == {"name": "overlong_penalty", "max_length": 64, "cache": 16}  # DAPO, on by default
+    # DAPO, on by default, at the playbook's proportion (512 of 3072: a sixth of the limit)
+    assert config.rewards[-1] == {"name": "overlong_penalty", "max_length": 64, "cache": 10}
     assert config.trl_kwargs()["reward_weights"] == [1.0, 1.0]
     with pytest.raises(RufusError, match="penalty must end where generation is cut"):
         grpo_config(rewards=[{"name": "overlong_penalty", "max_length": 32, "cache": 8}], max_completion_length=64)
     with pytest.raises(RufusError, match=r"\(6\) must be a multiple of num_generations \(4\)"):
         get_stage("reasoning_rl").check(grpo_config(per_device_train_batch_size=6, num_generations=4))
     with pytest.raises(RufusError, match="environment: search needs search_index"):
-        grpo_config("search_agent")
+        grpo_config("search_agent", search_corpus=None)  # the stage YAML names a default corpus
     with pytest.raises(RufusError, match="no rewards"):
         get_stage("rlhf").check(grpo_config("rlhf", rewards=[]))
+    # max_length does nothing in GRPO or distill: refused, naming the key that does its job there
+    for stage in ("reasoning_rl", "coding_agent", "distill"):
+        with pytest.raises(RufusError, match=r"max_length \(256\) is not used by .*set max_completion_length"):
+            grpo_config(stage, max_length=256)
     with pytest.raises(RufusError, match="use the top-level key 'rewards'"):
         grpo_config(trainer={"reward_weights": [1.0]})
     # the `trainer:` block of every GRPO stage is checked against RufusGRPOConfig

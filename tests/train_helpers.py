@@ -18,7 +18,6 @@ from rufus_train.stages import get_stage
 TINY = {
     "max_steps": 2,
     "per_device_train_batch_size": 2,
-    "max_length": 160,
     "save_steps": 2,
     "logging_steps": 1,
     "gradient_checkpointing": False,
@@ -36,11 +35,16 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+TINY_MAX_LENGTH = 160  # for the stages that truncate to max_length (GRPO and distill refuse the key)
+
+
 def tiny_config(stage: str, data: Path | list[Path], out: Path, **overrides):
     folders = [str(d) for d in (data if isinstance(data, list) else [data])]
-    return load_stage_config(
-        stage, get_stage(stage).config_class, overrides={**TINY, "data": folders, "output_dir": str(out), **overrides}
-    )
+    config_class = get_stage(stage).config_class
+    tiny = dict(TINY)
+    if config_class.model_fields["max_length"].default is not None:
+        tiny["max_length"] = TINY_MAX_LENGTH
+    return load_stage_config(stage, config_class, overrides={**tiny, "data": folders, "output_dir": str(out), **overrides})
 
 
 def run_tiny(stage: str, data, out: Path, **overrides) -> RunResult:

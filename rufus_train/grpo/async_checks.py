@@ -23,6 +23,7 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
 - Added (trl): CUDA present, vllm and aiohttp importable in the trainer's environment, the
   `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
   the Hub on first use), no Liger kernel, attention-only architectures, picklable rewards.
+- Every stage setting the async config has no field for (async_config.py): refused by name.
 
 The checks every GRPO run shares sit beside this module: length_checks.py (completion length
 against the server's `max_model_len`), gpu_roles.py and rollout_state.py (the async resume
@@ -42,6 +43,8 @@ from huggingface_hub.constants import HF_HUB_CACHE
 
 from rufus_data.errors import RufusError
 from rufus_data.models import read_model_config
+from rufus_train.grpo.async_config import async_setting_problems
+from rufus_train.launch import accelerate_config_path
 
 TREE_ATTENTION_KERNEL = "kernels-community/flash-attn3"
 QUANTIZATION_KEYS = ("quantization_config", "load_in_4bit", "load_in_8bit")
@@ -74,6 +77,7 @@ def async_problems(config, environ: dict | None = None) -> list[str]:
         problems.append("(trl) use_liger_kernel: AsyncGRPOTrainer raises NotImplementedError for it; remove it")
     problems += _model_problems(config, trainer)
     problems += _lora_problems(config)
+    problems += async_setting_problems(config)
     if getattr(config, "reward_model", None):
         problems.append(
             f"(trl) reward_model {config.reward_model}: the async rollout worker runs in a child process started with "
@@ -157,9 +161,7 @@ def accelerate_settings(config_file: str | None, env: dict) -> dict:
         "num_processes": int(env.get("WORLD_SIZE", "1") or 1),
     }
     if config_file:
-        path = Path(config_file)
-        if not path.exists():
-            raise RufusError(f"accelerate_config {path} does not exist (see catalogs/accelerate/ for examples)")
+        path = accelerate_config_path(config_file)
         data = yaml.safe_load(path.read_text()) or {}
         kind = str(data.get("distributed_type", "")).upper()
         settings["deepspeed"] |= kind == "DEEPSPEED"

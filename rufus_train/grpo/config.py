@@ -11,16 +11,22 @@ from pydantic import Field, model_validator
 from rufus_data.rewards import parse_spec
 from rufus_data.yaml_config import StrictModel
 from rufus_train.config import StageConfig
+from rufus_train.grpo.gpu_roles import parse_devices
 
 TRL_DEFAULT_SERVER = "http://localhost:8000"
+# adv_norm -> TRL's scale_rewards (the advantage is always the reward minus its group's mean)
+ADV_NORM_TO_TRL = {"std": "group", "centered": "none", "batch_std": "batch"}
 
 
 class DeviceRoles(StrictModel):
-    """GPU ids (CUDA_VISIBLE_DEVICES style) of each role; trainer null = this process's CUDA_VISIBLE_DEVICES."""
+    """Physical GPU ids (CUDA_VISIBLE_DEVICES style) of each role, given verbatim to the processes
+    of that role: the trainer processes `rufus-train stage` launches, the vLLM server
+    `rufus-train serve --stage` starts, the checkpoint evaluation. trainer null = this process's
+    CUDA_VISIBLE_DEVICES."""
 
     trainer: str | None = None
-    server: str | None = Field(None, description="the vLLM server's GPUs (what `rufus-train serve --devices` got)")
-    eval: str | None = Field(None, description="GPUs of checkpoint evaluation, if it runs beside training")
+    server: str | None = Field(None, description="the vLLM server's GPUs (`rufus-train serve --stage NAME` uses them)")
+    eval: str | None = Field(None, description="checkpoint evaluation's GPUs: the same setting as eval.eval_devices")
 
 
 class GRPOStageConfig(StageConfig):
@@ -29,25 +35,60 @@ class GRPOStageConfig(StageConfig):
     full_ft_learning_rate: ClassVar[float] = 1e-6
     lora_learning_rate: ClassVar[float] = 1e-5
     trl_config: ClassVar[str] = "rufus_train.grpo.dynamic_sampling.RufusGRPOConfig"
-    trl_aliases: ClassVar[dict[str, str]] = {"rewards": "reward_weights", "vllm_server": "vllm_server_base_url"}
+    trl_aliases: ClassVar[dict[str, str]] = {
+        "rewards": "reward_weights", "vllm_server": "vllm_server_base_url", "adv_norm": "scale_rewards",
+    }
 
+    max_length: int | None = Field(None, description="not used by GRPO: refused (see _no_max_length)")
     rewards: list[str | dict[str, Any]] = Field(default_factory=list, description="reward specs (rewards registry)")
     num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
     max_completion_length: int = Field(512, ge=1)
     temperature: float = Field(1.0, gt=0)
     beta: float = Field(0.0, ge=0, description="KL coefficient to the reference (0: no reference model)")
+    kl_estimator: Literal[1, 2, 3] = Field(
+        3, description="with beta > 0: 3 = k3 (TRL's), 2 = half the squared log-ratio, 1 = the log-ratio (Rufus's trainer)"
+    )
+    num_iterations: int = Field(1, ge=1, description="optimisation passes over each batch of rollouts (TRL's mu)")
+    epsilon: float = Field(0.2, gt=0, description="clip of the importance ratio below: 1 - epsilon")
+    epsilon_high: float | None = Field(None, gt=0, description="clip above: 1 + epsilon_high; null = epsilon (DAPO: 0.28)")
+    adv_norm: Literal["std", "centered", "batch_std"] = Field(
+        "std", description="advantage = reward - group mean, divided by the group std (std), by nothing (centered), "
+        "or by the batch std (batch_std)"
+    )
     dynamic_sampling: Literal["mask", "resample"] | None = None
     dynamic_sampling_max_rounds: int = Field(4, ge=1)
     grpo_execution: Literal["sync", "async"] = "sync"
     vllm_server: str | None = Field(None, description="sync: generate on this vLLM server; async: the server (default :8000)")
-    token_budget: int | None = Field(None, description="async: tokens per micro-batch row; null = server max_model_len")
+    token_budget: int | None = Field(
+        None, description="async: tokens per micro-batch row (must hold the longest prompt + max_completion_length); "
+        "null = server max_model_len; <= 0: fixed per_device_train_batch_size rows instead"
+    )
     max_staleness: int = Field(4, ge=0, description="async: weight versions a rollout may lag before it is dropped")
+    weight_sync_steps: int = Field(1, ge=1, description="async: training steps between weight pushes to the vLLM server")
+    max_inflight_tasks: int = Field(
+        -1, description="async: generation requests in flight; -1 = max_staleness x batch x accumulation x processes"
+    )
+    queue_maxsize: int = Field(1024, ge=1, description="async: rollout samples buffered between worker and trainer")
+    request_timeout: int = Field(600, ge=1, description="async: seconds per HTTP request to the vLLM server")
+    weight_sync_timeout: int = Field(1800, ge=1, description="async: seconds a weight transfer may take before it raises")
+    heartbeat_stale_after_s: float = Field(300.0, gt=0, description="async: seconds of rollout-worker silence before abort")
+    fork_threshold_tokens: int = Field(
+        1024, ge=0, description="async multi-turn: a re-tokenization drift of more trained tokens forks a new row"
+    )
     devices: DeviceRoles = Field(default_factory=DeviceRoles)
-    accelerate_config: str | None = Field(None, description="the accelerate config the run is launched with")
     tools: list[Literal["calculator", "run_python"]] = Field(default_factory=list)
     environment: Literal["coding", "search"] | None = None
     search_index: str | None = Field(None, description="search environment: duckdb BM25 index file")
-    search_corpus: str | None = Field(None, description="search environment: JSONL of {id, text} indexed into the run folder")
+    search_corpus: str | None = Field(
+        None, description="search environment: documents indexed into the run folder: a JSONL or parquet file, or a "
+        "folder of them (a Wikipedia dump)"
+    )
+    search_text_fields: list[str] | None = Field(
+        None, description="fields of a corpus record joined into the document's text (null: title and text when the "
+        "record has a text, else every string field but the id)"
+    )
+    search_passage_words: int | None = Field(None, ge=10, description="cut documents into passages of N words (null: whole)")
+    search_top_k: int = Field(3, ge=1, description="documents a search call returns")
     max_tool_calling_iterations: int | None = Field(2, ge=0)
     reward_model: str | None = Field(None, description="sequence-classification checkpoint used as a reward")
     reward_model_weight: float = 1.0
@@ -55,9 +96,45 @@ class GRPOStageConfig(StageConfig):
     server_check_retries: int = Field(3, ge=1)
 
     @model_validator(mode="after")
+    def _no_max_length(self) -> GRPOStageConfig:
+        if self.max_length is not None:
+            raise ValueError(
+                f"max_length ({self.max_length}) is not used by GRPO: what the model generates is capped by "
+                "max_completion_length, and every prompt plus max_completion_length is checked against the context "
+                "(the model's positions or the vLLM server's max_model_len) before training. Remove max_length and "
+                "set max_completion_length"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _one_eval_devices(self) -> GRPOStageConfig:
+        """devices.eval and eval.eval_devices are one setting (the checkpoint evaluation's GPUs)."""
+        given = "eval_devices" in self.eval.model_fields_set
+        if self.devices.eval is None:
+            if given:
+                object.__setattr__(self.devices, "eval", self.eval.eval_devices)
+            return self
+        if given and parse_devices(self.eval.eval_devices) != parse_devices(self.devices.eval):
+            raise ValueError(
+                f"devices.eval ({self.devices.eval}) and eval.eval_devices ({self.eval.eval_devices}) name different "
+                "GPUs for the one checkpoint-evaluation role: set one of them"
+            )
+        object.__setattr__(self.eval, "eval_devices", self.devices.eval)
+        return self
+
+    @model_validator(mode="after")
+    def _reward_model_weight_needs_model(self) -> GRPOStageConfig:
+        if self.reward_model is None and self.reward_model_weight != 1.0:
+            raise ValueError(
+                f"reward_model_weight ({self.reward_model_weight}) is set but no reward_model is: the weight would "
+                "apply to nothing. Give reward_model, or remove reward_model_weight"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _environment_needs(self) -> GRPOStageConfig:
         if self.environment == "search" and not (self.search_index or self.search_corpus):
-            raise ValueError("environment: search needs search_index (a built index) or search_corpus (JSONL to index)")
+            raise ValueError("environment: search needs search_index (a built index) or search_corpus (documents to index)")
         return self
 
     @property
@@ -65,6 +142,9 @@ class GRPOStageConfig(StageConfig):
         if self.grpo_execution == "async":
             return self.vllm_server or TRL_DEFAULT_SERVER
         return self.vllm_server
+
+    def trainer_devices(self) -> str | None:
+        return self.devices.trainer
 
     def reward_weights(self) -> list[float]:
         weights = [parse_spec(spec)[2] for spec in self.rewards]
@@ -76,6 +156,11 @@ class GRPOStageConfig(StageConfig):
             "max_completion_length": self.max_completion_length,
             "temperature": self.temperature,
             "beta": self.beta,
+            "kl_estimator": self.kl_estimator,
+            "num_iterations": self.num_iterations,
+            "epsilon": self.epsilon,
+            "epsilon_high": self.epsilon_high,
+            "scale_rewards": ADV_NORM_TO_TRL[self.adv_norm],
             "reward_weights": self.reward_weights(),
             "dynamic_sampling": self.dynamic_sampling,
             "dynamic_sampling_max_rounds": self.dynamic_sampling_max_rounds,

@@ -58,7 +58,12 @@ MULTIMODAL_KEYS = (
 
 @dataclass
 class RufusGRPOConfig(GRPOConfig):
-    """GRPOConfig plus the two dynamic-sampling settings."""
+    """GRPOConfig plus the two dynamic-sampling settings and the KL estimator (kl_penalty.py)."""
+
+    kl_estimator: int = field(
+        default=3,
+        metadata={"help": "KL estimator with beta > 0: 3 = k3 (TRL's), 2 = half the squared log-ratio, 1 = the log-ratio."},
+    )
 
     dynamic_sampling: str | None = field(
         default=None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import warnings
 
 from rufus_data.console import console
+from rufus_data.errors import RufusError
 from rufus_data.generate.context import check_fits, server_max_model_len
 from rufus_data.models import read_model_config
 from rufus_train.grpo.config import GRPOStageConfig
@@ -48,6 +49,22 @@ def check_prompt_fits(longest_prompt: int, max_completion_length: int, limit: in
         max_completion_length, limit, longest_prompt_tokens=longest_prompt, limit_name=where,
         max_tokens_name="max_completion_length", fixes=["drop long prompts from the shards", "serve a longer context"],
     )
+
+
+def check_token_budget(longest_prompt: int, max_completion_length: int, token_budget: int | None) -> None:
+    """Async GRPO, after tokenization: a set `token_budget` (> 0) must hold the longest prompt plus
+    max_completion_length. A longer sample fits in no micro-batch row: TRL drops it with a
+    warning, and every rollout of that prompt is generated for nothing."""
+    if token_budget is None or token_budget <= 0:
+        return  # null: TRL uses the server's max_model_len (checked above); <= 0: no token budgeting
+    need = longest_prompt + max_completion_length
+    if need > token_budget:
+        raise RufusError(
+            f"token_budget ({token_budget}) is below the longest prompt ({longest_prompt} tokens) plus "
+            f"max_completion_length ({max_completion_length}) = {need}: such a rollout fits in no micro-batch row and "
+            f"async GRPO drops it after generating it. Raise token_budget to at least {need}, leave it null (the "
+            f"server's max_model_len), or lower max_completion_length to at most {max(token_budget - longest_prompt, 0)}"
+        )
 
 
 def context_limit(config: GRPOStageConfig, check: bool) -> tuple[int | None, str]:

@@ -22,18 +22,19 @@ import pyarrow as pa
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl
 from rufus_data.models import read_model_config, resolve_model
 from rufus_data.rewards import build_rewards, parse_spec
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, data_reward_specs
 from rufus_train.config import StageConfig
 from rufus_train.data import columns_of
 from rufus_train.grpo.async_checks import check_picklable, validate_async_args
+from rufus_train.grpo.async_config import async_config, weighted_rewards
 from rufus_train.grpo.config import GRPOStageConfig
 from rufus_train.grpo.gpu_roles import check_gpu_roles
-from rufus_train.grpo.length_checks import check_prompt_fits, context_limit
+from rufus_train.grpo.kl_penalty import kl_estimator_problems
+from rufus_train.grpo.length_checks import check_prompt_fits, check_token_budget, context_limit
 from rufus_train.grpo.rollout_state import read_rollout_state
-from rufus_train.grpo.search_index import build_index
+from rufus_train.grpo.search_index import SearchIndex, build_index, read_corpus
 from rufus_train.grpo.tools import (
     TOOLS,
     CodingEnvironment,
@@ -41,6 +42,7 @@ from rufus_train.grpo.tools import (
     enable_tool_parsing,
     search_environment_factory,
 )
+from rufus_train.launch import on_main_process
 from rufus_train.stages.base import Stage, StageContext, conversational
 
 
@@ -65,11 +67,15 @@ class GRPOStage(Stage):
                 f"per_device_train_batch_size x gradient_accumulation_steps ({rows_per_step}) must be a multiple of "
                 f"num_generations ({config.num_generations}): each step holds whole prompt groups"
             )
+        problems = kl_estimator_problems(config)
+        if problems:
+            raise RufusError(f"stage {config.stage}: " + "; ".join(problems))
         if config.grpo_execution == "async":
-            validate_async_args(config)
-        if config.server_url:
-            trainer_devices = config.devices.trainer or os.environ.get("CUDA_VISIBLE_DEVICES")
-            check_gpu_roles(trainer_devices, config.devices.server, config.devices.eval)
+            validate_async_args(config)  # every setting reaches AsyncGRPOConfig or is refused here (async_config.py)
+        trainer_devices = config.devices.trainer or os.environ.get("CUDA_VISIBLE_DEVICES")
+        # every pair of roles, server or not; with checkpoint evaluation on, its callback warns about eval vs trainer
+        check_gpu_roles(trainer_devices, config.devices.server, config.devices.eval,
+                        eval_vs_trainer=not config.eval.eval_on_checkpoint)
         context_limit(config, check=True)
 
     # ------------------------------------------------------------------ data
@@ -97,6 +103,8 @@ class GRPOStage(Stage):
         limit, where = context_limit(config, check=False)
         if limit is not None:
             check_prompt_fits(longest, config.max_completion_length, limit, where)
+        if config.grpo_execution == "async":
+            check_token_budget(longest, config.max_completion_length, config.token_budget)
         return Dataset.from_dict(columns)
 
     def tool_schemas(self, config: GRPOStageConfig, output_dir: Path) -> list:
@@ -106,18 +114,12 @@ class GRPOStage(Stage):
             probe = CodingEnvironment()
             tools += [probe.run_python, probe.run_tests]
         elif config.environment == "search":
-            tools.append(SearchEnvironment(search_index_path(config, output_dir)).search)
+            tools.append(SearchEnvironment(search_index_path(config, output_dir), config.search_top_k).search)
         return tools
 
     # ------------------------------------------------------------------ trainer
     def reward_funcs(self, config: GRPOStageConfig) -> list:
-        specs = list(config.rewards)
-        if config.judge_url:  # the stage's judge_url reaches each llm_judge reward that names no base_url
-            for i, spec in enumerate(specs):
-                name, params, weight = parse_spec(spec)
-                if name == "llm_judge" and "base_url" not in params:
-                    specs[i] = {"name": name, **params, "weight": weight, "base_url": config.judge_url}
-        funcs, _ = build_rewards(specs) if specs else ([], [])
+        funcs = stage_rewards(config.rewards, config.judge_url)
         if config.reward_model:
             funcs.append(resolve_model(config.reward_model))  # TRL loads it as AutoModelForSequenceClassification
         return funcs
@@ -130,16 +132,17 @@ class GRPOStage(Stage):
         if config.environment == "coding":
             kwargs["environment_factory"] = CodingEnvironment
         elif config.environment == "search":
-            kwargs["environment_factory"] = search_environment_factory(search_index_path(config, ctx.output_dir))
+            kwargs["environment_factory"] = search_environment_factory(search_index_path(config, ctx.output_dir),
+                                                                       config.search_top_k)
         return kwargs
 
     def make_trainer(self, ctx: StageContext):
         if ctx.config.grpo_execution == "async":
             return self.make_async_trainer(ctx)
         # torch and TRL's trainer load with it: only when a run starts
-        from rufus_train.grpo.dynamic_sampling import DynamicSamplingGRPOTrainer
+        from rufus_train.grpo.trainer import RufusGRPOTrainer
 
-        return DynamicSamplingGRPOTrainer(
+        return RufusGRPOTrainer(
             reward_funcs=self.reward_funcs(ctx.config),
             **ctx.trainer_kwargs(),
             **self.tool_kwargs(ctx),
@@ -153,7 +156,8 @@ class GRPOStage(Stage):
         funcs = self.reward_funcs(config)
         tools = self.tool_kwargs(ctx)
         check_picklable(funcs, tools.get("tools"), tools.get("environment_factory"))
-        args = async_config(ctx.args, config)
+        funcs = weighted_rewards(funcs, config.reward_weights())  # async sums rewards with weight 1
+        args = async_config(config)
         if config.resume_from_checkpoint:
             read_rollout_state(config.resume_from_checkpoint, len(ctx.train_dataset))
         lora = config.lora
@@ -174,27 +178,16 @@ class GRPOStage(Stage):
         )
 
 
-# TrainingArguments fields carried over from the stage's GRPO config to AsyncGRPOConfig.
-SHARED_ASYNC_FIELDS = (
-    "output_dir", "learning_rate", "max_steps", "num_train_epochs", "per_device_train_batch_size",
-    "gradient_accumulation_steps", "seed", "report_to", "save_strategy", "save_steps", "logging_steps",
-    "activation_checkpointing", "bf16", "num_generations", "max_completion_length", "temperature",
-    "max_tool_calling_iterations", "epsilon", "epsilon_high",
-)
-
-
-def async_config(args, config: GRPOStageConfig):
-    """TRL's AsyncGRPOConfig from the stage's resolved GRPO config (runs on CPU: no CUDA needed)."""
-    from trl.experimental.async_grpo import AsyncGRPOConfig  # heavy: only when an async run starts
-
-    fields = AsyncGRPOConfig.__dataclass_fields__
-    return AsyncGRPOConfig(
-        **{name: getattr(args, name) for name in SHARED_ASYNC_FIELDS if name in fields},
-        vllm_server_base_url=config.server_url,
-        token_budget=config.token_budget,  # null: TRL reads the server's max_model_len at train start
-        max_staleness=config.max_staleness,
-        dtype="bfloat16" if args.bf16 else "float32",
-    )
+def stage_rewards(specs: list, judge_url: str | None) -> list:
+    """The reward functions of a stage's specs; the stage's judge_url reaches each llm_judge reward
+    that names no base_url (GRPO stages and online DPO)."""
+    specs = list(specs)
+    if judge_url:
+        for i, spec in enumerate(specs):
+            name, params, weight = parse_spec(spec)
+            if name == "llm_judge" and "base_url" not in params:
+                specs[i] = {"name": name, **params, "weight": weight, "base_url": judge_url}
+    return build_rewards(specs)[0] if specs else []
 
 
 SHAPING_REWARDS = ("overlong_penalty",)  # score length, not correctness: a stage with only these has no reward
@@ -220,7 +213,12 @@ def check_reward_model(ref: str) -> None:
 
 
 def search_index_path(config: GRPOStageConfig, output_dir: Path) -> str:
-    """The search index to use: the given one, or one built (once) from `search_corpus` into the run folder."""
+    """The search index to use: the given one, or one built (once) from `search_corpus` into the run
+    folder, by one process when there are several (the others wait for it)."""
+    return on_main_process(_search_index_path, config, output_dir)
+
+
+def _search_index_path(config: GRPOStageConfig, output_dir: Path) -> str:
     if config.search_index:
         if not Path(config.search_index).exists():
             raise RufusError(f"search_index {config.search_index} does not exist: build it, or give search_corpus")
@@ -228,10 +226,9 @@ def search_index_path(config: GRPOStageConfig, output_dir: Path) -> str:
     path = output_dir / "search_index.duckdb"
     if path.exists():
         return str(path)
-    corpus = Path(config.search_corpus)
-    if not corpus.exists():
-        raise RufusError(f"search_corpus {corpus} does not exist: give a JSONL file of {{id, text}} documents")
-    documents = list(read_jsonl(corpus, what="search_corpus"))
+    documents = read_corpus(config.search_corpus, config.search_text_fields, passage_words=config.search_passage_words)
     build_index(documents, path)
-    console.print(f"search index: {len(documents)} documents from {corpus} -> {path}")
+    index = SearchIndex(path)
+    console.print(f"search index: {index.size():,} documents from {config.search_corpus} -> {path}")
+    index.close()
     return str(path)

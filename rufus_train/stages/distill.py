@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rufus_data.errors import RufusError
 from rufus_train.config import StageConfig
@@ -34,10 +34,21 @@ class DistillStageConfig(StageConfig):
     lora_learning_rate: ClassVar[float] = 1e-5
     trl_config: ClassVar[str] = "trl.DistillationConfig"
 
+    max_length: int | None = Field(None, description="not used by distill: refused (see _no_max_length)")
     teacher: str | None = Field(None, description="teacher model reference (same tokenizer vocabulary as the student)")
     beta: float = Field(1.0, ge=0.0, le=1.0, description="1.0 reverse KL, 0.0 forward KL, 0.5 JSD")
     max_completion_length: int = Field(512, ge=1)
     temperature: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _no_max_length(self) -> DistillStageConfig:
+        if self.max_length is not None:
+            raise ValueError(
+                f"max_length ({self.max_length}) is not used by distill (TRL's DistillationConfig has no such field): "
+                "the student samples at most max_completion_length tokens after each prompt, and that is the "
+                "sequence both models score. Remove max_length and set max_completion_length"
+            )
+        return self
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {

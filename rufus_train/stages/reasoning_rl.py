@@ -1,6 +1,11 @@
 """`reasoning_rl`: GRPO on math/reasoning prompts with string-match (or math-equivalence) rewards,
 combined by default with DAPO's soft overlong penalty: the playbook's fix for a `/no_think` run
-that learned to ramble (completions near `max_completion_length` lose reward linearly)."""
+that learned to ramble (completions near `max_completion_length` lose reward linearly).
+
+The default follows what the playbook found to work: generation is cut at 3072 tokens and the
+soft penalty runs over DAPO's buffer below that limit, the last 512 tokens (from 2560 on). A run
+with a shorter `max_completion_length` keeps the proportion: the buffer is a sixth of the limit
+(`overlong_cache: -1`), e.g. 33 of 200 tokens."""
 
 from __future__ import annotations
 
@@ -12,12 +17,22 @@ from rufus_train.grpo.config import GRPOStageConfig
 from rufus_train.grpo.stage import GRPOStage
 
 DEFAULT_REWARDS = [{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}]
+# The playbook's length control: cut at 3072 generated tokens, soft penalty over the last 512.
+PLAYBOOK_COMPLETION_LENGTH = 3072
+PLAYBOOK_OVERLONG_BUFFER = 512
+
+
+def default_overlong_cache(max_completion_length: int) -> int:
+    """DAPO's buffer at the playbook's proportion (512 of 3072: a sixth of the limit)."""
+    return max_completion_length * PLAYBOOK_OVERLONG_BUFFER // PLAYBOOK_COMPLETION_LENGTH
 
 
 class ReasoningRLConfig(GRPOStageConfig):
     rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(r) for r in DEFAULT_REWARDS])
+    max_completion_length: int = Field(PLAYBOOK_COMPLETION_LENGTH, ge=1)
     overlong_cache: int | None = Field(
-        -1, description="DAPO overlong penalty over the last N tokens of max_completion_length; -1: a quarter; null: off"
+        -1, description="DAPO overlong penalty over the last N tokens of max_completion_length; -1: a sixth "
+        "(the playbook's 512 of 3072); null: off"
     )
 
     @model_validator(mode="after")
@@ -31,7 +46,7 @@ class ReasoningRLConfig(GRPOStageConfig):
                 )
         if explicit or self.overlong_cache is None:
             return self
-        cache = self.max_completion_length // 4 if self.overlong_cache == -1 else self.overlong_cache
+        cache = default_overlong_cache(self.max_completion_length) if self.overlong_cache == -1 else self.overlong_cache
         penalty = {"name": "overlong_penalty", "max_length": self.max_completion_length,
                    "cache": min(cache, self.max_completion_length)}
         object.__setattr__(self, "rewards", [*self.rewards, penalty])

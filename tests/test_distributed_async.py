@@ -1,0 +1,118 @@
+"""Async GRPO drops nothing: TRL's AsyncGRPOConfig is built (on CPU: it needs no CUDA) from every
+GRPO stage's YAML with overrides and compared field by field with what the YAML and the overrides
+say; the reward weights reach the rollout worker's sum; what the async trainer has no field for is
+refused by name; `token_budget` must hold the longest tokenized prompt plus the completion."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pickle
+
+import pyarrow as pa
+import pytest
+from trl.experimental.async_grpo import AsyncGRPOConfig
+
+from rufus_data.errors import RufusError
+from rufus_train.config import load_stage_config
+from rufus_train.grpo import async_checks
+from rufus_train.grpo.async_config import async_config, weighted_rewards
+from rufus_train.stages import all_stages, get_stage
+
+GRPO_STAGES = sorted(name for name, stage in all_stages().items() if hasattr(stage.config_class, "server_url"))
+# What a user sets, top-level keys and `trainer:` keys, each away from both TRL's and Rufus's defaults.
+OVERRIDES = {
+    "learning_rate": 2e-5, "max_steps": 7, "per_device_train_batch_size": 4, "gradient_accumulation_steps": 2,
+    "seed": 3, "save_steps": 5, "logging_steps": 2, "gradient_checkpointing": False, "num_train_epochs": 2.0,
+    "num_generations": 4, "max_completion_length": 96, "temperature": 0.7, "epsilon": 0.1, "epsilon_high": 0.28,
+    "max_tool_calling_iterations": 3, "vllm_server": "http://127.0.0.1:8123",
+    "token_budget": 4096, "max_staleness": 2, "weight_sync_steps": 3, "max_inflight_tasks": 16, "queue_maxsize": 64,
+    "request_timeout": 90, "weight_sync_timeout": 100, "heartbeat_stale_after_s": 50.0, "fork_threshold_tokens": 256,
+    "trainer.top_p": 0.9, "trainer.top_k": 20, "trainer.min_p": 0.05, "trainer.repetition_penalty": 1.1,
+    "trainer.warmup_steps": 2, "trainer.log_completions": True, "trainer.vllm_server_timeout": 30.0,
+}
+# what a stage's YAML leaves for the user to give
+REQUIRED = {"search_agent": {"search_corpus": "corpus.jsonl"}}
+# the YAML key -> the AsyncGRPOConfig field it must reach, where the names differ
+RENAMED = {"vllm_server": "vllm_server_base_url", "gradient_checkpointing": "activation_checkpointing"}
+
+
+def async_stage(name: str, **overrides):
+    return load_stage_config(name, get_stage(name).config_class,
+                             overrides={"grpo_execution": "async", **OVERRIDES, **REQUIRED.get(name, {}), **overrides})
+
+
+@pytest.mark.parametrize("name", GRPO_STAGES)
+def test_async_config_matches_the_yaml_field_by_field(name, tmp_path):
+    config = async_stage(name, output_dir=str(tmp_path / name))
+    args = async_config(config)
+    assert isinstance(args, AsyncGRPOConfig)
+    fields = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
+    compared = {}
+    for key, value in OVERRIDES.items():
+        field = RENAMED.get(key, key.removeprefix("trainer."))
+        assert field in fields, f"{key} has no AsyncGRPOConfig field {field}"
+        compared[field] = (getattr(args, field), value)
+    # and what the stage YAML itself says (not overridden above)
+    compared["output_dir"] = (args.output_dir, str(tmp_path / name))
+    compared["report_to"] = (args.report_to, [])  # report_to: [none]
+    compared["dtype"] = (args.dtype, "float32")  # fp32 weights on CPU (Rufus's precision), TRL's default too
+    compared["bf16"] = (args.bf16, False)
+    wrong = {field: pair for field, pair in compared.items() if pair[0] != pair[1]}
+    assert not wrong, f"{name}: AsyncGRPOConfig differs from the YAML (got, want): {wrong}"
+    assert len(compared) == len(OVERRIDES) + 4
+
+
+def test_every_async_stage_key_and_sync_only_setting_is_accounted_for():
+    """The stage keys Rufus passes to TRL, run through the async path, either reach a field or are
+    refused: a stage setting that is neither would be dropped silently."""
+    config = async_stage("reasoning_rl", beta=0.04, num_iterations=2, adv_norm="centered", kl_estimator=2,
+                         **{"trainer.loss_type": "dapo", "trainer.mask_truncated_completions": True})
+    problems = async_checks.async_problems(config, environ={})
+    for setting in ("beta: 0.04", "num_iterations: 2", "adv_norm: 'centered'", "kl_estimator: 2",
+                    "trainer.loss_type: 'dapo'", "trainer.mask_truncated_completions: True"):
+        assert sum(p.startswith(f"(trl) {setting}:") for p in problems) == 1, (setting, problems)
+    quiet = async_checks.async_problems(async_stage("reasoning_rl"), environ={})
+    assert not any("AsyncGRPOConfig has no such field" in p for p in quiet)  # defaults (beta 0, ...) are not refused
+    with pytest.raises(RufusError, match=r"beta: 0\.04: TRL's AsyncGRPOConfig has no such field and it has no KL term"):
+        async_checks.validate_async_args(config, environ={})
+
+
+def test_reward_weights_reach_the_async_sum(builtin_tokenizer):
+    config = async_stage("reasoning_rl", rewards=[
+        {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output", "weight": 0.5},
+    ])
+    plain = get_stage("reasoning_rl").reward_funcs(config)
+    funcs = weighted_rewards(plain, config.reward_weights())
+    assert config.reward_weights() == [0.5, 1.0]  # and the overlong penalty the stage adds, weight 1
+    completions = [[{"role": "assistant", "content": "The answer is 4"}], [{"role": "assistant", "content": "5"}]]
+    kwargs = {"prompts": [[{"role": "user", "content": "2+2?"}]] * 2, "completions": completions,
+              "completion_ids": [[1, 2], [3]], "expected_output": ["4", "4"]}
+    assert plain[0](**kwargs) == [1.0, 0.0] and funcs[0](**kwargs) == [0.5, 0.0]  # times its weight
+    assert funcs[0].__name__ == getattr(plain[0], "__name__", type(plain[0]).__name__)  # TRL logs it by name
+    assert funcs[1] is plain[1]  # weight 1: the function itself
+    assert pickle.loads(pickle.dumps(funcs[0]))(**kwargs) == [0.5, 0.0]  # the rollout worker is spawned
+
+    async def judge(**kwargs):
+        return [1.0, None]
+
+    (weighted,) = weighted_rewards([judge], [2.0])
+    assert asyncio.run(weighted(**kwargs)) == [2.0, None]  # async stays async; None stays None
+
+
+def test_reward_model_weight_without_a_reward_model_is_refused():
+    with pytest.raises(RufusError, match=r"reward_model_weight \(0\.5\) is set but no reward_model is"):
+        async_stage("rlhf", reward_model_weight=0.5)
+
+
+def test_token_budget_must_hold_the_longest_prompt_plus_the_completion(openai_stub, builtin_tokenizer, tmp_path):
+    server = openai_stub(models=["tiny"], max_model_len=4096).base_url
+    rows = pa.table({"prompt": ["What is 2 + 2? " * 20, "Hi"], "expected_output": ["4", "0"]})
+    config = async_stage("reasoning_rl", vllm_server=server, token_budget=100, max_completion_length=64,
+                         output_dir=str(tmp_path))
+    with pytest.raises(RufusError, match=r"token_budget \(100\) is below the longest prompt \(\d+ tokens\) plus "
+                                         r"max_completion_length \(64\)"):
+        get_stage("reasoning_rl").build_dataset(config, rows, builtin_tokenizer)
+    fits = async_stage("reasoning_rl", vllm_server=server, token_budget=2048, max_completion_length=64,
+                       output_dir=str(tmp_path))
+    assert len(get_stage("reasoning_rl").build_dataset(fits, rows, builtin_tokenizer)) == 2
