@@ -1,25 +1,38 @@
 """`rufus-train pipeline FILE`: stages in order, each starting from the previous stage's output,
-with a quick evaluation of the base and of every stage (the Tulu 3 table: base / sft / dpo / rlvr).
+with an evaluation of the base and of every stage (the Tulu 3 table: base / sft / dpo / rlvr),
+ending with the last stage merged into a plain model folder ready for inference.
 
 The evaluation is a rufus-eval suite (default: the offline `quick` suite's GSM8K task on a few
-test problems), run on the base model and on each stage's output, so the table's numbers are the
-same numbers `rufus-eval suite` reports; each run also lands in `<output_dir>/eval/`."""
+test problems), run on the base model and on each stage's output with greedy decoding, so every
+row of the table scores the same items the same way, and its numbers are the ones
+`rufus-eval suite` reports; each run also lands in `<output_dir>/eval/`.
+
+`rufus-train pipeline FILE --dry-run` prints every stage's resolved config, as
+`rufus-train stage --dry-run` prints it, and loads nothing."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+import yaml
+from pydantic import Field, ValidationError, model_validator
 
-from rufus_data.console import print_result
+from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
-from rufus_train.config import _expand_env, load_stage_config, stages_dir
+from rufus_eval.suite import load_suite
+from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
+from rufus_train.modeling import export_merged, is_adapter_folder
+from rufus_train.runner import check_config, run_stage
 from rufus_train.stages import get_stage
+
+CHAINED_KEYS = ("model", "output_dir")  # set by the pipeline for every stage
+MERGED = "merged"
 
 
 class StageEval(StrictModel):
@@ -27,11 +40,19 @@ class StageEval(StrictModel):
 
     suite: str = Field("quick", description="suite name in catalogs/suites/ or a suite YAML path")
     tasks: list[str] | None = Field(default_factory=lambda: ["gsm8k"], description="tasks of the suite (null: all)")
-    limit: int | None = Field(32, ge=1, description="documents per task")
+    limit: int | None = Field(32, ge=1, description="documents per task: the first N, the same for every stage")
     samples: int | None = Field(1, ge=1, description="k per document (overrides the suite)")
     max_tokens: int | None = Field(200, ge=1, description="generation budget (overrides the suite)")
+    temperature: float | None = Field(0.0, ge=0, description="0: greedy decoding; null: the suite's own sampling")
     backend: Literal["hf", "vllm"] = "hf"
     batch_size: int = Field(16, ge=1, description="hf backend batch size")
+
+    @model_validator(mode="after")
+    def _greedy_is_one_sample(self) -> StageEval:
+        if self.temperature == 0 and self.samples != 1:
+            raise ValueError(f"greedy decoding (temperature 0) gives {self.samples} copies of one answer: set "
+                             "samples: 1, or a temperature above 0")
+        return self
 
 
 class PipelineConfig(StrictModel):
@@ -39,33 +60,37 @@ class PipelineConfig(StrictModel):
     model: str = "smollm2-135m"
     output_dir: str = "runs/{name}"
     overwrite: bool = False
+    defaults: dict[str, Any] = Field(
+        default_factory=dict, description="keys every stage gets unless it sets them (`trainer:` merged key by key)"
+    )
+    merge: bool = Field(True, description="merge the last stage's LoRA adapter into OUT/merged (model + tokenizer)")
     eval: StageEval | None = None
     stages: list[dict[str, Any]] = Field(min_length=1, description="each: stage NAME, optional config FILE, overrides")
 
 
 def load_pipeline(path: str | Path) -> PipelineConfig:
+    """Read and validate a pipeline file: every stage config and the eval block, before anything trains."""
     path = Path(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise RufusError(f"{path}: a pipeline is a mapping with `name` and `stages`")
     data.setdefault("name", path.stem)
-    from pydantic import ValidationError
-
     try:
         config = PipelineConfig.model_validate(_expand_env(data))
     except ValidationError as err:
         raise RufusError("invalid pipeline in " + format_validation_error(err, path, node, PipelineConfig)) from None
     config.output_dir = config.output_dir.replace("{name}", config.name)
+    for key in CHAINED_KEYS:
+        if key in config.defaults:
+            raise RufusError(f"{path}: defaults sets `{key}`, which the pipeline chains itself; remove it")
     for i, entry in enumerate(config.stages):
         if "stage" not in entry:
             raise RufusError(f"{path}: stages[{i}] has no `stage:` key (one of the names `rufus-train stages` lists)")
-        for key in ("model", "output_dir"):
+        for key in CHAINED_KEYS:
             if key in entry:
                 raise RufusError(f"{path}: stages[{i}] sets `{key}`, which the pipeline chains itself; remove it")
         stage_configs(config, upto=i + 1)  # validate every stage config now, before anything trains
     if config.eval:
-        from rufus_eval.suite import load_suite
-
         suite = load_suite(config.eval.suite)
         unknown = sorted(set(config.eval.tasks or []) - {t.name for t in suite.tasks})
         if unknown:
@@ -74,11 +99,22 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
     return config
 
 
-def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list:
+def with_defaults(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The stage entry over the pipeline's defaults; mappings (`trainer:`, `lora:`) merge key by key."""
+    merged = dict(defaults)
+    for key, value in entry.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list[StageConfig]:
     """The resolved config of each stage: model = previous output, output = OUT/NN-stage."""
     configs, model = [], pipeline.model
     for i, entry in enumerate(pipeline.stages[:upto]):
-        entry = dict(entry)
+        entry = with_defaults(pipeline.defaults, entry)
         name = entry.pop("stage")
         config_file = entry.pop("config", None) or stages_dir() / f"{name}.yaml"
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
@@ -88,31 +124,91 @@ def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list:
     return configs
 
 
-def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
-    """Train every stage in order; evaluate base and each stage; print and save the table."""
-    from rufus_train.runner import check_config, run_stage
+def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
+    """Every guard that needs nothing loaded, for every stage. A later stage starts from a run
+    folder that exists only once the earlier stages ran, so it is checked against the pipeline's
+    base model (same architecture, tokenizer and context)."""
+    for i, config in enumerate(configs):
+        check_config(config if i == 0 else config.model_copy(update={"model": pipeline.model}))
 
+
+def dry_run(pipeline: PipelineConfig) -> str:
+    """Every stage's resolved config (as `rufus-train stage --dry-run` prints it), then the
+    evaluation and the merge; checks run, nothing loads or trains."""
     configs = stage_configs(pipeline)
-    for config in configs[:1]:
-        check_config(config)  # later stages' models exist only once the earlier ones ran
+    check_stages(pipeline, configs)
+    parts = []
+    for i, config in enumerate(configs):
+        parts.append(f"# stage {i + 1} of {len(configs)}: {config.stage} -> {config.output_dir}\n{resolved_yaml(config)}")
+    if pipeline.eval:
+        settings = yaml.safe_dump(pipeline.eval.model_dump(mode="json"), sort_keys=False)
+        parts.append("# evaluation of the base and of every stage\neval:\n" + _indent(settings))
+    merged = merged_path(pipeline) if pipeline.merge else None
+    parts.append(f"# final model\nmerge: {str(pipeline.merge).lower()}" + (f"  # -> {merged}\n" if merged else "\n"))
+    return "\n".join(parts)
+
+
+def _indent(text: str) -> str:
+    return "".join(f"  {line}\n" for line in text.splitlines())
+
+
+def merged_path(pipeline: PipelineConfig) -> Path:
+    return Path(pipeline.output_dir) / MERGED
+
+
+def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
+    """Train every stage in order; evaluate base and each stage; merge the last; print and save the table."""
+    configs = stage_configs(pipeline)
+    check_stages(pipeline, configs)
     out = Path(pipeline.output_dir)
     rows: list[dict] = []
+    suite = eval_suite(pipeline.eval, out) if pipeline.eval else None
     if pipeline.eval:
-        rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
+        rows.append({"stage": "base", "model": pipeline.model,
+                     **stage_eval(pipeline.model, pipeline.eval, suite, out, "00-base")})
         print_table(rows, pipeline.name)
     for config in configs:
         started = time.time()
-        run_stage(config)
-        row = {"stage": config.stage, "model": config.output_dir, "train_s": round(time.time() - started, 1)}
+        result = run_stage(config)
+        row = {"stage": config.stage, "model": config.output_dir, "steps": result.global_step,
+               "train_s": round(time.time() - started, 1)}
         if pipeline.eval:
-            row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
+            row.update(stage_eval(config.output_dir, pipeline.eval, suite, out, Path(config.output_dir).name))
         rows.append(row)
         print_table(rows, pipeline.name)
+    final = configs[-1].output_dir
+    if pipeline.merge and is_adapter_folder(final):
+        shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
+        export_merged(final, merged_path(pipeline))
+        console.print(f"[green]merged[/] {final} and every adapter below it into {merged_path(pipeline)} "
+                      "(model + tokenizer, ready for inference)")
+    elif pipeline.merge:
+        console.print(f"{final} is a full fine-tuning run: it already is a plain model folder")
     (out / "pipeline.json").write_text(json.dumps(rows, indent=2) + "\n")
     return rows
 
 
-def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:
+def eval_suite(settings: StageEval, out: Path) -> str:
+    """The suite every stage is scored with: the named one, or (temperature set) a copy of its
+    chosen tasks with that temperature and `samples`, written to OUT/eval/suite.yaml."""
+    if settings.temperature is None:
+        return settings.suite
+    suite = load_suite(settings.suite)
+    tasks = []
+    for task in suite.tasks:
+        if settings.tasks is None or task.name in settings.tasks:
+            sampling = suite.sampling_for(task).model_copy(update={"temperature": settings.temperature})
+            tasks.append(task.model_copy(update={"sampling": sampling, "samples": settings.samples}))
+    path = out / "eval" / "suite.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    copy = suite.model_copy(update={"tasks": tasks, "description": f"{suite.description} (temperature "
+                                    f"{settings.temperature:g}, for the pipeline's stage table)"})
+    path.write_text(yaml.safe_dump(copy.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    load_suite(str(path))  # the copy is a valid suite before any model is scored with it
+    return str(path)
+
+
+def stage_eval(model_ref: str, settings: StageEval, suite: str, out: Path, tag: str) -> dict:
     """Run the suite on one model; returns {task: metric value, ..., eval_s} for the table."""
     # lm-eval (and torch) load with these: only when the pipeline evaluates
     from rufus_eval.backends import CONCURRENCY
@@ -120,7 +216,7 @@ def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict
 
     started = time.time()
     record = run_suite(RunRequest(
-        suite=settings.suite,
+        suite=suite,
         checkpoint=model_ref,
         backend=BackendConfig(backend=settings.backend, batch_size=settings.batch_size, concurrency=CONCURRENCY),
         limit=settings.limit,
@@ -138,11 +234,13 @@ def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict
 def print_table(rows: list[dict], name: str) -> None:
     from rich.table import Table
 
-    metrics = [k for k in rows[0] if k not in ("stage", "model", "train_s", "eval_s")]
+    fixed = ("stage", "model", "steps", "train_s", "eval_s")
+    metrics = [k for k in rows[0] if k not in fixed]
     table = Table(title=f"pipeline {name}: evaluation after each stage")
-    for col in ["stage", *metrics, "train_s", "eval_s"]:
+    for col in ["stage", *metrics, "steps", "train_s", "eval_s"]:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in rows:
         scores = [f"{row[m]:.4f}" if isinstance(row.get(m), float) else "" for m in metrics]
-        table.add_row(row["stage"], *scores, str(row.get("train_s", "")), str(row.get("eval_s", "")))
+        table.add_row(row["stage"], *scores, str(row.get("steps", "")), str(row.get("train_s", "")),
+                      str(row.get("eval_s", "")))
     print_result(table)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -12,11 +13,14 @@ import pytest
 import yaml
 from conftest import REPO
 from train_helpers import one_torch_thread
+from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
+from rufus_data.errors import RufusError
+from rufus_eval.suite import load_suite
 from rufus_train import examples
 from rufus_train.cli import app
-from rufus_train.pipeline import load_pipeline
+from rufus_train.pipeline import StageEval, eval_suite, load_pipeline, stage_configs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread
@@ -53,6 +57,15 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, builtin_model,
     assert dpo_adapter["base_model_name_or_path"] == str(tmp_path / "runs" / "01-sft")  # dpo started from sft
     sft_adapter = json.loads((tmp_path / "runs" / "01-sft" / "adapter_config.json").read_text())
     assert sft_adapter["base_model_name_or_path"] == "smollm2-135m"  # the built-in's name, not its cache path
+    # every row was scored greedily on the same items: the suite copy the pipeline wrote says so
+    suite = yaml.safe_load((tmp_path / "runs" / "eval" / "suite.yaml").read_text())
+    assert [(t["name"], t["samples"], t["sampling"]["temperature"]) for t in suite["tasks"]] == [("gsm8k", 1, 0.0)]
+    # the pipeline ends with the merged model, tokenizer beside it, ready for inference (no adapter left)
+    merged = tmp_path / "runs" / "merged"
+    assert (merged / "config.json").exists() and (merged / "tokenizer_config.json").exists()
+    assert not (merged / "adapter_config.json").exists()
+    model = AutoModelForCausalLM.from_pretrained(merged)
+    assert model.config.architectures == ["LlamaForCausalLM"]
 
 
 def test_pipeline_refuses_unknown_eval_task_before_training(tmp_path):
@@ -70,9 +83,71 @@ def test_pipeline_refuses_chained_keys(tmp_path):
         load_pipeline(path)
 
 
+def dry_run_stages(output: str) -> dict:
+    """The stage configs, eval block and merge line of `pipeline --dry-run` output, parsed back."""
+    parts = re.split(r"^# (?:stage \d+ of \d+: \S+ -> \S+|evaluation of .*|final model)$", output,
+                     flags=re.MULTILINE)
+    stages = [yaml.safe_load(part) for part in parts[1:-2]]
+    return {"stages": {s["stage"]: s for s in stages}, "order": [s["stage"] for s in stages],
+            "eval": yaml.safe_load(parts[-2])["eval"], "merge": yaml.safe_load(parts[-1])["merge"]}
+
+
+def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
+    """`pipeline --dry-run` prints each stage's resolved config as `stage --dry-run` does, loads
+    nothing, and every Tulu 3 setting the pipeline claims is there."""
+    result = CliRunner().invoke(app, ["pipeline", str(REPO / "catalogs/pipelines/tulu3_mini.yaml"), "--dry-run"])
+    assert result.exit_code == 0, result.output
+    printed = dry_run_stages(result.stdout)
+    assert printed["order"] == ["sft", "dpo", "reasoning_rl"]
+    sft, dpo, rl = (printed["stages"][name] for name in printed["order"])
+    assert dpo["model"] == sft["output_dir"] and rl["model"] == dpo["output_dir"]  # each from the previous stage
+    for config in (sft, dpo, rl):
+        assert config["lora"] == {"enabled": True, "method": "lora", "r": 32, "alpha": 64, "dropout": 0.05,
+                                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                                     "down_proj"]}
+        assert config["trainer"] == {"optim": "adamw_torch", "lr_scheduler_type": "cosine", "warmup_steps": 0.05,
+                                     "max_grad_norm": 1.0}
+    assert (sft["assistant_only_loss"], sft["learning_rate"], sft["gradient_accumulation_steps"]) == (True, 1e-4, 4)
+    assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"]) == (0.1, "sigmoid_norm", 5e-5)
+    recipe_rl = {"num_iterations": 2, "beta": 0.02, "kl_estimator": 2, "epsilon": 0.2, "epsilon_high": 0.272,
+                 "adv_norm": "centered", "num_generations": 4, "temperature": 1.0, "max_completion_length": 200,
+                 "learning_rate": 2e-5}
+    assert {key: rl[key] for key in recipe_rl} == recipe_rl
+    assert rl["rewards"][-1] == {"name": "overlong_penalty", "max_length": 200, "cache": 33}  # the playbook's sixth
+    assert printed["eval"]["temperature"] == 0.0 and printed["eval"]["samples"] == 1 and printed["eval"]["limit"] == 32
+    assert printed["merge"] is True
+    assert not (REPO / "runs" / "tulu3_mini").exists() or "pipeline valid" in result.output  # nothing trained
+
+
+def test_pipeline_defaults_go_under_every_stage_and_the_stage_wins(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "p", "output_dir": str(tmp_path / "runs"),
+        "defaults": {"learning_rate": 3e-5, "lora": {"r": 16, "alpha": 32}, "trainer": {"max_grad_norm": 0.5}},
+        "stages": [{"stage": "sft", "trainer": {"lr_scheduler_type": "cosine"}},
+                   {"stage": "dpo", "learning_rate": 1e-6, "lora": {"r": 8}}],
+    }))
+    sft, dpo = stage_configs(load_pipeline(path))
+    assert sft.learning_rate == 3e-5 and sft.lora.r == 16 and sft.lora.alpha == 32
+    assert sft.trainer == {"max_grad_norm": 0.5, "lr_scheduler_type": "cosine"}  # merged key by key
+    assert dpo.learning_rate == 1e-6 and dpo.lora.r == 8 and dpo.lora.alpha == 32
+    path.write_text(yaml.safe_dump({"name": "p", "defaults": {"model": "x"}, "stages": [{"stage": "sft"}]}))
+    with pytest.raises(RufusError, match=r"defaults sets `model`, which the pipeline chains itself"):
+        load_pipeline(path)
+
+
+def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
+    path = eval_suite(StageEval(suite="quick", tasks=["gsm8k"], limit=4), tmp_path)
+    suite = load_suite(path)
+    assert [t.name for t in suite.tasks] == ["gsm8k"]
+    assert suite.sampling_for(suite.tasks[0]).temperature == 0.0 and suite.k(suite.tasks[0]) == 1
+    with pytest.raises(ValueError, match=r"greedy decoding \(temperature 0\) gives 4 copies of one answer"):
+        StageEval(samples=4)
+
+
 @pytest.mark.slow
 def test_tulu3_mini_pipeline_under_20_minutes(tmp_path):
-    """The bench run: sft -> dpo -> reasoning_rl on GSM8K with the quick-eval table (opt-in)."""
+    """The bench run: the Tulu 3 mini recipe on its own data, the greedy stage table, the merged model (opt-in)."""
     env = {**os.environ, "RUFUS_DATA_ROOT": os.environ["RUFUS_DATA_ROOT"]}
     proc = subprocess.run(
         [sys.executable, "bench/tulu3_mini.py", "--work", str(tmp_path)], check=False, cwd=REPO, env=env,
@@ -81,5 +156,7 @@ def test_tulu3_mini_pipeline_under_20_minutes(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "within the 20 min budget" in proc.stdout
-    rows = json.loads((tmp_path / "runs" / "pipeline.json").read_text())
+    rows = json.loads((tmp_path / "pipeline.json").read_text())
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "reasoning_rl"]
+    assert [r["steps"] for r in rows[1:]] == [40, 15, 8]
+    assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
