@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The GPU paths of Rufus on one GPU machine, in under 8 minutes; prints one table and exits
+# non-zero when any step fails (every step runs; a failed step shows its log's tail).
+#
+#   RUFUS_DATA_ROOT=/path/to/shared/data bash bench/gpu_smoke.sh [--dry-run]
+#
+# Steps (the built-in model, tiny settings, all on GPU $GPU):
+#   serve         `rufus-train serve` for the built-in model (the GRPO server, 25% of the GPU)
+#   sync_grpo     synchronous GRPO in vLLM server mode, 5 steps (weights pushed to the server over NCCL)
+#   async_grpo    async GRPO, 3 steps, then resumed from checkpoint-3 (rollout_state.json) to step 5
+#   ckpt_eval     SFT with checkpoint evaluation through a vLLM eval server (20% of the GPU): three
+#                 processes on one GPU (GRPO server, trainer, eval server)
+#   eval_agree    `rufus-eval suite quick --backend vllm` and `--backend hf` on the same 16 items:
+#                 each task's scores agree within sampling noise (3 standard errors)
+# --dry-run prints every command (shell-quoted, with its environment) and runs nothing;
+# tests/test_distributed_setup.py parses each printed command with Rufus's own CLIs.
+# Note: NCCL refuses two ranks on one GPU on some versions ("Duplicate GPU detected"); the weight
+# sync of sync_grpo / async_grpo then fails here although it runs with the server on its own GPU.
+set -uo pipefail
+
+DRY=0
+[[ "${1:-}" == "--dry-run" ]] && DRY=1
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-$REPO/.venv/bin/python}"
+WORK="${WORK:-/tmp/rufus-gpu-smoke}"
+GPU="${GPU:-0}"
+PORT="${PORT:-8000}"
+MODEL="smollm2-135m"
+SERVER="http://127.0.0.1:$PORT"
+BUDGET_S=480
+# the eval server's share of the GPU: rufus-eval starts vLLM with this command line
+EVAL_VLLM="$PY -m vllm.entrypoints.openai.api_server --gpu-memory-utilization 0.2"
+TINY_GRPO=(--data "$WORK/rl" --max_completion_length 64 --num_generations 4 --per_device_train_batch_size 8
+           --logging_steps 1 --overwrite)
+ROWS=()
+FAILED=0
+START=$(date +%s)
+
+run() {  # run NAME CMD... : one step, logged to $WORK/NAME.log
+  local name=$1; shift
+  if (( DRY )); then printf '[%s]' "$name"; printf ' %q' "$@"; echo; return 0; fi
+  local t0=$SECONDS
+  "$@" >"$WORK/$name.log" 2>&1
+  local code=$?
+  echo "$name: exit $code after $((SECONDS - t0)) s (log $WORK/$name.log)"
+  return $code
+}
+
+record() {  # record NAME STATUS SECONDS DETAIL
+  ROWS+=("$(printf '| %-12s | %-4s | %5s | %s |' "$1" "$2" "$3" "$4")")
+  [[ "$2" == FAIL ]] && FAILED=1
+  if [[ "$2" == FAIL && -f "$WORK/$1.log" ]]; then echo "--- $1 failed; last lines of its log:"; tail -n 25 "$WORK/$1.log"; fi
+}
+
+step() {  # step NAME DETAIL CHECK-CMD -- RUN-CMD... : run, then PASS when both the run and CHECK succeed
+  local name=$1 detail=$2 check=$3; shift 4
+  local t0=$SECONDS
+  if (( DRY )); then run "$name" "$@"; record "$name" dry 0 "$detail"; return; fi
+  if run "$name" "$@" && eval "$check"; then record "$name" PASS $((SECONDS - t0)) "$detail"
+  else record "$name" FAIL $((SECONDS - t0)) "$detail"; fi
+}
+
+global_step() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['global_step'])" "$1" 2>/dev/null; }
+
+# ------------------------------------------------------------------ preflight
+mkdir -p "$WORK"
+if (( ! DRY )); then
+  nvidia-smi -L || { echo "no GPU (nvidia-smi -L failed)"; exit 2; }
+  "$PY" -c "import torch, vllm; assert torch.cuda.is_available()" || { echo "needs CUDA torch and vllm in $PY"; exit 2; }
+  [[ -n "${RUFUS_DATA_ROOT:-}" ]] || { echo "set RUFUS_DATA_ROOT (the quick suite's data)"; exit 2; }
+  "$PY" - "$WORK/rl" <<'EOF'
+import sys
+from pathlib import Path
+import pyarrow as pa
+from rufus_data.shards import write_shards
+rows = [{"id": f"add-{a}-{b}", "source": "generated", "label": "arithmetic", "expected_output": str(a + b),
+         "prompt": [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}]}
+        for a in range(1, 5) for b in range(1, 5)]
+write_shards(pa.Table.from_pylist(rows), Path(sys.argv[1]))
+EOF
+fi
+export OMP_NUM_THREADS=4
+
+# ------------------------------------------------------------------ the GRPO server
+if (( DRY )); then
+  run serve "$PY" -m rufus_train.cli serve "$MODEL" --devices "$GPU" --port "$PORT" --max-model-len 2048 \
+      --gpu-memory-utilization 0.25 --lora-rank 4
+  record serve dry 0 "vLLM at $SERVER"
+else
+  t0=$SECONDS
+  "$PY" -m rufus_train.cli serve "$MODEL" --devices "$GPU" --port "$PORT" --max-model-len 2048 \
+      --gpu-memory-utilization 0.25 --lora-rank 4 >"$WORK/serve.log" 2>&1 &
+  SERVER_PID=$!
+  trap '[[ -n "${SERVER_PID:-}" ]] && kill "$SERVER_PID" 2>/dev/null' EXIT
+  until curl -sf "$SERVER/v1/models" >/dev/null; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null || (( SECONDS - t0 > 240 )); then break; fi
+    sleep 2
+  done
+  if curl -sf "$SERVER/v1/models" >/dev/null; then record serve PASS $((SECONDS - t0)) "vLLM up at $SERVER"
+  else record serve FAIL $((SECONDS - t0)) "vLLM did not answer /v1/models"; fi
+fi
+
+# ------------------------------------------------------------------ GRPO against it
+step sync_grpo "5 steps, vllm_server mode" '[[ "$(global_step "$WORK/sync/run.json")" == 5 ]]' -- \
+  "$PY" -m rufus_train.cli stage reasoning_rl "${TINY_GRPO[@]}" --output_dir "$WORK/sync" --vllm_server "$SERVER" \
+  --max_steps 5 --save_steps 5
+
+step async_grpo "3 steps" '[[ -f "$WORK/async/checkpoint-3/rollout_state.json" ]]' -- \
+  "$PY" -m rufus_train.cli stage reasoning_rl "${TINY_GRPO[@]}" --output_dir "$WORK/async" --grpo_execution async \
+  --vllm_server "$SERVER" --max_steps 3 --save_steps 3
+step async_resume "resumed from checkpoint-3 to step 5" '[[ "$(global_step "$WORK/async/run.json")" == 5 ]]' -- \
+  "$PY" -m rufus_train.cli stage reasoning_rl --data "$WORK/rl" --max_completion_length 64 --num_generations 4 \
+  --per_device_train_batch_size 8 --logging_steps 1 --output_dir "$WORK/async" --grpo_execution async \
+  --vllm_server "$SERVER" --max_steps 5 --save_steps 5 --resume_from_checkpoint "$WORK/async/checkpoint-3"
+
+# ------------------------------------------------------------------ checkpoint evaluation beside them
+step ckpt_eval "baseline + checkpoints 2, 4 via vLLM" \
+  '[[ -f "$WORK/ckpt/eval_logs/step-0/results.json" && -f "$WORK/ckpt/eval_logs/step-4/results.json" ]]' -- \
+  env RUFUS_VLLM_COMMAND="$EVAL_VLLM" "$PY" -m rufus_train.cli stage sft --output_dir "$WORK/ckpt" --overwrite \
+  --max_rows 32 --max_steps 4 --save_steps 2 --per_device_train_batch_size 2 --max_length 256 --logging_steps 1 \
+  --eval.eval_on_checkpoint --eval.backend vllm --eval.eval_devices "$GPU" --eval.suite quick --eval.limit 16 \
+  --eval.samples 1 --eval.max_tokens 128
+
+# ------------------------------------------------------------------ vllm vs hf on the same items
+QUICK=(suite quick --ckpt "$MODEL" --limit 16 --samples 2 --max-tokens 256)
+step eval_vllm "quick on 16 items, vLLM" '[[ -f "$WORK/eval_vllm/results.json" ]]' -- \
+  env RUFUS_VLLM_COMMAND="$EVAL_VLLM" "$PY" -m rufus_eval.cli "${QUICK[@]}" --backend vllm --devices "$GPU" \
+  --out "$WORK/eval_vllm"
+step eval_hf "quick on the same items, transformers" '[[ -f "$WORK/eval_hf/results.json" ]]' -- \
+  env CUDA_VISIBLE_DEVICES="$GPU" "$PY" -m rufus_eval.cli "${QUICK[@]}" --backend hf --out "$WORK/eval_hf"
+step eval_agree "quick, 16 items: vllm vs hf within 3 standard errors" true -- \
+  "$PY" - "$WORK/eval_vllm/results.json" "$WORK/eval_hf/results.json" <<'EOF'
+import json, math, sys
+a, b = (json.load(open(path))["tasks"] for path in sys.argv[1:3])
+bad = []
+for task in sorted(a):
+    x, y = a[task], b[task]
+    noise = 3 * math.hypot(x["stderr"] or 0.0, y["stderr"] or 0.0) + 1e-9
+    agree = abs(x["value"] - y["value"]) <= max(noise, 1 / 16)  # at least one item's worth
+    print(f"{task}: vllm {x['value']:.4f} ± {x['stderr']:.4f}, hf {y['value']:.4f} ± {y['stderr']:.4f}: "
+          f"{'agree' if agree else 'DIFFER'}")
+    bad += [] if agree else [task]
+sys.exit(1 if bad else 0)
+EOF
+
+# ------------------------------------------------------------------ the table
+TOTAL=$(( $(date +%s) - START ))
+echo
+echo "| step         | ok   |   s   | what |"
+echo "|--------------|------|-------|------|"
+printf '%s\n' "${ROWS[@]}"
+echo "total ${TOTAL} s (budget ${BUDGET_S} s); work folder $WORK"
+if (( DRY )); then exit 0; fi
+(( TOTAL > BUDGET_S )) && { echo "over the 8-minute budget"; FAILED=1; }
+exit $FAILED
