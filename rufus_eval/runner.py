@@ -12,10 +12,12 @@ import datetime as dt
 import json
 import logging
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import lm_eval  # the backends below register lm-eval model classes: this module is lm-eval's caller
+from lm_eval import evaluator as lm_eval_evaluator
 from lm_eval.api.registry import get_model
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
@@ -38,6 +40,20 @@ from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
 
 STEP_RE = re.compile(r"checkpoint-(\d+)$")
 RUN_JSON = "run.json"  # what rufus-train writes last into a finished run folder (global_step, ...)
+
+
+def git_describe_quietly() -> str | None:
+    """`git describe --always` of the working folder, as lm-eval records it in its results, with
+    git's stderr kept: outside a git checkout lm-eval's own call printed `fatal: not a git
+    repository` once per task of every run."""
+    try:
+        found = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return found.stdout.strip() or None
+
+
+lm_eval_evaluator.get_git_commit_hash = git_describe_quietly  # simple_evaluate looks the name up at call time
 
 
 @dataclass
