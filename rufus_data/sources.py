@@ -328,26 +328,26 @@ def parse_hh_transcript(text: str) -> list[dict]:
     return messages
 
 
+def _pair_of_conversations(chosen_all: list[dict], rejected_all: list[dict], what: str):
+    """Prompt, chosen and rejected of two whole conversations: their last assistant turns after
+    the shared prefix (the chosen one's turns before its last reply)."""
+    prompt, chosen = _split_last_assistant(chosen_all)
+    _, rejected = _split_last_assistant(rejected_all)
+    if chosen is None or rejected is None:
+        raise BadRow(f"chosen or rejected {what} has no assistant turn")
+    return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
+
+
 def _preference(record: dict, col: dict) -> tuple[list[dict], list[dict], list[dict]]:
     chosen_raw, rejected_raw = _field(record, col["chosen"]), _field(record, col["rejected"])
     prompt_raw = record.get(col["prompt"]) if col.get("prompt") else None
     if prompt_raw is None and isinstance(chosen_raw, str) and "\n\nAssistant:" in chosen_raw:
-        chosen_all, rejected_all = parse_hh_transcript(chosen_raw), parse_hh_transcript(rejected_raw)
-        prompt, chosen = _split_last_assistant(chosen_all)
-        _, rejected = _split_last_assistant(rejected_all)
-        if chosen is None or rejected is None:
-            raise BadRow("chosen or rejected transcript has no assistant turn")
-        return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
+        return _pair_of_conversations(parse_hh_transcript(chosen_raw), parse_hh_transcript(rejected_raw), "transcript")
     full = isinstance(chosen_raw, list) and any(isinstance(m, dict) and m.get("role") == "user" for m in chosen_raw)
     if isinstance(chosen_raw, list) and (prompt_raw is None or full):
         # full conversations (UltraFeedback, Tulu 3 preferences: a `prompt` column beside them repeats
         # their first user turn): the shared prefix is the prompt
-        chosen_all, rejected_all = _messages(chosen_raw), _messages(rejected_raw)
-        prompt, chosen = _split_last_assistant(chosen_all)
-        _, rejected = _split_last_assistant(rejected_all)
-        if chosen is None or rejected is None:
-            raise BadRow("chosen or rejected conversation has no assistant turn")
-        return prompt, [{"role": "assistant", "content": chosen}], [{"role": "assistant", "content": rejected}]
+        return _pair_of_conversations(_messages(chosen_raw), _messages(rejected_raw), "conversation")
     if prompt_raw is None:
         raise BadRow("preference row without a prompt")
     prompt = _as_messages(prompt_raw, "user")
