@@ -186,7 +186,10 @@ def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path, openai_stub
     result = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "out", config=config, show_progress=False)
     items = {it.item_id: "\n".join(it.problems) for it in load_benchmarks(["gsm8k"]).items}
     attempts = LLMJudgeReward().retries + 1  # a failing request is retried
-    assert len(server.asked) == result.judge["yes"] + result.judge["no"] + attempts * result.judge["failed"]
+    pairs = result.judge["yes"] + result.judge["no"] + result.judge["failed"]
+    # every pair asked once, a failing one up to `attempts` times (an attempt lost in transport on a
+    # loaded machine never reaches the stub, so the upper bound is not exact)
+    assert pairs + result.judge["failed"] <= len(server.asked) <= pairs + (attempts - 1) * result.judge["failed"]
     semantic = [h for h in result.hits.to_pylist() if h["method"] == "semantic"]
     assert semantic
     for hit in semantic:
