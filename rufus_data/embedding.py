@@ -124,10 +124,14 @@ class WordLlamaEmbedder:
         self.version = metadata.version("wordllama")
         self.max_cached_words = max_cached_words
         self._hasher = TokenHasher()
-        self._keys = np.empty(0, np.uint64)  # cached word hashes, in the order they came
-        self._sums = np.empty((0, self.dim), np.float32)  # token-vector sum of each cached word
-        self._counts = np.empty(0, np.float32)  # its token count
-        self._key_store, self._sum_store, self._count_store = self._keys, self._sums, self._counts  # (with room)
+        # the stores are allocated once at full size: np.zeros maps zero pages that are touched only
+        # as words arrive, so no copy of the cache is ever made (a forked worker fills its own)
+        self._key_store = np.zeros(max_cached_words, np.uint64)
+        self._sum_store = np.zeros((max_cached_words, self.dim), np.float32)
+        self._count_store = np.zeros(max_cached_words, np.float32)
+        self._keys = self._key_store[:0]  # cached word hashes, in the order they came
+        self._sums = self._sum_store[:0]  # token-vector sum of each cached word
+        self._counts = self._count_store[:0]  # its token count
         self._slots = np.full(int(SLOT_MASK) + 1, -1, np.int32)  # hash low bits -> cache row
         self._spill_keys = np.empty(0, np.uint64)  # keys whose slot was taken, sorted
         self._spill_rows = np.empty(0, np.int64)
@@ -175,11 +179,6 @@ class WordLlamaEmbedder:
     def _cache(self, keys: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> None:
         """Add new words (distinct, none cached yet) to the cache."""
         first_row, size = len(self._keys), len(self._keys) + len(keys)
-        if size > len(self._key_store):  # grow the stores geometrically: no copy of the cache per batch
-            room = min(max(size, 2 * len(self._key_store), 4096), max(size, self.max_cached_words))
-            self._key_store = np.concatenate((self._keys, np.zeros(room - first_row, np.uint64)))
-            self._sum_store = np.concatenate((self._sums, np.zeros((room - first_row, self.dim), np.float32)))
-            self._count_store = np.concatenate((self._counts, np.zeros(room - first_row, np.float32)))
         self._key_store[first_row:size], self._sum_store[first_row:size], self._count_store[first_row:size] = keys, sums, counts
         self._keys, self._sums, self._counts = self._key_store[:size], self._sum_store[:size], self._count_store[:size]
         slots = (keys & SLOT_MASK).astype(np.int64)
@@ -204,14 +203,15 @@ class WordLlamaEmbedder:
             return self._sums, self._counts, found
         distinct, first = np.unique(hashes[missing], return_index=True)
         new_sums, new_counts = self._word_vectors(words.take(pa.array(positions[missing[first]])).to_pylist())
-        room = max(0, self.max_cached_words - len(self._keys))
+        first_row = len(self._keys)
+        room = max(0, self.max_cached_words - first_row)
         if room:
             self._cache(distinct[:room], new_sums[:room], new_counts[:room])
-            found = self._find(hashes)
-            if room >= len(distinct):
-                return self._sums, self._counts, found
-        columns = np.where(found >= 0, found, len(self._keys) + np.searchsorted(distinct, hashes))
-        return (np.concatenate((self._sums, new_sums)), np.concatenate((self._counts, new_counts)), columns)
+        new = np.searchsorted(distinct, hashes[missing])  # distinct word j is cache row first_row + j, if it fit
+        found[missing] = np.where(new < room, first_row + new, len(self._keys) + new)
+        if room >= len(distinct):
+            return self._sums, self._counts, found
+        return (np.concatenate((self._sums, new_sums)), np.concatenate((self._counts, new_counts)), found)
 
     def embed(self, texts: list[str]) -> np.ndarray:
         if not texts:

@@ -248,7 +248,7 @@ class EvidenceModel:
     def __init__(self, texts: list[str]):
         self.docs = len(texts)
         self.df: Counter[str] = Counter()  # content stems and quantity values (`#<value>`)
-        self._words = _normalised(texts)
+        self._words = normalised_words(texts)
         self._quantities = [item_quantities(words) for words in self._words]
         lower_seen: set[str] = set()
         for text, words, quantities in zip(texts, self._words, self._quantities):
@@ -272,7 +272,7 @@ class EvidenceModel:
         return out
 
 
-def _normalised(texts: list[str]) -> list[list[str]]:
+def normalised_words(texts: list[str]) -> list[list[str]]:
     """The normalised words of each text, in one Arrow batch."""
     flat, offsets = tokenize_array(pa.array(texts, pa.large_string()))
     words = flat.to_pylist()
@@ -296,14 +296,21 @@ class Evidence:
         return self.entities_kept / self.entities_total if self.entities_total else None
 
 
+def word_share(item: ItemEvidence, row_words: set[str]) -> float:
+    """The rarity-weighted share of `item`'s content words found in a text's `content_words` (the
+    cheap half of the evidence: a pair that fails on it needs no quantities read)."""
+    if not item.total_weight:
+        return 0.0
+    return round(sum(item.words[w] for w in row_words.intersection(item.words)) / item.total_weight, 4)
+
+
 def compare(item: ItemEvidence, row_quantities: set[str], row_words: set[str]) -> Evidence:
     """How much of `item`'s evidence a training text keeps, given the text's `quantity_keys` and
     `content_words`."""
     kept = [weight for _, keys, weight in item.quantities if not keys.isdisjoint(row_quantities)]
     quantity_share = sum(kept) / item.quantity_weight if item.quantity_weight else 0.0
     shared = sorted(row_words.intersection(item.words), key=item.words.__getitem__, reverse=True)
-    total = item.total_weight
-    share = sum(item.words[w] for w in shared) / total if total else 0.0
+    share = word_share(item, row_words)
     entities = len(item.entities.intersection(row_words))
-    return Evidence(len(kept), len(item.quantities), round(quantity_share, 4), round(share, 4), entities,
+    return Evidence(len(kept), len(item.quantities), round(quantity_share, 4), share, entities,
                     len(item.entities), tuple(shared[:8]))

@@ -33,22 +33,27 @@ from rufus_data.decontam.semantic_evidence import (
     compare,
     content_words,
     quantity_keys,
+    word_share,
 )
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.embedding import Embedder, load_embedder
 from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
+def needed_word_share(config: DecontamConfig, item: ItemEvidence) -> float:
+    """The share of the item's content words the evidence rule asks for."""
+    if len(item.quantities) >= config.semantic_min_quantities:
+        return config.semantic_word_share
+    return config.semantic_few_quantities_word_share
+
+
 def decide(config: DecontamConfig, item: ItemEvidence, similarity: float, evidence: Evidence) -> bool:
     """The evidence rule (step 2 of the module docstring)."""
-    if similarity < config.semantic_min_cosine:
+    if similarity < config.semantic_min_cosine or evidence.word_share < needed_word_share(config, item):
         return False
     if len(item.quantities) >= config.semantic_min_quantities:
-        return (evidence.quantity_share >= config.semantic_quantity_share
-                and evidence.word_share >= config.semantic_word_share)
-    return (similarity >= config.semantic_few_quantities_cosine
-            and evidence.word_share >= config.semantic_few_quantities_word_share
-            and evidence.quantities_kept == len(item.quantities))
+        return evidence.quantity_share >= config.semantic_quantity_share
+    return similarity >= config.semantic_few_quantities_cosine and evidence.quantities_kept == len(item.quantities)
 
 
 @dataclass
@@ -120,7 +125,8 @@ def match_fields(tokens: pa.Array, ids: np.ndarray, offsets: np.ndarray, index: 
         hi = min(lo + config.semantic_batch_spans, len(field))
         vectors = span_vectors(embedder, tokens, ids, start[lo:hi], stop[lo:hi])
         queries, found, similarity = index.search.search(vectors, config.semantic_top_k, config.semantic_min_cosine)
-        sides: dict[int, tuple[list[str], set[str], set[str]]] = {}  # per span: its words, quantities, content words
+        sides: dict[int, tuple[list[str], set[str]]] = {}  # per span: its words, content words
+        quantities: dict[int, set[str]] = {}  # per span: its quantities, read only when a pair needs them
         for q, item, sim in zip(queries.tolist(), found.tolist(), similarity.tolist()):
             s = lo + q
             key = (int(field[s]), item)
@@ -129,10 +135,15 @@ def match_fields(tokens: pa.Array, ids: np.ndarray, offsets: np.ndarray, index: 
                 continue
             if s not in sides:
                 words = tokens.slice(int(start[s]), int(stop[s] - start[s])).to_pylist()
-                sides[s] = (words, quantity_keys(words), content_words(words))
-            words, quantities, stems = sides[s]
-            evidence = compare(index.evidence[item], quantities, stems)
-            passed = decide(config, index.evidence[item], sim, evidence)
+                sides[s] = (words, content_words(words))
+            words, stems = sides[s]
+            item_evidence = index.evidence[item]
+            if not keep_failed and word_share(item_evidence, stems) < needed_word_share(config, item_evidence):
+                continue  # fails the rule on its words: nobody reads this pair (the judge would)
+            if s not in quantities:
+                quantities[s] = quantity_keys(words)
+            evidence = compare(item_evidence, quantities[s], stems)
+            passed = decide(config, item_evidence, sim, evidence)
             if old is None or (passed, sim) > (old.passed, old.similarity):
                 best[key] = SemanticMatch(key[0], item, round(sim, 4), evidence, passed, " ".join(words))
     return [m for m in best.values() if m.passed or keep_failed]
