@@ -10,13 +10,19 @@
    x DECONTAM_BENCH_REPEAT) against gsm8k: the semantic stage's own rows/s (embedding, search and
    evidence, one process), and the whole decontam with `--semantic` against exact + MinHash alone
    (target: at most 2x), each timed on its second run (the eval index is built on the first; its
-   build time is printed too).
+   build time is printed too). DECONTAM_BENCH_REPEAT=1 gives distinct rows only: the repeats of
+   the default x3 find their words already in each worker's word cache.
+3. `dedup --semantic`: GSM-Plus "problem understanding" rewrites after their GSM8K test
+   questions, and `decontam_planting.paraphrased` rewordings after theirs, among GSM8K train,
+   Code Alpaca and HH-RLHF rows: the rewrites dropped, the distinct rows dropped (with examples
+   for a reader to judge), and the time against MinHash dedup alone.
 
 Needs $RUFUS_DATA_ROOT (shared/data); runs offline. `python bench/decontam_semantic_bench.py`."""
 
 from __future__ import annotations
 
 import os
+import random
 import resource
 import sys
 import tempfile
@@ -27,13 +33,16 @@ from pathlib import Path
 import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from decontam_bench import load_rows  # the speed rows of the exact + MinHash bench
+from decontam_planting import paraphrased, shared_ngrams  # the CI test's rewordings
 
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam.index import cached_eval_index
 from rufus_data.decontam.semantic_stage import match_fields
 from rufus_data.decontam.texts import FieldBatch
+from rufus_data.dedup import DedupConfig, deduplicate
 from rufus_data.jsonl import read_jsonl
 from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import data_root
@@ -140,6 +149,65 @@ def speed(root: Path, work: Path) -> None:
           f"(target <= 2x); first runs: {semantic[0] / base[0]:.2f}x")
 
 
+def dedup_rows(root: Path) -> tuple[list[dict], dict[str, str]]:
+    """Originals, then distinct rows, then the rewrites; and which original each rewrite restates."""
+    def row(rid: str, source: str, *turns: str) -> dict:
+        roles = ("user", "assistant")
+        return {"id": rid, "source": source, "label": source,
+                "messages": [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]}
+
+    plus = [r for r in read_jsonl(root / "gsm_plus" / "testmini.jsonl") if r["perturbation_type"] == "problem understanding"]
+    originals = [row(f"seed{k}", "original", r["seed_question"]) for k, r in enumerate(plus)]
+    copies = [row(f"plus{k}", "gsm_plus", r["question"]) for k, r in enumerate(plus)]
+    truth = {f"plus{k}": f"seed{k}" for k in range(len(plus))}
+    seeds, rng = {r["seed_question"] for r in plus}, random.Random(5)
+    for k, r in enumerate(read_jsonl(root / "gsm8k" / "test.jsonl")):
+        text = paraphrased(r["question"], rng)
+        if r["question"] not in seeds and len(r["question"].split()) >= 25 and not shared_ngrams(r["question"], text):
+            originals.append(row(f"test{k}", "original", r["question"]))
+            copies.append(row(f"planted{k}", "planted", text))
+            truth[f"planted{k}"] = f"test{k}"
+    distinct = [row(f"train{k}", "gsm8k_train", r["question"], r["answer"])
+                for k, r in enumerate(read_jsonl(root / "gsm8k" / "train.jsonl"))]
+    distinct += [row(f"alpaca{k}", "code_alpaca", r["instruction"] + (f"\n{r['input']}" if r["input"] else ""), r["output"])
+                 for k, r in enumerate(read_jsonl(root / "code_alpaca_2k" / "code_alpaca_2k.jsonl"))]
+    distinct += [row(f"hh{k}", "hh_rlhf", r["chosen"]) for k, r in enumerate(read_jsonl(root / "hh_rlhf_harmless_base" / "test.jsonl"))]
+    return originals + distinct + copies, truth
+
+
+def dedup(root: Path, work: Path) -> None:
+    rows, truth = dedup_rows(root)
+    src = work / "dedup"
+    write_shards(pa.Table.from_pylist(rows), src)
+    sources = {r["id"]: r["source"] for r in rows}
+    totals = Counter(sources.values())
+    runs = {}
+    for name, config in (("MinHash", DedupConfig()), ("MinHash + semantic", DedupConfig(semantic=True))):
+        cpu, start = cpu_seconds(), time.perf_counter()
+        result = deduplicate(src, dry_run=True, config=config, show_progress=False)
+        runs[name] = (result, time.perf_counter() - start, cpu_seconds() - cpu)
+    print(f"\n## dedup --semantic: {len(rows):,} rows\n")
+    print("| rows | n | dropped by MinHash | dropped with --semantic |")
+    print("| --- | ---: | ---: | ---: |")
+    dropped = {name: {p["duplicate_id"]: p for p in result.clusters.to_pylist()} for name, (result, _, _) in runs.items()}
+    for source in ("gsm_plus", "planted", "original", "gsm8k_train", "code_alpaca", "hh_rlhf"):
+        ids = [i for i, s in sources.items() if s == source]
+        shares = [sum(i in dropped[name] and (i not in truth or dropped[name][i]["kept_id"] == truth[i]) for i in ids) / len(ids)
+                  for name in runs]
+        print(f"| {source} | {totals[source]:,} | {shares[0]:.4f} | {shares[1]:.4f} |")
+    for name, (result, wall, cpu) in runs.items():
+        print(f"- {name}: {wall:.2f} s wall, {cpu:.2f} CPU s, {len(result.dropped):,} rows dropped")
+    (_, base_wall, base_cpu), (result, wall, cpu) = runs.values()
+    print(f"- time with --semantic / without: {wall / base_wall:.2f}x wall, {cpu / base_cpu:.2f}x CPU")
+    text = {r["id"]: " / ".join(m["content"] for m in r["messages"]) for r in rows}
+    others = [c for c in dropped["MinHash + semantic"].values()
+              if c["method"] == "semantic" and sources[c["duplicate_id"]] not in ("gsm_plus", "planted")]
+    print(f"\nDistinct rows the semantic stage dropped: {len(others)}; the first 8\n")
+    for c in others[:8]:
+        print(f"- cos {c['similarity']:.3f}, {c['shared_quantities']} quantities, Jaccard {c['word_share']:.2f}\n"
+              f"  kept {c['kept_id']}: {text[c['kept_id']][:150]!r}\n  dropped {c['duplicate_id']}: {text[c['duplicate_id']][:150]!r}")
+
+
 def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     root = data_root()
@@ -148,6 +216,8 @@ def main() -> None:
             accuracy(root, Path(tmp))
         if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "speed"):
             speed(root, Path(tmp))
+        if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "dedup"):
+            dedup(root, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -231,13 +231,16 @@ def dedup_command(
     out: Path = typer.Option(None, "--out", help="output folder: clean shards, clusters.parquet, report.md"),
     threshold: float = typer.Option(None, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates (default 0.8)"),
     config_file: Path = typer.Option(None, "--config", help="YAML of DedupConfig keys (docs/decontam.md); --threshold overrides it"),
+    semantic: bool = typer.Option(None, "--semantic", help="also drop rows that restate an earlier row in other words (embeddings; docs/decontam.md)"),
+    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
-    """Drop near-duplicate rows within a mix (MinHash + LSH), keeping the first of each cluster."""
+    """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
     from rufus_data.dedup import DedupConfig, deduplicate
     from rufus_data.yaml_config import config_from_cli
 
-    config = config_from_cli(DedupConfig, config_file, {"threshold": threshold})
+    config = config_from_cli(DedupConfig, config_file, {"threshold": threshold, "semantic": semantic,
+                                                        "semantic_model": semantic_model})
     result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
