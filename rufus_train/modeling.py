@@ -9,12 +9,19 @@ merged copy on disk, RUN/merged, is rufus_data.merged_model's)."""
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
 from rufus_data.models import resolve_model
+
+# TRL 1.16 switches checkpointing off and on around every GRPO generation with transformers 5's
+# deprecated gradient_checkpointing_disable/enable: two FutureWarnings per step that no Rufus
+# setting can avoid (TRL must rename its calls); Rufus's own code uses activation_checkpointing.
+warnings.filterwarnings("ignore", message="`gradient_checkpointing_(disable|enable)` is deprecated",
+                        category=FutureWarning)
 
 _PRISTINE: dict[tuple[str, str], object] = {}  # loaded base models, never trained in place
 _MAX_CACHED = 3
