@@ -32,7 +32,7 @@ demo: venv
 
 test: venv
 	-$(MAKE) vllm-venv
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=40
 
 test-slow: venv
 	RUFUS_SLOW=1 $(BIN)/python -m pytest -q -m slow
