@@ -22,6 +22,7 @@ from rufus_data.filter import BUCKETS, FilterConfig, filter_prompts, partial_dir
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.rewards.overlong import overlong_penalty
 from rufus_data.shards import read_manifest, read_shards
+from rufus_train.cli import app as train_app
 
 HEADLINE = ["filter", "--policy", "smollm2-135m", "--limit", "6", "--k", "2", "--max-tokens", "12"]
 
@@ -77,6 +78,13 @@ def test_a_filter_output_points_to_its_buckets(headline):
     text = " ".join(result.output.split())
     assert "holds shard folders, not shards" in text and f"e.g. {out}/learnable (the prompts to train on)" in text
     assert CliRunner().invoke(app, ["inspect", str(out / "learnable")]).exit_code == 0
+    # decontam and a stage's --data read shard folders the same way, and say the same
+    for cli, argv in ((app, ["decontam", str(out), "--against", "gsm8k", "--out", str(cwd / "clean")]),
+                      (train_app, ["stage", "reasoning_rl", "--data", str(out), "--dry-run"])):
+        result = CliRunner().invoke(cli, argv)
+        assert result.exit_code == 2, result.output
+        assert f"e.g. {out}/learnable (the prompts to train on)" in " ".join(result.output.split()), argv[0]
+    assert not (cwd / "clean").exists()
 
 
 def test_rebucketing_keeps_the_holdout(headline, tmp_path):
