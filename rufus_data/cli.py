@@ -14,7 +14,7 @@ from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate.options import FilterConfig, PairsConfig
 from rufus_data.models import list_models, pull
-from rufus_data.yaml_config import model_from_options
+from rufus_data.yaml_config import config_from_cli, model_from_options
 
 app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
 models_app = CliApp(help="Model references and the built-in small model.")
@@ -55,8 +55,7 @@ def mix_command(
     on_bad_row: str = typer.Option(None, "--on-bad-row", help="error | skip rows that lack required fields (default: the catalog's `on_bad_row`, error)"),
 ) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
-    from rufus_data.errors import RufusError
-    from rufus_data.mix import mix
+    from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
 
     if on_bad_row is not None and on_bad_row not in ("error", "skip"):
         raise RufusError(f"--on-bad-row must be 'error' or 'skip', not {on_bad_row!r}")
@@ -105,7 +104,7 @@ def sql_command(
 ) -> None:
     """Run a DuckDB query over a shard folder; the rows go to stdout."""
     # heavy: duckdb and arrow, not for --help
-    from rufus_data.shard_inspect import SQL_FORMATS, rows_as_text, run_sql
+    from rufus_data.shard_inspect import SQL_FORMATS, rows_as_text, run_sql  # heavy: duckdb and arrow
 
     if fmt not in SQL_FORMATS:
         raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
@@ -208,8 +207,7 @@ def decontam_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
-    from rufus_data.decontam import DecontamConfig, decontaminate
-    from rufus_data.yaml_config import config_from_cli
+    from rufus_data.decontam import DecontamConfig, decontaminate  # heavy: arrow, datasketch
 
     config = config_from_cli(DecontamConfig, config_file, {
         "ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
@@ -237,8 +235,7 @@ def dedup_command(
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
-    from rufus_data.dedup import DedupConfig, deduplicate
-    from rufus_data.yaml_config import config_from_cli
+    from rufus_data.dedup import DedupConfig, deduplicate  # heavy: arrow, datasketch
 
     config = config_from_cli(DedupConfig, config_file, {"threshold": threshold, "semantic": semantic,
                                                         "semantic_model": semantic_model})

@@ -53,8 +53,8 @@ def suite(
 ) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml; prints the results table and the run folder."""
     # lm-eval (and torch) load with these, not for `compare` or `vibe`
-    from rufus_eval.backends import CONCURRENCY, choose_backend
-    from rufus_eval.runner import RunRequest, run_suite
+    from rufus_eval.backends import CONCURRENCY, choose_backend  # heavy: lm-eval and torch load with
+    from rufus_eval.runner import RunRequest, run_suite  # these, not for --help, compare or data pull
 
     _exit_on_sigterm()
     backend, why = choose_backend(backend)
@@ -83,7 +83,7 @@ def data_pull(
 ) -> None:
     """Download and convert every task's data of a suite, with a manifest of revisions and sha256s."""
     # the suite model builds reward specs (about 1.7 s of imports): not for --help or compare
-    from rufus_eval.pull import pull_suite
+    from rufus_eval.pull import pull_suite  # arrow, httpx and the registry: only when data is pulled
 
     pull_suite(name, to, task or None)
 
