@@ -31,6 +31,7 @@ import threading
 import time
 import warnings
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rufus_data.errors import RufusError
@@ -338,8 +339,6 @@ def run_program(
 def run_many(jobs: Sequence[tuple], config: SandboxConfig | None = None, workers: int = 2) -> list[SandboxResult]:
     """Run (program, stdin) or (program, stdin, inputs) jobs, up to `workers` sandboxes at a time; results in
     job order."""
-    from concurrent.futures import ThreadPoolExecutor
-
     config = config or SandboxConfig()
     if not jobs:
         return []
