@@ -20,14 +20,17 @@ from openai_stub import Reply, Request
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam.semantic_evidence import (
+    NUMBER_WORDS,
     EvidenceModel,
     compare,
     content_words,
     item_quantities,
+    may_hold_quantities,
     quantity_keys,
 )
 from rufus_data.decontam.semantic_stage import spans
 from rufus_data.errors import RufusError
+from rufus_data.ngram_hash import TokenHasher, tokenize_batch
 from rufus_data.rewards.llm_judge import LLMJudgeReward
 from rufus_data.shards import write_shards
 from rufus_data.textnorm import words
@@ -137,6 +140,22 @@ def test_quantities_survive_rewording():
     text = words("martha is knitting three hats")
     evidence = compare(martha, quantity_keys(text), content_words(text))
     assert evidence.quantities_kept == 1 and evidence.entities_kept == 1 and "martha" in evidence.shared_words
+
+
+def test_spans_without_quantities_are_known_before_reading_them(data_root):
+    """may_hold_quantities (one Arrow kernel) flags every word quantity_keys reads a quantity
+    from, so skipping spans without one changes no verdict."""
+    texts = [r["question"] + " " + r["answer"] for r in read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=200)]
+    texts += [r["instruction"] + " " + r["output"] for r in read_jsonl(data_root / "code_alpaca_2k" / "code_alpaca_2k.jsonl", limit=200)]
+    texts.append("one's twenty-five 3rd half café $ dozen eggs, a quarter hour; Twice the ONE")
+    hasher = TokenHasher()
+    tokens, ids, _ = tokenize_batch(texts, hasher)
+    flags = may_hold_quantities(tokens, ids, hasher(sorted(NUMBER_WORDS)))
+    words_seen = tokens.to_pylist()
+    with_quantity = {w for w in set(words_seen) if quantity_keys([w])}
+    assert with_quantity and all(flags[i] for i, w in enumerate(words_seen) if w in with_quantity)
+    assert not flags[[i for i, w in enumerate(words_seen) if w in ("eggs", "the", "function")]].any()
+    assert flags.mean() < 0.5  # most words are plain words: the check is worth its kernel
 
 
 def test_windows_cover_long_fields():

@@ -24,7 +24,9 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rufus_data.textnorm import tokenize_array
 
@@ -91,6 +93,18 @@ _SCALES = {"hundred": 100, "thousand": 1_000, "million": 1_000_000, "billion": 1
 # words that are a number on their own ("half of the apples", "twice as many", "a dozen eggs")
 _STANDALONE = {"half": 0.5, "quarter": 0.25, "twice": 2, "double": 2, "thrice": 3, "triple": 3, "dozen": 12,
                "dozens": 12}
+
+NUMBER_WORDS = frozenset((*_SMALL, *_TENS, *_STANDALONE))  # every word that is a number on its own
+
+
+def may_hold_quantities(tokens: pa.Array, ids: np.ndarray, number_word_ids: np.ndarray) -> np.ndarray:
+    """Per normalised word (its `TokenHasher` id in `ids`), whether it can begin a quantity: a
+    word of other than ASCII letters (digits, "twenty-five", "one's", ...) or a number word
+    (`number_word_ids`: the ids of NUMBER_WORDS). A superset of the words `quantity_keys` reads
+    a quantity from, in one Arrow kernel, so spans without any can skip the semantic stage."""
+    letters_only = pc.ascii_is_alpha(tokens).to_numpy(zero_copy_only=False)
+    return ~letters_only | np.isin(ids, number_word_ids)
+
 
 # numbers (thousands separators only before groups of 3 digits: "3,4" is a list), words, "$"
 _TOKEN = re.compile(r"\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?%?|\$?\d+(?:\.\d+)?(?:/\d+)?%?|[a-z]+(?:-[a-z]+)*|\$")

@@ -4,7 +4,9 @@
    words is embedded (rufus_data/embedding.py); a field longer than `semantic_window` words is cut into windows of
    that many words (stride half a window), so an item inside a long prompt is compared with a
    window about its size. Each field or window gets its `semantic_top_k` nearest eval items by
-   cosine (rufus_data/vector_search.py: exact, or clustered where the eval side is large).
+   cosine (rufus_data/vector_search.py: exact, or clustered where the eval side is large). A
+   span without any quantity (no digit, no number word) is compared only with the items the
+   rule can pass without one (step 2), so on math benchmarks it is neither embedded nor searched.
 2. Decide with evidence (semantic_evidence.py): a pair at or above `semantic_min_cosine` is a
    hit when the text keeps what a paraphrase keeps. An item with at least
    `semantic_min_quantities` quantities needs `semantic_quantity_share` of them and
@@ -27,16 +29,19 @@ from rufus_data.benchmarks import EvalItem
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.semantic_evidence import (
+    NUMBER_WORDS,
     Evidence,
     EvidenceModel,
     ItemEvidence,
     compare,
     content_words,
+    may_hold_quantities,
     quantity_keys,
     word_share,
 )
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.embedding import Embedder, load_embedder
+from rufus_data.ngram_hash import TokenHasher
 from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
@@ -45,6 +50,13 @@ def needed_word_share(config: DecontamConfig, item: ItemEvidence) -> float:
     if len(item.quantities) >= config.semantic_min_quantities:
         return config.semantic_word_share
     return config.semantic_few_quantities_word_share
+
+
+def needs_quantity(config: DecontamConfig, item: ItemEvidence) -> bool:
+    """Whether the evidence rule refuses this item for a text that holds no quantity at all."""
+    if len(item.quantities) >= config.semantic_min_quantities:
+        return config.semantic_quantity_share > 0
+    return len(item.quantities) > 0
 
 
 def decide(config: DecontamConfig, item: ItemEvidence, similarity: float, evidence: Evidence) -> bool:
@@ -64,6 +76,9 @@ class SemanticIndex:
     vectors: np.ndarray
     evidence: list[ItemEvidence]
     search: ExactSearch | ClusteredSearch
+    open_items: np.ndarray  # the items the rule can pass without a quantity (code, instructions)
+    open_search: ExactSearch | ClusteredSearch | None  # the search over their vectors (None: there are none)
+    number_word_ids: np.ndarray  # TokenHasher ids of NUMBER_WORDS
 
     def stats(self) -> dict:
         return {"semantic_model": self.model, "semantic_dim": int(self.vectors.shape[1]),
@@ -74,8 +89,11 @@ def build_semantic_index(items: list[EvalItem], config: DecontamConfig) -> Seman
     """Embed every eval item's problem text and learn the evidence of each item."""
     texts = ["\n".join(item.problems) for item in items]
     vectors = load_embedder(config.semantic_model).embed(texts)
-    return SemanticIndex(config.semantic_model, vectors, EvidenceModel(texts).items(texts),
-                         vector_search(vectors, config.semantic_clustered_from))
+    evidence = EvidenceModel(texts).items(texts)
+    open_items = np.flatnonzero([not needs_quantity(config, e) for e in evidence])
+    open_search = vector_search(vectors[open_items], config.semantic_clustered_from) if len(open_items) else None
+    return SemanticIndex(config.semantic_model, vectors, evidence, vector_search(vectors, config.semantic_clustered_from),
+                         open_items, open_search, TokenHasher()(sorted(NUMBER_WORDS)))
 
 
 @dataclass
@@ -120,33 +138,48 @@ def match_fields(tokens: pa.Array, ids: np.ndarray, offsets: np.ndarray, index: 
     passed the rule and, with `keep_failed`, the best of those that did not (for the judge)."""
     embedder = load_embedder(index.model)
     field, start, stop = spans(offsets, config.semantic_window, config.semantic_min_words)
+    groups = [(np.arange(len(field)), index.search, None)]  # (spans, the search they get, its item numbers)
+    if not keep_failed:  # a span without any quantity can pass only the items that need none: only they are searched
+        maybe = np.concatenate(([0], np.cumsum(may_hold_quantities(tokens, ids, index.number_word_ids))))
+        holds = maybe[stop] > maybe[start]
+        groups = [(np.flatnonzero(holds), index.search, None)]
+        if index.open_search is not None:
+            groups.append((np.flatnonzero(~holds), index.open_search, index.open_items))
     best: dict[tuple[int, int], SemanticMatch] = {}
-    for lo in range(0, len(field), config.semantic_batch_spans):
-        hi = min(lo + config.semantic_batch_spans, len(field))
-        vectors = span_vectors(embedder, tokens, ids, start[lo:hi], stop[lo:hi])
-        queries, found, similarity = index.search.search(vectors, config.semantic_top_k, config.semantic_min_cosine)
-        sides: dict[int, tuple[list[str], set[str]]] = {}  # per span: its words, content words
-        quantities: dict[int, set[str]] = {}  # per span: its quantities, read only when a pair needs them
-        for q, item, sim in zip(queries.tolist(), found.tolist(), similarity.tolist()):
-            s = lo + q
-            key = (int(field[s]), item)
-            old = best.get(key)
-            if old is not None and old.passed and old.similarity >= sim:
-                continue
-            if s not in sides:
-                words = tokens.slice(int(start[s]), int(stop[s] - start[s])).to_pylist()
-                sides[s] = (words, content_words(words))
-            words, stems = sides[s]
-            item_evidence = index.evidence[item]
-            if not keep_failed and word_share(item_evidence, stems) < needed_word_share(config, item_evidence):
-                continue  # fails the rule on its words: nobody reads this pair (the judge would)
-            if s not in quantities:
-                quantities[s] = quantity_keys(words)
-            evidence = compare(item_evidence, quantities[s], stems)
-            passed = decide(config, item_evidence, sim, evidence)
-            if old is None or (passed, sim) > (old.passed, old.similarity):
-                best[key] = SemanticMatch(key[0], item, round(sim, 4), evidence, passed, " ".join(words))
+    for chosen, search, item_of in groups:
+        for lo in range(0, len(chosen), config.semantic_batch_spans):
+            part = chosen[lo : lo + config.semantic_batch_spans]
+            vectors = span_vectors(embedder, tokens, ids, start[part], stop[part])
+            queries, found, similarity = search.search(vectors, config.semantic_top_k, config.semantic_min_cosine)
+            _decide_pairs(tokens, field, start, stop, part[queries], found if item_of is None else item_of[found],
+                          similarity, index, config, keep_failed, best)
     return [m for m in best.values() if m.passed or keep_failed]
+
+
+def _decide_pairs(tokens: pa.Array, field: np.ndarray, start: np.ndarray, stop: np.ndarray, span_of: np.ndarray,
+                  found: np.ndarray, similarity: np.ndarray, index: SemanticIndex, config: DecontamConfig,
+                  keep_failed: bool, best: dict[tuple[int, int], SemanticMatch]) -> None:
+    """Step 2 for the retrieved (span, item) pairs: keep the best of each (field, item) in `best`."""
+    sides: dict[int, tuple[list[str], set[str]]] = {}  # per span: its words, content words
+    quantities: dict[int, set[str]] = {}  # per span: its quantities, read only when a pair needs them
+    for s, item, sim in zip(span_of.tolist(), found.tolist(), similarity.tolist()):
+        key = (int(field[s]), item)
+        old = best.get(key)
+        if old is not None and old.passed and old.similarity >= sim:
+            continue
+        if s not in sides:
+            words = tokens.slice(int(start[s]), int(stop[s] - start[s])).to_pylist()
+            sides[s] = (words, content_words(words))
+        words, stems = sides[s]
+        item_evidence = index.evidence[item]
+        if not keep_failed and word_share(item_evidence, stems) < needed_word_share(config, item_evidence):
+            continue  # fails the rule on its words: nobody reads this pair (the judge would)
+        if s not in quantities:
+            quantities[s] = quantity_keys(words)
+        evidence = compare(item_evidence, quantities[s], stems)
+        passed = decide(config, item_evidence, sim, evidence)
+        if old is None or (passed, sim) > (old.passed, old.similarity):
+            best[key] = SemanticMatch(key[0], item, round(sim, 4), evidence, passed, " ".join(words))
 
 
 def scan_semantic(batch: FieldBatch, index: SemanticIndex, config: DecontamConfig, found: Candidates) -> None:
