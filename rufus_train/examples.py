@@ -1,7 +1,7 @@
 """Small shard folders built from the raw public files under $RUFUS_DATA_ROOT (GSM8K, Code
-Alpaca, MBPP, IFEval): real rows for the tests, the tulu3_mini pipeline and the benches, so all
-of them run offline. Each builder writes canonical rows (see rufus_data/shards.py) with
-`write_shards` and returns the folder.
+Alpaca, MBPP, IFEval): real rows for the tests and the benches, so all of them run offline. Each
+builder writes canonical rows (see rufus_data/shards.py) with `write_shards` and returns the
+folder; the agent stages' tool-use traces are in agent_examples.py.
 
     sft          messages = [user question, assistant worked answer]
     preference   prompt / chosen (gold answer) / rejected (the same answer, final number changed)
@@ -13,7 +13,6 @@ The rejected answers are `rufus-data pairs`' perturbation (`perturb_final_answer
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from itertools import islice
@@ -26,7 +25,6 @@ from rufus_data.jsonl import read_jsonl
 from rufus_data.pairs import perturb_final_answer
 from rufus_data.rewards.extract import extract_gsm8k
 from rufus_data.shards import write_manifest, write_shards
-from rufus_train.grpo.tools import calculator
 
 GSM8K_SYSTEM = None  # use the template's default system prompt
 
@@ -58,7 +56,8 @@ def _wrong_final(reply: str, row_id: str) -> str:
     return wrong
 
 
-def _write(out: Path, rows: list[dict], kind: str, source: str, split: str = "train") -> Path:
+def write_rows(out: Path, rows: list[dict], kind: str, source: str, split: str = "train") -> Path:
+    """Canonical rows into a shard folder with a manifest naming where they came from."""
     out = Path(out)
     write_shards(pa.Table.from_pylist(rows), out, split=split)
     write_manifest(out, {"command": f"rufus_train.examples ({kind})", "source": source, "rows": len(rows)})
@@ -89,7 +88,7 @@ def gsm8k_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_c
         }
         for r in gsm8k_rows(data_root, "train", start, limit, max_chars)
     ]
-    return _write(out, rows, "sft", "gsm8k/train.jsonl")
+    return write_rows(out, rows, "sft", "gsm8k/train.jsonl")
 
 
 def gsm8k_preference(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
@@ -106,7 +105,7 @@ def gsm8k_preference(data_root: Path, out: Path, limit: int = 64, start: int = 0
                 "rejected": [{"role": "assistant", "content": _wrong_final(reply, row_id)}],
             }
         )
-    return _write(out, rows, "preference", "gsm8k/train.jsonl")
+    return write_rows(out, rows, "preference", "gsm8k/train.jsonl")
 
 
 def gsm8k_kto(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_chars: int | None = None) -> Path:
@@ -125,7 +124,7 @@ def gsm8k_kto(data_root: Path, out: Path, limit: int = 64, start: int = 0, max_c
                 "desirable": good,
             }
         )
-    return _write(out, rows, "kto", "gsm8k/train.jsonl")
+    return write_rows(out, rows, "kto", "gsm8k/train.jsonl")
 
 
 def gsm8k_rl(
@@ -141,7 +140,69 @@ def gsm8k_rl(
         }
         for r in gsm8k_rows(data_root, split, start, limit, max_chars)
     ]
-    return _write(out, rows, "rl", f"gsm8k/{split}.jsonl")
+    return write_rows(out, rows, "rl", f"gsm8k/{split}.jsonl")
+
+
+# ------------------------------------------------------------------ one-step arithmetic (learning check)
+
+_CALCULATION = re.compile(r"<<([^=<>]+)=([^<>]+)>>")
+_ONE_OPERATION = re.compile(r"(\d+)\s*([-+*/])\s*(\d+)")
+
+
+def gsm8k_calculations(data_root: Path, count: int, skip: int = 0, seed: int = 0) -> list[tuple[str, str]]:
+    """One-operation calculations with integer results from GSM8K train's calculator annotations
+    (`<<48/2=24>>` -> ("48 / 2", "24")): real arithmetic from real solutions, each expression once,
+    shuffled with `seed`; `skip` leaves the first ones to another split. The built-in 135M model
+    answers about a third of them right (sums and quotients worse than products)."""
+    seen: dict[str, str] = {}
+    for row in read_jsonl(Path(data_root) / "gsm8k" / "train.jsonl"):
+        for expression, value in _CALCULATION.findall(row["answer"]):
+            match = _ONE_OPERATION.fullmatch(expression.strip())
+            if match and re.fullmatch(r"-?\d+", value.strip()):
+                seen.setdefault(" ".join(match.groups()), value.strip())
+    items = sorted(seen.items())
+    random.Random(seed).shuffle(items)
+    if skip + count > len(items):
+        raise RufusError(f"GSM8K train has {len(items)} one-operation calculations; asked for {count} after {skip}")
+    return items[skip : skip + count]
+
+
+def calculation_question(expression: str) -> str:
+    return f"What is {expression}? Answer with the number only."
+
+
+def calculation_sft(items: list[tuple[str, str]], out: Path) -> Path:
+    """`What is 48 / 2?` answered `48 / 2 = 24`."""
+    rows = [{"id": f"calc-{i}", "source": "gsm8k/calculations", "label": "math",
+             "messages": [{"role": "user", "content": calculation_question(e)},
+                          {"role": "assistant", "content": f"{e} = {v}"}]}
+            for i, (e, v) in enumerate(items)]
+    return write_rows(out, rows, "sft", "gsm8k/train.jsonl calculator annotations")
+
+
+def calculation_pair(expression: str, value: str, row_id: str) -> tuple[str, str]:
+    """(chosen, rejected): `48 / 2 = 24`, and the same line with the result moved (`rufus-data
+    pairs`' perturbation, seeded by the row id)."""
+    chosen = f"{expression} = {value}"
+    return chosen, _wrong_final(chosen, row_id)
+
+
+def calculation_preference(items: list[tuple[str, str]], out: Path) -> Path:
+    rows = []
+    for i, (e, v) in enumerate(items):
+        chosen, rejected = calculation_pair(e, v, f"calc-{i}")
+        rows.append({"id": f"calc-{i}", "source": "gsm8k/calculations", "label": "math",
+                     "prompt": [{"role": "user", "content": calculation_question(e)}],
+                     "chosen": [{"role": "assistant", "content": chosen}],
+                     "rejected": [{"role": "assistant", "content": rejected}]})
+    return write_rows(out, rows, "preference", "gsm8k/train.jsonl calculator annotations")
+
+
+def calculation_rl(items: list[tuple[str, str]], out: Path) -> Path:
+    rows = [{"id": f"calc-{i}", "source": "gsm8k/calculations", "label": "math",
+             "prompt": [{"role": "user", "content": calculation_question(e)}], "expected_output": v}
+            for i, (e, v) in enumerate(items)]
+    return write_rows(out, rows, "rl", "gsm8k/train.jsonl calculator annotations")
 
 
 def code_alpaca_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0) -> Path:
@@ -156,55 +217,4 @@ def code_alpaca_sft(data_root: Path, out: Path, limit: int = 64, start: int = 0)
                 "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": r["output"]}],
             }
         )
-    return _write(out, rows, "sft", "code_alpaca_2k/code_alpaca_2k.jsonl")
-
-
-# ------------------------------------------------------------------ calculator tool use (agents)
-
-
-def _products(count: int, seed: int) -> list[tuple[int, int]]:
-    """Three-digit by two-digit products: beyond a 135M model's mental arithmetic, easy for a tool."""
-    import random
-
-    rng = random.Random(seed)
-    return [(rng.randint(101, 999), rng.randint(11, 99)) for _ in range(count)]
-
-
-def calculator_tool_sft(out: Path, limit: int = 32, seed: int = 0) -> Path:
-    """Tool-use traces: the user asks a product, the assistant calls `calculator`, reads the tool
-    turn and answers. The `tools` column (JSON schemas) makes SFTTrainer render the tools into the
-    system turn exactly as GRPO's tool loop will, so the format learnt here is the one parsed there."""
-    from transformers.utils import get_json_schema  # heavy: only for the tool-use traces
-
-    tools = json.dumps([get_json_schema(calculator)])
-    rows = []
-    for a, b in _products(limit, seed):
-        call = {"type": "function", "function": {"name": "calculator", "arguments": json.dumps({"expression": f"{a} * {b}"})}}
-        rows.append({
-            "id": f"calc-{seed}-{a}x{b}",
-            "source": "generated/calculator",
-            "label": "tool_use",
-            "messages": [
-                {"role": "user", "content": f"What is {a} * {b}?", "tool_calls": None},
-                {"role": "assistant", "content": "", "tool_calls": [call]},
-                {"role": "tool", "content": str(a * b), "tool_calls": None},
-                {"role": "assistant", "content": f"{a} * {b} = {a * b}. The answer is {a * b}.", "tool_calls": None},
-            ],
-            "tools": tools,
-        })
-    return _write(out, rows, "sft", "generated: calculator tool-use traces")
-
-
-def calculator_rl(out: Path, limit: int = 16, seed: int = 1) -> Path:
-    """Product prompts for the general_agent stage; `expected_output` is the exact product."""
-    rows = [
-        {
-            "id": f"calc-{seed}-{a}x{b}",
-            "source": "generated/calculator",
-            "label": "tool_use",
-            "prompt": [{"role": "user", "content": f"What is {a} * {b}?"}],
-            "expected_output": str(a * b),
-        }
-        for a, b in _products(limit, seed)
-    ]
-    return _write(out, rows, "rl", "generated: calculator prompts")
+    return write_rows(out, rows, "sft", "code_alpaca_2k/code_alpaca_2k.jsonl")

@@ -25,9 +25,12 @@ class MaskedExample:
         return sum(self.loss_mask)
 
 
-def loss_mask(tokenizer, messages: list[dict], assistant_only: bool, max_length: int | None) -> MaskedExample:
+def loss_mask(
+    tokenizer, messages: list[dict], assistant_only: bool, max_length: int | None, tools: list | None = None
+) -> MaskedExample:
+    """`tools`: the row's tool schemas, rendered into the system turn as SFTTrainer renders them."""
     out = tokenizer.apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=assistant_only
+        messages, tools=tools or None, tokenize=True, return_dict=True, return_assistant_tokens_mask=assistant_only
     )
     ids = list(out["input_ids"])
     mask = list(out["assistant_masks"]) if assistant_only else [1] * len(ids)

@@ -4,13 +4,17 @@ and LoRA on small real shards, writes a checkpoint, and changes the adapter weig
 from __future__ import annotations
 
 import json
+import logging
 
+import pyarrow as pa
 import pytest
 import torch
 from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, tiny_config
 
 from rufus_train import examples, modeling
+from rufus_train.mask import loss_mask
 from rufus_train.runner import build_trl_args
+from rufus_train.stages import get_stage
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread  # the fixture is used through pytestmark
@@ -105,3 +109,54 @@ def test_distill_trains_student_toward_teacher(train_shards, perturbed_teacher, 
     losses = [m["loss"] for m in result.metrics if "loss" in m]
     assert all(loss > 0 for loss in losses)  # a differing teacher gives a non-zero divergence
     assert result.trainer.args.beta == 1.0  # reverse KL by default
+
+
+def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(builtin_tokenizer, tmp_path, caplog):
+    """Open Instruct's SFT filter: an example with every label masked after truncation is dropped
+    before training and counted; one with at least one assistant token inside max_length stays."""
+    def chat(question: str, answer: str) -> list[dict]:
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+
+    long_question = "Please read this carefully. " * 40  # well past 64 tokens before the answer starts
+    conversations = [chat("What is 2 + 2?", "4"), chat(long_question, "Yes."), chat("Name a colour.", "Blue."),
+                     chat(long_question, "No.")]
+    rows = pa.table({"messages": conversations})
+    config = tiny_config("sft", [], tmp_path / "sft", max_length=64)
+    caplog.set_level(logging.INFO, logger="rufus_train")  # the count goes to train.log (and the console)
+    dataset = get_stage("sft").build_dataset(config, rows, builtin_tokenizer)
+    assert [m[0]["content"] for m in dataset["messages"]] == ["What is 2 + 2?", "Name a colour."]
+    assert "2 of 4 examples dropped before training" in caplog.text and "max_length 64" in caplog.text
+    # what was dropped is what TRL would have trained on nothing: no assistant token within 64
+    assert loss_mask(builtin_tokenizer, conversations[1], True, 64).trained_tokens == 0
+    assert loss_mask(builtin_tokenizer, conversations[1], True, None).trained_tokens > 0
+    # without the assistant-only loss nothing is dropped (every token trains)
+    everything = tiny_config("sft", [], tmp_path / "sft2", max_length=64, assistant_only_loss=False)
+    assert len(get_stage("sft").build_dataset(everything, rows, builtin_tokenizer)) == 4
+
+
+def test_dpo_apo_zero_trains_chosen_up(train_shards, tmp_path):
+    """APO-zero (anchored preference optimisation): two steps on the same two pairs move the loss
+    and raise the chosen answers' log-probabilities (logged before each step's update)."""
+    result = run_tiny("dpo", train_shards["gsm8k_pref"], tmp_path / "apo", loss_type="apo_zero", max_rows=2,
+                      learning_rate=5e-4)
+    assert result.trainer.args.loss_type == ["apo_zero"]
+    assert_adapter_trained(result, step=2)
+    losses = [m["loss"] for m in result.metrics if "loss" in m]
+    chosen = [m["logps/chosen"] for m in result.metrics if "logps/chosen" in m]
+    assert losses[-1] < losses[0], losses
+    assert chosen[-1] > chosen[0], chosen  # the anchor pushes chosen up, not only the margin
+
+
+def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tmp_path):
+    """Online DPO (TRL's experimental OnlineDPOTrainer): two sampled answers per prompt, the
+    string-match verifier picks the chosen one, the reference is the policy with its adapter off."""
+    items = examples.gsm8k_calculations(data_root, 4)
+    shards = examples.calculation_rl(items, tmp_path / "rl")
+    result = run_tiny("online_dpo", shards, tmp_path / "odpo", max_completion_length=12, temperature=1.0,
+                      learning_rate=1e-3, rewards=[{"name": "string_match", "extractor": "last_number",
+                                                    "answer_column": "expected_output"}])
+    assert_adapter_trained(result)
+    assert result.trainer.ref_model is None  # reference log-probs come from the policy with its adapter off
+    margins = [m["objective/scores_margin"] for m in result.metrics if "objective/scores_margin" in m]
+    assert margins and min(margins) >= 0  # the chosen answer never scores below the rejected one
+    assert all("logps/chosen" in m for m in result.metrics if "loss" in m)

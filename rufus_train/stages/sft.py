@@ -1,18 +1,42 @@
 """`sft` (loss on assistant turns only, via the chat template's {% generation %} markers) and
 `midtrain` (continued pretraining on long traces: packing, loss on every token). Both run
-TRL's SFTTrainer on `messages` rows (midtrain also reads a plain `text` column)."""
+TRL's SFTTrainer on `messages` rows (midtrain also reads a plain `text` column).
+
+With the loss on assistant turns, an example whose assistant tokens all fall past `max_length`
+would train on nothing: such examples are dropped before training and counted (console and
+train.log), as Open Instruct's SFT filter does."""
 
 from __future__ import annotations
 
+import json
+import logging
 from typing import Any, ClassVar
 
 import pyarrow as pa
 from pydantic import Field
 
+from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
+from rufus_train.mask import loss_mask
 from rufus_train.stages.base import Stage, StageContext, conversational
+
+log = logging.getLogger("rufus_train")
+
+
+def rows_with_loss(tokenizer, conversations: list[list[dict]], tools: list | None, max_length: int) -> list[int]:
+    """Indices of the conversations with at least one assistant token among their first
+    `max_length` tokens (Open Instruct's SFT filter: an example whose labels are all masked after
+    truncation trains nothing and only dilutes the batch). The mask is the one TRL trains with."""
+    keep = []
+    for i, messages in enumerate(conversations):
+        schemas = tools[i] if tools else None
+        if isinstance(schemas, str):
+            schemas = json.loads(schemas)
+        if loss_mask(tokenizer, messages, True, max_length, tools=schemas).trained_tokens:
+            keep.append(i)
+    return keep
 
 
 class SFTStageConfig(StageConfig):
@@ -51,15 +75,27 @@ class SFTStage(Stage):
         if config.assistant_only_loss and config.packing and config.trainer.get("padding_free") is False:
             raise RufusError("sft: packing with assistant_only_loss needs padding-free batches; drop trainer.padding_free")
 
-    def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer):
-        from datasets import Dataset
+    def build_dataset(self, config: SFTStageConfig, rows: pa.Table, tokenizer):
+        from datasets import Dataset  # heavy: only when a run builds its dataset
 
-        if "messages" in rows.column_names:
-            columns = {"messages": conversational(rows, "messages")}
-            if "tools" in rows.column_names:  # tool-use traces: SFTTrainer renders the schemas into the system turn
-                columns["tools"] = rows.column("tools").to_pylist()
-            return Dataset.from_dict(columns)
-        return Dataset.from_dict({"text": rows.column("text").to_pylist()})
+        if "messages" not in rows.column_names:
+            return Dataset.from_dict({"text": rows.column("text").to_pylist()})
+        columns = {"messages": conversational(rows, "messages")}
+        if "tools" in rows.column_names:  # tool-use traces: SFTTrainer renders the schemas into the system turn
+            columns["tools"] = rows.column("tools").to_pylist()
+        if config.assistant_only_loss and config.max_length is not None:
+            keep = rows_with_loss(tokenizer, columns["messages"], columns.get("tools"), config.max_length)
+            if len(keep) < len(columns["messages"]):
+                dropped = len(columns["messages"]) - len(keep)
+                message = (f"{dropped} of {len(columns['messages'])} examples dropped before training: every "
+                           f"assistant token falls past max_length {config.max_length} (no label left to train)")
+                log.info("sft: %s", message)
+                console.print(f"[yellow]sft:[/] {message}")
+            if not keep:
+                raise RufusError(f"sft: no example has an assistant token within max_length {config.max_length}: "
+                                 "raise max_length or shorten the prompts")
+            columns = {name: [values[i] for i in keep] for name, values in columns.items()}
+        return Dataset.from_dict(columns)
 
     def make_trainer(self, ctx: StageContext):
         from trl import SFTTrainer
