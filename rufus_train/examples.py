@@ -143,7 +143,7 @@ def gsm8k_rl(
     return write_rows(out, rows, "rl", f"gsm8k/{split}.jsonl")
 
 
-# ------------------------------------------------------------------ one-step arithmetic (learning check)
+# ------------------------------------------------------------------ one-step arithmetic
 
 _CALCULATION = re.compile(r"<<([^=<>]+)=([^<>]+)>>")
 _ONE_OPERATION = re.compile(r"(\d+)\s*([-+*/])\s*(\d+)")
