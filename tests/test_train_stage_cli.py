@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from rl_stage_data import search_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 RUFUS_TRAIN = str(Path(sys.executable).with_name("rufus-train"))
@@ -90,8 +89,8 @@ def teacher(tmp_path, builtin_model) -> Path:
     return folder
 
 
-SLOW_STAGES = ["reasoning_rl", "coding_rl", "dpo", "orpo", "kto", "midtrain", "if_rl", "rlhf", "distill",
-               "general_agent", "coding_agent", "search_agent"]
+SLOW_STAGES = ["reasoning_rl", "coding_rl", "dpo", "orpo", "kto", "online_dpo", "midtrain", "if_rl", "rlhf",
+               "distill", "general_agent", "coding_agent", "search_agent"]
 
 
 @pytest.mark.slow
@@ -104,8 +103,6 @@ def test_every_stage_as_typed_trains_on_default_data(stage, tmp_path, data_root,
         extra = ["--judge_url", request.getfixturevalue("judge_url")]
     elif stage == "distill":
         extra = ["--teacher", str(request.getfixturevalue("teacher"))]
-    elif stage == "search_agent":
-        extra = ["--search_corpus", str(search_corpus(tmp_path / "corpus.jsonl"))]
     extra += os.environ.get("RUFUS_STAGE_ARGS", "").split()
     result, seconds = run_stage_cli(stage, work, data_root, *extra)
     assert_trained_on_default_data(stage, work, result, seconds)
