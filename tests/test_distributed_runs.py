@@ -8,8 +8,8 @@ Each: the baseline (the starting model's folder) and every staged checkpoint are
 rank 0 only, their suite outputs (scores and every generated text) equal a single-process
 evaluation of the same weights, the staging is gone afterwards, and nothing hangs (timeouts).
 Tiny settings: the built-in model, a one-task suite of two prompts, 16 tokens. In CI: the 2-step
-SFT run under DDP and the FSDP2 run; the 4-step GRPO run (two more evaluations, with the baseline
-compared to a separate evaluation of the built-in model) is opt-in (slow)."""
+SFT and GRPO runs under DDP and the FSDP2 run; the 4-step GRPO run (two more evaluations, with the
+baseline compared to a separate evaluation of the built-in model) is opt-in (slow)."""
 
 from __future__ import annotations
 
@@ -112,14 +112,15 @@ def test_sft_in_two_processes_with_checkpoint_evaluation(data_root, suite, tmp_p
     check_two_process_run(out, 2, suite, tmp_path)
 
 
-@pytest.mark.slow
-def test_sync_grpo_in_two_processes_with_checkpoint_evaluation(builtin_outputs, suite, tmp_path):
+@pytest.mark.parametrize("steps", [2, pytest.param(4, marks=pytest.mark.slow)])
+def test_sync_grpo_in_two_processes_with_checkpoint_evaluation(steps, suite, tmp_path, request):
     shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(8))
     out = tmp_path / "run"
-    run_stage_in_two_processes("reasoning_rl", 4, suite, [
+    run_stage_in_two_processes("reasoning_rl", steps, suite, [
         "--data", str(shards), "--output_dir", str(out), "--per_device_train_batch_size", "2", "--num_generations", "2",
         "--max_completion_length", "16"])
-    check_two_process_run(out, 4, suite, tmp_path, builtin_outputs)
+    builtin = request.getfixturevalue("builtin_outputs") if steps == 4 else None  # slow: one more evaluation
+    check_two_process_run(out, steps, suite, tmp_path, builtin)
 
 
 def test_fsdp2_sharded_checkpoint_is_consolidated_and_evaluated_on_rank_zero(builtin_model, suite, tmp_path):
