@@ -61,6 +61,8 @@ class StageConfig(StrictModel):
     trl_config: ClassVar[str] = "trl.SFTConfig"
     # Keys of this model that map to a TRL field of another name (so `trainer:` cannot set them twice).
     trl_aliases: ClassVar[dict[str, str]] = {}
+    # Stages with no use for max_length say why here; setting it is then refused (never silently dropped).
+    max_length_unused_because: ClassVar[str | None] = None
 
     stage: str = Field(description="stage name (from the registry)")
     model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")
@@ -104,6 +106,15 @@ class StageConfig(StrictModel):
                 if isinstance(data.get(key), str):
                     data[key] = [data[key]]
         return data
+
+    @model_validator(mode="after")
+    def _refuse_unused_max_length(self) -> StageConfig:
+        if self.max_length is not None and self.max_length_unused_because:
+            raise ValueError(
+                f"max_length ({self.max_length}) is not used by {self.stage}: {self.max_length_unused_because}. "
+                "Remove max_length and set max_completion_length"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resolve_defaults(self) -> StageConfig:

@@ -35,11 +35,16 @@ class GRPOStageConfig(StageConfig):
     full_ft_learning_rate: ClassVar[float] = 1e-6
     lora_learning_rate: ClassVar[float] = 1e-5
     trl_config: ClassVar[str] = "rufus_train.grpo.dynamic_sampling.RufusGRPOConfig"
+    max_length_unused_because: ClassVar[str | None] = (
+        "what the model generates is capped by max_completion_length, and every prompt plus "
+        "max_completion_length is checked against the context (the model's positions or the vLLM server's "
+        "max_model_len) before training"
+    )
     trl_aliases: ClassVar[dict[str, str]] = {
         "rewards": "reward_weights", "vllm_server": "vllm_server_base_url", "adv_norm": "scale_rewards",
     }
 
-    max_length: int | None = Field(None, description="not used by GRPO: refused (see _no_max_length)")
+    max_length: int | None = Field(None, description="not used by GRPO: refused (see max_length_unused_because)")
     rewards: list[str | dict[str, Any]] = Field(default_factory=list, description="reward specs (rewards registry)")
     num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
     max_completion_length: int = Field(512, ge=1)
@@ -94,17 +99,6 @@ class GRPOStageConfig(StageConfig):
     reward_model_weight: float = 1.0
     judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL of the judge (default: JUDGE_BASE_URL)")
     server_check_retries: int = Field(3, ge=1)
-
-    @model_validator(mode="after")
-    def _no_max_length(self) -> GRPOStageConfig:
-        if self.max_length is not None:
-            raise ValueError(
-                f"max_length ({self.max_length}) is not used by GRPO: what the model generates is capped by "
-                "max_completion_length, and every prompt plus max_completion_length is checked against the context "
-                "(the model's positions or the vLLM server's max_model_len) before training. Remove max_length and "
-                "set max_completion_length"
-            )
-        return self
 
     @model_validator(mode="after")
     def _one_eval_devices(self) -> GRPOStageConfig:

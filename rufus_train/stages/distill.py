@@ -33,22 +33,16 @@ class DistillStageConfig(StageConfig):
     full_ft_learning_rate: ClassVar[float] = 1e-6
     lora_learning_rate: ClassVar[float] = 1e-5
     trl_config: ClassVar[str] = "trl.DistillationConfig"
+    max_length_unused_because: ClassVar[str | None] = (
+        "TRL's DistillationConfig has no such field; the student samples at most max_completion_length tokens "
+        "after each prompt, and that is the sequence both models score"
+    )
 
-    max_length: int | None = Field(None, description="not used by distill: refused (see _no_max_length)")
+    max_length: int | None = Field(None, description="not used by distill: refused (see max_length_unused_because)")
     teacher: str | None = Field(None, description="teacher model reference (same tokenizer vocabulary as the student)")
     beta: float = Field(1.0, ge=0.0, le=1.0, description="1.0 reverse KL, 0.0 forward KL, 0.5 JSD")
     max_completion_length: int = Field(512, ge=1)
     temperature: float = Field(1.0, gt=0)
-
-    @model_validator(mode="after")
-    def _no_max_length(self) -> DistillStageConfig:
-        if self.max_length is not None:
-            raise ValueError(
-                f"max_length ({self.max_length}) is not used by distill (TRL's DistillationConfig has no such field): "
-                "the student samples at most max_completion_length tokens after each prompt, and that is the "
-                "sequence both models score. Remove max_length and set max_completion_length"
-            )
-        return self
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {
