@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from scipy import sparse
 
 from rufus_data.errors import RufusError
@@ -109,7 +110,7 @@ class WordLlamaEmbedder:
 
     name = DEFAULT_MODEL
 
-    def __init__(self, max_cached_words: int = 100_000):  # 100 MB of word sums at most
+    def __init__(self, max_cached_words: int = 100_000, cache_vocabulary: bool = True):  # 100 MB of word sums at most
         _, tokenizer_file = _wordllama_files()
         model = _import_wordllama().WordLlama.load(WORDLLAMA_CONFIG, cache_dir=_wordllama_cache(tokenizer_file),
                                                    dim=WORDLLAMA_DIM, disable_download=True)
@@ -135,6 +136,22 @@ class WordLlamaEmbedder:
         self._slots = np.full(int(SLOT_MASK) + 1, -1, np.int32)  # hash low bits -> cache row
         self._spill_keys = np.empty(0, np.uint64)  # keys whose slot was taken, sorted
         self._spill_rows = np.empty(0, np.int64)
+        if cache_vocabulary:
+            self._cache_vocabulary_words()
+
+    def _cache_vocabulary_words(self) -> None:
+        """Put every whole word of the tokenizer's vocabulary (a `▁word` token whose text is already
+        in Rufus's normal form) in the word cache up front: they are most of the words a text
+        holds, and forked scan workers inherit them instead of each tokenising them again."""
+        words = pa.array(sorted({token[1:] for token in self.tokenizer.get_vocab()
+                                 if token.startswith("\u2581") and len(token) > 1}), pa.large_string())
+        flat, offsets = tokenize_array(words)
+        one_word = np.diff(offsets) == 1
+        positions = offsets[:-1][one_word]
+        unchanged = pc.equal(flat.take(pa.array(positions)), words.filter(pa.array(one_word)))
+        positions = positions[np.asarray(unchanged, dtype=bool)]
+        if len(positions):
+            self._columns(flat, self._hasher(flat), positions)
 
     def _word_vectors(self, words: list[str], chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
         """Token-vector sum and token count of each word (a sparse words x vocabulary product: no

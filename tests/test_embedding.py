@@ -83,12 +83,22 @@ def test_a_full_word_cache_gives_the_same_vectors(embedder):
 
 
 def test_word_cache_lookup_survives_slot_collisions():
-    cache = WordLlamaEmbedder(max_cached_words=10)
+    cache = WordLlamaEmbedder(max_cached_words=10, cache_vocabulary=False)
     keys = np.array([5, 5 + (1 << 21), 5 + (1 << 22), 7], np.uint64)  # three share their low 21 bits
     cache._cache(keys, np.eye(4, cache.dim, dtype=np.float32), np.ones(4, np.float32))
     cache._cache(np.array([5 + (1 << 23)], np.uint64), np.zeros((1, cache.dim), np.float32), np.ones(1, np.float32))
     probe = np.array([5 + (1 << 22), 7, 9, 5, 5 + (1 << 23), 5 + (1 << 21)], np.uint64)
     assert cache._find(probe).tolist() == [2, 3, -1, 0, 4, 1]
+
+
+def test_vocabulary_words_are_cached_at_load(embedder):
+    """Whole-word tokens of the vocabulary are in the cache before any text is embedded (forked
+    workers inherit them), with the vectors tokenising them would give."""
+    probe = ["the", "apples", "money", "each"]
+    found = embedder._find(embedder._hasher(pa.array(probe)))
+    assert (found >= 0).all() and len(embedder._keys) > 5000
+    sums, counts = embedder._word_vectors(probe)
+    assert np.allclose(embedder._sums[found], sums, atol=1e-6) and (embedder._counts[found] == counts).all()
 
 
 def test_word_vectors_equal_tokenising_each_word_alone(embedder):
