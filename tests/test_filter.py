@@ -221,6 +221,7 @@ def test_vllm_filter_buckets_and_refuses_prompts_that_do_not_fit(vllm_server, vl
 
 
 @pytest.mark.vllm
+@pytest.mark.slow  # 190 s in CI; the resume protocol is backend-independent and CI proves it on hf
 def test_vllm_resume_after_sigkill_loses_and_repeats_no_prompt(vllm_server, data_root, tmp_path):
     shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4) + gsm8k_rows(data_root, 12))
     out = tmp_path / "out"
