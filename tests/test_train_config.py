@@ -255,3 +255,13 @@ def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, m
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     with pytest.warns(UserWarning, match="overlap the trainer's GPUs"):
         check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "eval.eval_devices": "0,1"}))
+
+
+def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
+    """Wrapped packing cuts conversations mid-turn: refused for assistant-only SFT, the default for midtrain."""
+    sft = get_stage("sft")
+    config = load_stage_config("sft", sft.config_class, overrides={"packing": True, "packing_strategy": "wrapped"})
+    with pytest.raises(RufusError, match="packing_strategy wrapped cuts conversations mid-turn"):
+        sft.check(config)
+    midtrain = get_stage("midtrain")
+    assert load_stage_config("midtrain", midtrain.config_class).trl_kwargs()["packing_strategy"] == "wrapped"

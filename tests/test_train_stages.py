@@ -56,7 +56,9 @@ def test_midtrain_packs_and_trains_every_token(train_shards, tmp_path):
     result = run_tiny("midtrain", train_shards["gsm8k_sft"], tmp_path / "mid", max_length=128)
     assert_adapter_trained(result)
     dataset = result.trainer.train_dataset
-    assert "seq_lengths" in dataset.column_names  # packed rows (TRL BFD packing)
+    # concatenated and cut into rows of exactly max_length (wrapped: no padding-free flattening)
+    assert result.trainer.args.packing_strategy == "wrapped" and not result.trainer.padding_free
+    assert {len(row) for row in dataset["input_ids"][:-1]} == {128}
     assert all(label != -100 for row in dataset["labels"][:4] for label in row)  # every token carries loss
 
 
