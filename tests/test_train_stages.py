@@ -155,9 +155,10 @@ def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tmp_p
     items = examples.gsm8k_calculations(data_root, 4)
     shards = examples.calculation_rl(items, tmp_path / "rl")
     result = run_tiny("online_dpo", shards, tmp_path / "odpo", max_completion_length=12, temperature=1.0,
-                      learning_rate=1e-3, rewards=[{"name": "string_match", "extractor": "last_number",
-                                                    "answer_column": "expected_output"}])
+                      learning_rate=1e-3, gradient_checkpointing=True,  # the stage default
+                      rewards=[{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}])
     assert_adapter_trained(result)
+    assert result.trainer.generation_config.use_cache  # sampling keeps its KV cache under gradient checkpointing
     assert result.trainer.ref_model is None  # reference log-probs come from the policy with its adapter off
     margins = [m["objective/scores_margin"] for m in result.metrics if "objective/scores_margin" in m]
     assert margins and min(margins) >= 0  # the chosen answer never scores below the rejected one
