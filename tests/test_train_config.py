@@ -265,3 +265,14 @@ def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
         sft.check(config)
     midtrain = get_stage("midtrain")
     assert load_stage_config("midtrain", midtrain.config_class).trl_kwargs()["packing_strategy"] == "wrapped"
+
+
+def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs():
+    """TRL drops the KV cache for sampling under gradient checkpointing; the stage asks for it, and a
+    user's own trainer.generation_kwargs (which replaces the stage's whole) keeps it."""
+    online_dpo = get_stage("online_dpo").config_class
+    assert load_stage_config("online_dpo", online_dpo).trl_kwargs()["generation_kwargs"] == {"use_cache": True}
+    mine = load_stage_config("online_dpo", online_dpo, overrides={"trainer": {"generation_kwargs": {"top_k": 5}}})
+    assert mine.trainer["generation_kwargs"] == {"use_cache": True, "top_k": 5}
+    off = load_stage_config("online_dpo", online_dpo, overrides={"trainer": {"generation_kwargs": {"use_cache": False}}})
+    assert off.trainer["generation_kwargs"] == {"use_cache": False}
