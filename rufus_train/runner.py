@@ -93,8 +93,13 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
 
 
 def trl_kwargs_for(config: StageConfig, output_dir: Path) -> dict:
-    """Every field the stage sets on its TRL config: the common ones, the stage's, the `trainer:` block."""
-    return {**common_trl_kwargs(config, output_dir), **config.trl_kwargs(), **config.trainer}
+    """Every field the stage sets on its TRL config: the common ones, the stage's, the `trainer:` block.
+    A mapping the stage sets (online_dpo's generation_kwargs) is merged with the user's, key by key."""
+    kwargs = {**common_trl_kwargs(config, output_dir), **config.trl_kwargs()}
+    for key, value in config.trainer.items():
+        merge = isinstance(value, dict) and isinstance(kwargs.get(key), dict)
+        kwargs[key] = {**kwargs[key], **value} if merge else value
+    return kwargs
 
 
 def build_trl_args(config: StageConfig, output_dir: Path):

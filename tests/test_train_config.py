@@ -267,12 +267,14 @@ def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
     assert load_stage_config("midtrain", midtrain.config_class).trl_kwargs()["packing_strategy"] == "wrapped"
 
 
-def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs():
+def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs(tmp_path):
     """TRL drops the KV cache for sampling under gradient checkpointing; the stage asks for it, and a
-    user's own trainer.generation_kwargs (which replaces the stage's whole) keeps it."""
+    user's own trainer.generation_kwargs merges over the stage's, key by key."""
+    from rufus_train.runner import trl_kwargs_for
+
     online_dpo = get_stage("online_dpo").config_class
     assert load_stage_config("online_dpo", online_dpo).trl_kwargs()["generation_kwargs"] == {"use_cache": True}
     mine = load_stage_config("online_dpo", online_dpo, overrides={"trainer": {"generation_kwargs": {"top_k": 5}}})
-    assert mine.trainer["generation_kwargs"] == {"use_cache": True, "top_k": 5}
+    assert trl_kwargs_for(mine, tmp_path)["generation_kwargs"] == {"use_cache": True, "top_k": 5}
     off = load_stage_config("online_dpo", online_dpo, overrides={"trainer": {"generation_kwargs": {"use_cache": False}}})
-    assert off.trainer["generation_kwargs"] == {"use_cache": False}
+    assert trl_kwargs_for(off, tmp_path)["generation_kwargs"] == {"use_cache": False}

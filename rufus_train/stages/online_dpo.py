@@ -14,7 +14,7 @@ import warnings
 from typing import Any, ClassVar, Literal
 
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards import parse_spec
@@ -45,14 +45,6 @@ class OnlineDPOStageConfig(StageConfig):
     temperature: float = Field(0.9, gt=0)
     missing_eos_penalty: float | None = Field(None, ge=0, description="subtracted from a completion that never ends")
 
-    @model_validator(mode="after")
-    def _keep_the_generation_cache(self) -> OnlineDPOStageConfig:
-        """A `trainer.generation_kwargs` of the user's replaces the stage's whole: it keeps use_cache
-        unless it says otherwise (see trl_kwargs)."""
-        if isinstance(self.trainer.get("generation_kwargs"), dict):
-            self.trainer["generation_kwargs"] = {"use_cache": True, **self.trainer["generation_kwargs"]}
-        return self
-
     def trl_kwargs(self) -> dict[str, Any]:
         return {
             "max_length": self.max_length,
@@ -64,7 +56,8 @@ class OnlineDPOStageConfig(StageConfig):
             "reward_weights": [parse_spec(spec)[2] for spec in self.rewards],
             # TRL turns the KV cache off for sampling whenever gradient checkpointing is on (the stage
             # default); sampling runs without gradients, where transformers keeps the cache, and without it
-            # every new token re-reads the whole sequence (a 2-step CPU run: 13 minutes).
+            # every new token re-reads the whole sequence (a 2-step CPU run: 13 minutes). A user's
+            # trainer.generation_kwargs merges over it (runner.trl_kwargs_for).
             "generation_kwargs": {"use_cache": True},
         }
 
