@@ -17,8 +17,8 @@ folder); sentence-transformers is imported only then (an optional, heavy library
 
 from __future__ import annotations
 
-import logging
-import shutil
+import importlib.util
+import os
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -26,7 +26,9 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from safetensors import safe_open
 from scipy import sparse
+from tokenizers import Tokenizer
 
 from rufus_data.errors import RufusError
 from rufus_data.ngram_hash import TokenHasher
@@ -55,31 +57,20 @@ def _unit(vectors: np.ndarray) -> np.ndarray:
     return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
 
 
-def _import_wordllama():
-    """wordllama, imported only when a semantic stage runs: importing it calls
-    `logging.basicConfig(level=INFO)`, which would make every library's INFO lines print in
-    every Rufus command; the root logger is put back as it was."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        import wordllama
-    except ImportError:
-        raise RufusError("the semantic stage's default embedder needs wordllama: pip install 'wordllama>=0.4' "
-                         "(or pass --semantic-model with a sentence-transformers model)") from None
-    finally:
-        for handler in root.handlers[:]:
-            if handler not in handlers:
-                root.removeHandler(handler)
-        root.setLevel(level)
-    return wordllama
-
-
 def _wordllama_files() -> tuple[Path, Path]:
-    """The weights and tokenizer files inside the installed wordllama wheel, checked by path,
-    not by version: wordllama 0.4's loader looks for the tokenizer in `wordllama/tokenizer/`
-    while the wheel ships it in `wordllama/tokenizers/`; a later release that moves either
-    file is reported here rather than sent to the hub."""
-    package = Path(_import_wordllama().__file__).parent
+    """The weights and tokenizer files inside the installed wordllama wheel, found without
+    importing wordllama: its import costs 0.65 s (requests, its config classes) and calls
+    `logging.basicConfig(level=INFO)`, which would make every library's INFO lines print in every
+    Rufus command. They are the files `WordLlama.load` reads (a safetensors table under
+    `embedding.weight` and a `tokenizers` JSON), checked by path, not by version: wordllama 0.4's
+    loader looks for the tokenizer in `wordllama/tokenizer/` while the wheel ships it in
+    `wordllama/tokenizers/`, and a later release that moves either file is reported here rather
+    than sent to the hub."""
+    spec = importlib.util.find_spec("wordllama")
+    if spec is None or not spec.submodule_search_locations:
+        raise RufusError("the semantic stage's default embedder needs wordllama: pip install 'wordllama>=0.4' "
+                         "(or pass --semantic-model with a sentence-transformers model)")
+    package = Path(spec.submodule_search_locations[0])
     weights = package / "weights" / f"{WORDLLAMA_CONFIG}_{WORDLLAMA_DIM}.safetensors"
     tokenizer = package / "tokenizers" / f"{WORDLLAMA_CONFIG}_tokenizer_config.json"
     for path in (weights, tokenizer):
@@ -92,31 +83,18 @@ def _wordllama_files() -> tuple[Path, Path]:
     return weights, tokenizer
 
 
-def _wordllama_cache(tokenizer: Path) -> Path:
-    """A cache folder laid out as wordllama's loader expects (`<dir>/tokenizers/<file>`), so that
-    `WordLlama.load(cache_dir=..., disable_download=True)` finds the wheel's tokenizer offline."""
-    folder = cache_dir() / "wordllama" / metadata.version("wordllama")
-    target = folder / "tokenizers" / tokenizer.name
-    if not target.exists() or target.stat().st_size != tokenizer.stat().st_size:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".tmp")
-        shutil.copyfile(tokenizer, tmp)
-        tmp.replace(target)
-    return folder
-
-
 class WordLlamaEmbedder:
     """wordllama's static model over Rufus-normalised words, with a per-word cache."""
 
     name = DEFAULT_MODEL
 
     def __init__(self, max_cached_words: int = 100_000, cache_vocabulary: bool = True):  # 100 MB of word sums at most
-        _, tokenizer_file = _wordllama_files()
-        model = _import_wordllama().WordLlama.load(WORDLLAMA_CONFIG, cache_dir=_wordllama_cache(tokenizer_file),
-                                                   dim=WORDLLAMA_DIM, disable_download=True)
-        self.tokenizer = model.tokenizer
+        weights, tokenizer_file = _wordllama_files()
+        self.tokenizer = Tokenizer.from_file(str(tokenizer_file))
         self.tokenizer.no_padding()
-        self.table = np.ascontiguousarray(model.embedding, dtype=np.float32)
+        self.tokenizer.no_truncation()
+        with safe_open(weights, framework="np") as f:
+            self.table = np.ascontiguousarray(f.get_tensor("embedding.weight"), dtype=np.float32)
         self.dim = self.table.shape[1]
         self._starts_word = np.zeros(len(self.table), bool)  # token ids that begin a word ("▁...")
         for token, i in self.tokenizer.get_vocab().items():
@@ -137,12 +115,19 @@ class WordLlamaEmbedder:
         self._spill_keys = np.empty(0, np.uint64)  # keys whose slot was taken, sorted
         self._spill_rows = np.empty(0, np.int64)
         if cache_vocabulary:
-            self._cache_vocabulary_words()
+            keys, sums, counts = self._vocabulary_words()
+            self._cache(keys[:max_cached_words], sums[:max_cached_words], counts[:max_cached_words])
 
-    def _cache_vocabulary_words(self) -> None:
-        """Put every whole word of the tokenizer's vocabulary (a `▁word` token whose text is already
-        in Rufus's normal form) in the word cache up front: they are most of the words a text
-        holds, and forked scan workers inherit them instead of each tokenising them again."""
+    def _vocabulary_words(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(hash, token-vector sum, token count) of every whole word of the tokenizer's vocabulary
+        (a `▁word` token whose text is already in Rufus's normal form): they are most of the words a
+        text holds, and forked scan workers inherit them instead of each tokenising them again.
+        Worked out once per wordllama version (0.6 s) and kept in `$RUFUS_CACHE` (11 MB, read in
+        0.01 s)."""
+        stored = cache_dir() / "wordllama" / self.version / f"{WORDLLAMA_CONFIG}_{WORDLLAMA_DIM}_words.npz"
+        if stored.exists():
+            with np.load(stored) as saved:
+                return saved["keys"], saved["sums"], saved["counts"]
         words = pa.array(sorted({token[1:] for token in self.tokenizer.get_vocab()
                                  if token.startswith("\u2581") and len(token) > 1}), pa.large_string())
         flat, offsets = tokenize_array(words)
@@ -150,8 +135,13 @@ class WordLlamaEmbedder:
         positions = offsets[:-1][one_word]
         unchanged = pc.equal(flat.take(pa.array(positions)), words.filter(pa.array(one_word)))
         positions = positions[np.asarray(unchanged, dtype=bool)]
-        if len(positions):
-            self._columns(flat, self._hasher(flat), positions)
+        keys, first = np.unique(self._hasher(flat)[positions], return_index=True)
+        sums, counts = self._word_vectors(flat.take(pa.array(positions[first])).to_pylist())
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        tmp = stored.with_name(f"{stored.stem}.{os.getpid()}.tmp.npz")  # two first runs at once: each renames its own
+        np.savez(tmp, keys=keys, sums=sums, counts=counts)
+        tmp.replace(stored)
+        return keys, sums, counts
 
     def _word_vectors(self, words: list[str], chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
         """Token-vector sum and token count of each word (a sparse words x vocabulary product: no

@@ -12,13 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rufus_data.embedding import (
-    WordLlamaEmbedder,
-    _import_wordllama,
-    _wordllama_cache,
-    _wordllama_files,
-    load_embedder,
-)
+from rufus_data.embedding import WORDLLAMA_CONFIG, WORDLLAMA_DIM, WordLlamaEmbedder, _wordllama_files, load_embedder
 from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import data_root
 from rufus_data.textnorm import tokenize_array, words
@@ -39,16 +33,22 @@ def test_loads_offline_from_the_wheel(monkeypatch, embedder):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     weights, tokenizer = _wordllama_files()
     assert weights.exists() and tokenizer.parent.name == "tokenizers"
-    folder = _wordllama_cache(tokenizer)
-    assert (folder / "tokenizers" / tokenizer.name).read_bytes() == tokenizer.read_bytes()
     vectors = embedder.embed(["How many apples does Janet have?", ""])
     assert vectors.shape == (2, 256) and vectors.dtype == np.float32
     assert np.isclose(np.linalg.norm(vectors[0]), 1.0) and not vectors[1].any()
 
 
-def test_matches_wordllamas_own_embed_on_normalised_text(embedder):
+def test_matches_wordllamas_own_embed_on_normalised_text(embedder, tmp_path):
+    """The reference is wordllama's own loader and `embed`, given a cache folder laid out as its
+    0.4 loader expects (`tokenizers/` in the wheel, `tokenizer/`... looked up under the cache)."""
+    from wordllama import WordLlama
+
+    weights, tokenizer = _wordllama_files()
+    (tmp_path / "tokenizers").mkdir()
+    (tmp_path / "tokenizers" / tokenizer.name).write_bytes(tokenizer.read_bytes())
+    model = WordLlama.load(WORDLLAMA_CONFIG, cache_dir=tmp_path, dim=WORDLLAMA_DIM, disable_download=True)
+    assert np.array_equal(model.embedding, embedder.table)
     texts = gsm8k_texts()
-    model = _import_wordllama().WordLlama.load(cache_dir=_wordllama_cache(_wordllama_files()[1]), disable_download=True)
     reference = np.stack([model.embed(" ".join(words(t)), norm=True)[0] for t in texts])
     cosine = (reference * embedder.embed(texts)).sum(axis=1)
     assert cosine.min() >= 0.9995
@@ -64,13 +64,13 @@ def test_spans_are_the_embeddings_of_their_words(embedder):
     assert np.allclose(spans, joined, atol=1e-5)
 
 
-def test_importing_wordllama_leaves_logging_alone():
-    """wordllama calls logging.basicConfig(level=INFO) on import; a fresh process shows whether
-    Rufus undoes it (in this process wordllama is already imported)."""
-    script = ("import logging; from rufus_data.embedding import _import_wordllama; _import_wordllama(); "
-              "root = logging.getLogger(); print(len(root.handlers), root.level)")
+def test_loading_the_embedder_leaves_logging_alone():
+    """wordllama calls logging.basicConfig(level=INFO) on import; the embedder reads the wheel's
+    files without importing it, so a fresh process's logging stays as it was."""
+    script = ("import logging, sys; from rufus_data.embedding import load_embedder; load_embedder().embed(['a b c']); "
+              "root = logging.getLogger(); print(len(root.handlers), root.level, 'wordllama' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", str(logging.WARNING)]
+    assert out == ["0", str(logging.WARNING), "False"]
 
 
 def test_a_full_word_cache_gives_the_same_vectors(embedder):
@@ -91,19 +91,27 @@ def test_word_cache_lookup_survives_slot_collisions():
     assert cache._find(probe).tolist() == [2, 3, -1, 0, 4, 1]
 
 
-def test_vocabulary_words_are_cached_at_load(embedder):
+def test_vocabulary_words_are_cached_at_load(embedder, tmp_path, monkeypatch):
     """Whole-word tokens of the vocabulary are in the cache before any text is embedded (forked
-    workers inherit them), with the vectors tokenising them would give."""
-    probe = ["the", "apples", "money", "each"]
-    found = embedder._find(embedder._hasher(pa.array(probe)))
-    assert (found >= 0).all() and len(embedder._keys) > 5000
-    sums, counts = embedder._word_vectors(probe)
-    assert np.allclose(embedder._sums[found], sums, atol=1e-6) and (embedder._counts[found] == counts).all()
+    workers inherit them), with the vectors tokenising them would give; they are worked out once
+    and read back from $RUFUS_CACHE by the next process, unchanged."""
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path))
+    first = WordLlamaEmbedder()
+    stored = list((tmp_path / "wordllama").rglob("*.npz"))
+    assert len(stored) == 1 and not list(tmp_path.rglob("*.tmp*"))
+    second = WordLlamaEmbedder()
+    assert np.array_equal(first._keys, second._keys) and np.array_equal(first._sums, second._sums)
+    probe = ["the", "apple", "money", "each", "dollars"]  # whole-word tokens of the vocabulary
+    found = second._find(second._hasher(pa.array(probe)))
+    assert (found >= 0).all() and len(second._keys) > 5000
+    sums, counts = second._word_vectors(probe)
+    assert np.allclose(second._sums[found], sums, atol=1e-6) and (second._counts[found] == counts).all()
 
 
 def test_word_vectors_equal_tokenising_each_word_alone(embedder):
     """Words are tokenised a chunk at a time; the sums must equal tokenising each word alone."""
-    pieces = words(" ".join(gsm8k_texts(40))) + ["<<48/2=24>>24", "½", "٣", "🙂", "中文", "x^2+1", "a b", "y "]
+    pieces = words(" ".join(gsm8k_texts(40))) + ["<<48/2=24>>24", "½", "٣", "🙂", "中文", "x^2+1", "a b", "y ", "#1d1e27",
+                                                  "3rd", "0", "007", "a1b2c3", "٣4", "1 2", "$1,000.50", "2x", "x2"]
     vocab = sorted(set(pieces))
     sums, counts = embedder._word_vectors(vocab)
     for word, total, count in zip(vocab, sums, counts):
