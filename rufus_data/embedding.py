@@ -143,18 +143,21 @@ class WordLlamaEmbedder:
         tmp.replace(stored)
         return keys, sums, counts
 
-    def _word_vectors(self, words: list[str], chunk: int = 2000) -> tuple[np.ndarray, np.ndarray]:
+    def _word_vectors(self, words: list[str], chunk: int = 500) -> tuple[np.ndarray, np.ndarray]:
         """Token-vector sum and token count of each word (a sparse words x vocabulary product: no
         (tokens x dim) array is ever gathered). Words are tokenised a chunk at a time, joined by
         spaces as in a text; the tokenizer turns each space into `▁` and never merges across it,
-        so each word's tokens start at the next token that starts with `▁`."""
+        so each word's tokens start at the next token that starts with `▁`. The model has no
+        pre-tokenizer, so a chunk is one BPE sequence: 500 words tokenise faster than 2,000, and
+        `encode_batch_fast` (one chunk a call: no thread pool, so no fork warning) skips the
+        offsets; 40% less time on the 41k new words of GSM8K train + Code Alpaca + HH-RLHF."""
         words_in = words
         spaced = [i for i, w in enumerate(words) if " " in w]  # rare: each is tokenised alone
         if spaced:
             words = [w.replace(" ", "_") for w in words]  # a stand-in of one word
         ids = []
         for lo in range(0, len(words), chunk):
-            ids += self.tokenizer.encode(" ".join(words[lo : lo + chunk]), add_special_tokens=False).ids
+            ids += self.tokenizer.encode_batch_fast([" ".join(words[lo : lo + chunk])], add_special_tokens=False)[0].ids
         ids = np.clip(np.asarray(ids, np.int64), 0, len(self.table) - 1)
         owners = np.cumsum(self._starts_word[ids]) - 1
         if spaced:  # drop the stand-ins' tokens, add each spaced word's own
