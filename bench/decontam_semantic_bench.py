@@ -9,8 +9,9 @@
 2. Speed on the rows of bench/decontam_bench.py (GSM8K train, Code Alpaca, HH-RLHF harmless,
    x DECONTAM_BENCH_REPEAT) against gsm8k: the semantic stage's own rows/s (embedding, search and
    evidence, one process), and the whole decontam with `--semantic` against exact + MinHash alone
-   (target: at most 2x), each timed on its second run (the eval index is built on the first; its
-   build time is printed too). DECONTAM_BENCH_REPEAT=1 gives distinct rows only: the repeats of
+   (target: at most 2x): a first run each (it builds the eval index and loads the model, as a
+   command does), then SEMANTIC_BENCH_RUNS (5) runs of each, interleaved; the ratio is taken run
+   by run and its median printed with its range. DECONTAM_BENCH_REPEAT=1 gives distinct rows only: the repeats of
    the default x3 find their words already in each worker's word cache.
 3. `dedup --semantic`: GSM-Plus "problem understanding" rewrites after their GSM8K test
    questions, and `decontam_planting.paraphrased` rewordings after theirs, among GSM8K train,
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import resource
+import statistics
 import sys
 import tempfile
 import time
@@ -111,14 +113,14 @@ def accuracy(root: Path, work: Path) -> None:
               f"  test {h['eval_item_id']}: {items[(h['benchmark'], h['eval_item_id'])][:160]!r}")
 
 
-def timed(src: Path, config: DecontamConfig) -> tuple[float, float, float, int]:
-    """(first run's wall seconds, second run's wall and CPU seconds, rows flagged)."""
-    start = time.perf_counter()
-    decontaminate(src, AGAINST, dry_run=True, config=config, show_progress=False)
-    first = time.perf_counter() - start
+RUNS = int(os.environ.get("SEMANTIC_BENCH_RUNS", "5"))
+
+
+def timed_run(src: Path, config: DecontamConfig) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of this process and its workers, rows flagged) of one decontam."""
     cpu, start = cpu_seconds(), time.perf_counter()
     result = decontaminate(src, AGAINST, dry_run=True, config=config, show_progress=False)
-    return first, time.perf_counter() - start, cpu_seconds() - cpu, len(result.flagged_rows)
+    return time.perf_counter() - start, cpu_seconds() - cpu, len(result.flagged_rows)
 
 
 def speed(root: Path, work: Path) -> None:
@@ -127,14 +129,24 @@ def speed(root: Path, work: Path) -> None:
     write_shards(pa.Table.from_pylist(rows), src, shard_rows=4000)  # several tasks for the 2 local processes
     print(f"\n## Speed: {len(rows):,} rows (decontam_bench rows x {os.environ.get('DECONTAM_BENCH_REPEAT', '3')}) against gsm8k\n")
     # two local processes, one per core, at every size (auto would stay in-process below 20k rows)
-    base = timed(src, DecontamConfig(workers=2))
-    semantic = timed(src, DecontamConfig(semantic=True, workers=2))
-    print("\n| decontam | first run (builds the index) s | second run s | rows/s | CPU s | flagged |")
+    configs = {"exact + MinHash": DecontamConfig(workers=2), "exact + MinHash + semantic": DecontamConfig(semantic=True, workers=2)}
+    first = {name: timed_run(src, config) for name, config in configs.items()}  # builds the eval index, loads the model
+    runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in configs}
+    for _ in range(RUNS):  # interleaved, so a burst of load elsewhere on the machine hits both
+        for name, config in configs.items():
+            runs[name].append(timed_run(src, config))
+    print(f"| decontam | first run (builds the index) s | median of {RUNS} later runs: wall s | rows/s | CPU s | flagged |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, (first, wall, cpu, flagged) in (("exact + MinHash", base), ("exact + MinHash + semantic", semantic)):
-        print(f"| {name} | {first:.2f} | {wall:.2f} | {len(rows) / wall:,.0f} | {cpu:.2f} | {flagged:,} |")
-    print(f"\n- time with --semantic / without: {semantic[1] / base[1]:.2f}x wall, {semantic[2] / base[2]:.2f}x CPU "
-          f"(target <= 2x); first runs: {semantic[0] / base[0]:.2f}x")
+    for name in configs:
+        wall, cpu = statistics.median(r[0] for r in runs[name]), statistics.median(r[1] for r in runs[name])
+        print(f"| {name} | {first[name][0]:.2f} | {wall:.2f} | {len(rows) / wall:,.0f} | {cpu:.2f} | {runs[name][0][2]:,} |")
+    base, semantic = runs["exact + MinHash"], runs["exact + MinHash + semantic"]
+    wall_ratios = sorted(s[0] / b[0] for b, s in zip(base, semantic))
+    cpu_ratios = sorted(s[1] / b[1] for b, s in zip(base, semantic))
+    print(f"\n- time with --semantic / without, run by run (target <= 2x): wall {statistics.median(wall_ratios):.2f}x median "
+          f"({wall_ratios[0]:.2f}-{wall_ratios[-1]:.2f}), CPU {statistics.median(cpu_ratios):.2f}x median "
+          f"({cpu_ratios[0]:.2f}-{cpu_ratios[-1]:.2f}); first runs: "
+          f"{first['exact + MinHash + semantic'][0] / first['exact + MinHash'][0]:.2f}x wall")
     print()
     # then the stage alone, one process (after the timed runs: their first runs build the eval
     # indexes and load the model, as a command does): every field embedded, searched and checked (the fields are
