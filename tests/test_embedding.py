@@ -12,7 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rufus_data.embedding import WORDLLAMA_CONFIG, WORDLLAMA_DIM, WordLlamaEmbedder, _wordllama_files, load_embedder
+from rufus_data.embedding import (
+    WORDLLAMA_CONFIG,
+    WORDLLAMA_DIM,
+    WordLlamaEmbedder,
+    _wordllama_files,
+    load_embedder,
+)
 from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import data_root
 from rufus_data.textnorm import tokenize_array, words
@@ -39,11 +45,11 @@ def test_loads_offline_from_the_wheel(monkeypatch, embedder):
 
 
 def test_matches_wordllamas_own_embed_on_normalised_text(embedder, tmp_path):
-    """The reference is wordllama's own loader and `embed`, given a cache folder laid out as its
-    0.4 loader expects (`tokenizers/` in the wheel, `tokenizer/`... looked up under the cache)."""
+    """The reference is wordllama's own loader and `embed`, given a cache folder where its 0.4
+    loader finds the tokenizer the wheel ships (`<cache>/tokenizers/<file>`)."""
     from wordllama import WordLlama
 
-    weights, tokenizer = _wordllama_files()
+    _, tokenizer = _wordllama_files()
     (tmp_path / "tokenizers").mkdir()
     (tmp_path / "tokenizers" / tokenizer.name).write_bytes(tokenizer.read_bytes())
     model = WordLlama.load(WORDLLAMA_CONFIG, cache_dir=tmp_path, dim=WORDLLAMA_DIM, disable_download=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import pyarrow as pa
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_train.config import StageConfig
