@@ -149,21 +149,25 @@ _CALCULATION = re.compile(r"<<([^=<>]+)=([^<>]+)>>")
 _ONE_OPERATION = re.compile(r"(\d+)\s*([-+*/])\s*(\d+)")
 
 
-def gsm8k_calculations(data_root: Path, count: int, skip: int = 0, seed: int = 0) -> list[tuple[str, str]]:
+def gsm8k_calculations(data_root: Path, count: int, skip: int = 0, seed: int = 0,
+                       max_operand: int | None = None) -> list[tuple[str, str]]:
     """One-operation calculations with integer results from GSM8K train's calculator annotations
     (`<<48/2=24>>` -> ("48 / 2", "24")): real arithmetic from real solutions, each expression once,
-    shuffled with `seed`; `skip` leaves the first ones to another split. The built-in 135M model
-    answers about a third of them right (sums and quotients worse than products)."""
+    shuffled with `seed`; `skip` leaves the first ones to another split; `max_operand` keeps those
+    whose two numbers are at most that. The built-in 135M model answers 17% of them right greedily
+    (7% sampled at temperature 0.7); with operands up to 20, 45% (23%)."""
     seen: dict[str, str] = {}
     for row in read_jsonl(Path(data_root) / "gsm8k" / "train.jsonl"):
         for expression, value in _CALCULATION.findall(row["answer"]):
             match = _ONE_OPERATION.fullmatch(expression.strip())
-            if match and re.fullmatch(r"-?\d+", value.strip()):
+            small = match and (max_operand is None or max(int(match.group(1)), int(match.group(3))) <= max_operand)
+            if small and re.fullmatch(r"-?\d+", value.strip()):
                 seen.setdefault(" ".join(match.groups()), value.strip())
     items = sorted(seen.items())
     random.Random(seed).shuffle(items)
     if skip + count > len(items):
-        raise RufusError(f"GSM8K train has {len(items)} one-operation calculations; asked for {count} after {skip}")
+        limit = f" with operands up to {max_operand}" if max_operand is not None else ""
+        raise RufusError(f"GSM8K train has {len(items)} one-operation calculations{limit}; asked for {count} after {skip}")
     return items[skip : skip + count]
 
 

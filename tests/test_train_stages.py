@@ -11,6 +11,7 @@ import pytest
 import torch
 from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, tiny_config
 
+from rufus_data.errors import RufusError
 from rufus_train import examples, modeling
 from rufus_train.mask import loss_mask
 from rufus_train.runner import build_trl_args
@@ -147,6 +148,19 @@ def test_dpo_apo_zero_trains_chosen_up(train_shards, tmp_path):
     chosen = [m["logps/chosen"] for m in result.metrics if "logps/chosen" in m]
     assert losses[-1] < losses[0], losses
     assert chosen[-1] > chosen[0], chosen  # the anchor pushes chosen up, not only the margin
+
+
+def test_gsm8k_calculations_on_small_numbers(data_root):
+    """The learning check's task: GSM8K's one-operation calculations whose numbers are at most
+    `max_operand`, each expression once, the same on every call; too few is a clear error."""
+    items = examples.gsm8k_calculations(data_root, 576, max_operand=25)
+    assert len({e for e, _ in items}) == 576
+    for expression, value in items:
+        a, op, b = expression.split(" ")
+        assert max(int(a), int(b)) <= 25 and op in "+-*/" and int(value) == eval(expression)
+    assert items == examples.gsm8k_calculations(data_root, 576, max_operand=25)
+    with pytest.raises(RufusError, match="with operands up to 3"):
+        examples.gsm8k_calculations(data_root, 1000, max_operand=3)
 
 
 def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tmp_path):
