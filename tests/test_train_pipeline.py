@@ -158,5 +158,5 @@ def test_tulu3_mini_pipeline_under_20_minutes(tmp_path):
     assert "within the 20 min budget" in proc.stdout
     rows = json.loads((tmp_path / "pipeline.json").read_text())
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "reasoning_rl"]
-    assert [r["steps"] for r in rows[1:]] == [40, 15, 8]
+    assert [r["steps"] for r in rows[1:]] == [10, 10, 6]
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
