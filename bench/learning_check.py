@@ -30,6 +30,7 @@ import json
 import os
 import time
 from pathlib import Path
+from statistics import mean
 
 import torch
 
@@ -189,10 +190,6 @@ def main() -> None:
     for name, ok in checks.items():
         print(f"{'PASS' if ok else 'FAIL'}  {name}")
     raise SystemExit(0 if all(checks.values()) else 1)
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def markdown_table(report: dict) -> str:
