@@ -28,7 +28,7 @@ from rufus_data.decontam.semantic_evidence import (
     may_hold_quantities,
     quantity_keys,
 )
-from rufus_data.decontam.semantic_stage import spans
+from rufus_data.decontam.semantic_stage import eval_side, spans
 from rufus_data.errors import RufusError
 from rufus_data.ngram_hash import TokenHasher, tokenize_batch
 from rufus_data.rewards.llm_judge import LLMJudgeReward
@@ -156,6 +156,24 @@ def test_spans_without_quantities_are_known_before_reading_them(data_root):
     assert with_quantity and all(flags[i] for i, w in enumerate(words_seen) if w in with_quantity)
     assert not flags[[i for i, w in enumerate(words_seen) if w in ("eggs", "the", "function")]].any()
     assert flags.mean() < 0.5  # most words are plain words: the check is worth its kernel
+
+
+def test_eval_side_is_cached_by_texts_and_code(tmp_path, monkeypatch):
+    """The second decontam command reads the eval items' vectors and evidence from $RUFUS_CACHE
+    instead of computing them; other texts are another entry, and an unreadable one is replaced."""
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path))
+    texts = [it.problems[0] for it in load_benchmarks(["gsm8k"]).items[:50]]
+    vectors, evidence = eval_side(texts, "wordllama")
+    [stored] = (tmp_path / "decontam").glob("semantic-*.pkl")
+    monkeypatch.setattr(EvidenceModel, "items", lambda *a: pytest.fail("computed again instead of read"))
+    again_vectors, again_evidence = eval_side(texts, "wordllama")
+    assert np.array_equal(again_vectors, vectors) and again_evidence == evidence
+    monkeypatch.undo()
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path))
+    eval_side(texts[:49], "wordllama")
+    assert len(list((tmp_path / "decontam").glob("semantic-*.pkl"))) == 2
+    stored.write_bytes(b"truncated")
+    assert np.array_equal(eval_side(texts, "wordllama")[0], vectors) and stored.stat().st_size > 100
 
 
 def test_windows_cover_long_fields():

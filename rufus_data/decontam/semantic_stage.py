@@ -20,12 +20,19 @@ The thresholds are the ones measured by bench/decontam_semantic_bench.py (docs/d
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
+from rufus_data import embedding, ngram_hash, textnorm
 from rufus_data.benchmarks import EvalItem
+from rufus_data.decontam import semantic_evidence
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.semantic_evidence import (
@@ -42,6 +49,7 @@ from rufus_data.decontam.semantic_evidence import (
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.embedding import Embedder, load_embedder
 from rufus_data.ngram_hash import TokenHasher
+from rufus_data.paths import cache_dir
 from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
@@ -88,12 +96,43 @@ class SemanticIndex:
 def build_semantic_index(items: list[EvalItem], config: DecontamConfig) -> SemanticIndex:
     """Embed every eval item's problem text and learn the evidence of each item."""
     texts = ["\n".join(item.problems) for item in items]
-    vectors = load_embedder(config.semantic_model).embed(texts)
-    evidence = EvidenceModel(texts).items(texts)
+    vectors, evidence = eval_side(texts, config.semantic_model)
     open_items = np.flatnonzero([not needs_quantity(config, e) for e in evidence])
     open_search = vector_search(vectors[open_items], config.semantic_clustered_from) if len(open_items) else None
     return SemanticIndex(config.semantic_model, vectors, evidence, vector_search(vectors, config.semantic_clustered_from),
                          open_items, open_search, TokenHasher()(sorted(NUMBER_WORDS)))
+
+
+# the code whose output the eval-side cache holds: a change to any of it is a cache miss
+_CACHED_CODE = (embedding, semantic_evidence, textnorm, ngram_hash)
+
+
+def eval_side(texts: list[str], model: str) -> tuple[np.ndarray, list[ItemEvidence]]:
+    """The vectors and evidence of the eval texts. For the built-in embedder they are kept in
+    `$RUFUS_CACHE/decontam/` (about 1 s for GSM8K test's 1,319 items, paid by every decontam
+    command otherwise), keyed by the texts, the wordllama version and the code that computes them;
+    a sentence-transformers model is computed each time (its files can change under its name)."""
+    embedder = load_embedder(model)
+    version = getattr(embedder, "version", None)
+    if version is None:
+        return embedder.embed(texts), EvidenceModel(texts).items(texts)
+    key = hashlib.sha256(json.dumps([model, version, texts]).encode())
+    for module in _CACHED_CODE:
+        key.update(Path(module.__file__).read_bytes())
+    stored = cache_dir() / "decontam" / f"semantic-{key.hexdigest()[:32]}.pkl"
+    if stored.exists():
+        try:
+            with stored.open("rb") as f:
+                return pickle.load(f)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+            pass  # unreadable (a crashed writer, an old layout): computed again and replaced below
+    found = embedder.embed(texts), EvidenceModel(texts).items(texts)
+    stored.parent.mkdir(parents=True, exist_ok=True)
+    tmp = stored.with_name(f"{stored.stem}.{os.getpid()}.tmp")  # two first runs at once: each renames its own
+    with tmp.open("wb") as f:
+        pickle.dump(found, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(stored)
+    return found
 
 
 @dataclass
