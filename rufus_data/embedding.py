@@ -18,7 +18,6 @@ folder); sentence-transformers is imported only then (an optional, heavy library
 from __future__ import annotations
 
 import importlib.util
-import os
 from importlib import metadata
 from pathlib import Path
 from typing import Protocol
@@ -32,7 +31,7 @@ from tokenizers import Tokenizer
 
 from rufus_data.errors import RufusError
 from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import cache_dir
+from rufus_data.paths import atomic_file, cache_dir
 from rufus_data.textnorm import tokenize_array
 
 DEFAULT_MODEL = "wordllama"
@@ -137,10 +136,8 @@ class WordLlamaEmbedder:
         positions = positions[np.asarray(unchanged, dtype=bool)]
         keys, first = np.unique(self._hasher(flat)[positions], return_index=True)
         sums, counts = self._word_vectors(flat.take(pa.array(positions[first])).to_pylist())
-        stored.parent.mkdir(parents=True, exist_ok=True)
-        tmp = stored.with_name(f"{stored.stem}.{os.getpid()}.tmp.npz")  # two first runs at once: each renames its own
-        np.savez(tmp, keys=keys, sums=sums, counts=counts)
-        tmp.replace(stored)
+        with atomic_file(stored) as tmp:
+            np.savez(tmp, keys=keys, sums=sums, counts=counts)
         return keys, sums, counts
 
     def _word_vectors(self, words: list[str], chunk: int = 500) -> tuple[np.ndarray, np.ndarray]:

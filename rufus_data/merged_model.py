@@ -17,6 +17,7 @@ from pathlib import Path
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.models import file_lock, resolve_model
+from rufus_data.paths import atomic_file
 from rufus_data.shards import atomic_output_dir, file_sha256
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -48,9 +49,8 @@ def set_adapter_base(folder: str | Path, reference: str) -> None:
     path = Path(folder) / ADAPTER_CONFIG
     config = json.loads(path.read_text())
     config["base_model_name_or_path"] = reference
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def merged_model(run: str | Path) -> Path:

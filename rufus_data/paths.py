@@ -3,7 +3,9 @@ catalogs the repository ships."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from rufus_data.errors import RufusError
@@ -26,6 +28,20 @@ def cache_dir() -> Path:
     root = Path(os.environ.get("RUFUS_CACHE") or Path.home() / ".cache" / "rufus")
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path` (same suffix, this process's id: two writers at once each
+    rename their own) that replaces `path` when the block ends; removed if the block raises, so
+    a crash never leaves a half-written file under the real name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    try:
+        yield tmp
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def data_root(required: bool = True) -> Path | None:

@@ -20,7 +20,7 @@ from rufus_data.embedding import (
     load_embedder,
 )
 from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import data_root
+from rufus_data.paths import atomic_file, data_root
 from rufus_data.textnorm import tokenize_array, words
 
 
@@ -112,6 +112,21 @@ def test_vocabulary_words_are_cached_at_load(embedder, tmp_path, monkeypatch):
     assert (found >= 0).all() and len(second._keys) > 5000
     sums, counts = second._word_vectors(probe)
     assert np.allclose(second._sums[found], sums, atol=1e-6) and (second._counts[found] == counts).all()
+
+
+def test_cache_files_are_written_whole_or_not_at_all(tmp_path):
+    """atomic_file (the word and eval-side caches, adapter configs): the new content replaces the
+    file only when the write finished; a write that raises leaves the old file and no temporary."""
+    path = tmp_path / "cache" / "words.npz"
+    with atomic_file(path) as tmp:
+        assert tmp.suffix == ".npz" and tmp.parent == path.parent
+        np.savez(tmp, a=np.arange(3))
+    with pytest.raises(RuntimeError), atomic_file(path) as tmp:
+        np.savez(tmp, a=np.arange(5))
+        raise RuntimeError("killed mid-write")
+    with np.load(path) as saved:
+        assert saved["a"].tolist() == [0, 1, 2]
+    assert [p.name for p in path.parent.iterdir()] == ["words.npz"]
 
 
 def test_word_vectors_equal_tokenising_each_word_alone(embedder):

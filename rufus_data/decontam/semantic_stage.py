@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +48,7 @@ from rufus_data.decontam.semantic_evidence import (
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.embedding import Embedder, load_embedder
 from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import cache_dir
+from rufus_data.paths import atomic_file, cache_dir
 from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
@@ -127,11 +126,8 @@ def eval_side(texts: list[str], model: str) -> tuple[np.ndarray, list[ItemEviden
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
             pass  # unreadable (a crashed writer, an old layout): computed again and replaced below
     found = embedder.embed(texts), EvidenceModel(texts).items(texts)
-    stored.parent.mkdir(parents=True, exist_ok=True)
-    tmp = stored.with_name(f"{stored.stem}.{os.getpid()}.tmp")  # two first runs at once: each renames its own
-    with tmp.open("wb") as f:
+    with atomic_file(stored) as tmp, tmp.open("wb") as f:
         pickle.dump(found, f, protocol=pickle.HIGHEST_PROTOCOL)
-    tmp.replace(stored)
     return found
 
 
