@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError, model_validator
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
+from rufus_data.paths import shipped_path
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.suite import load_suite
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
@@ -69,8 +70,9 @@ class PipelineConfig(StrictModel):
 
 
 def load_pipeline(path: str | Path) -> PipelineConfig:
-    """Read and validate a pipeline file: every stage config and the eval block, before anything trains."""
-    path = Path(path)
+    """Read and validate a pipeline file: every stage config and the eval block, before anything
+    trains. A shipped pipeline's relative path (`catalogs/pipelines/...`) works from any folder."""
+    path = shipped_path(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise RufusError(f"{path}: a pipeline is a mapping with `name` and `stages`")

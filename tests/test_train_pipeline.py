@@ -119,6 +119,17 @@ def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
     assert not (REPO / "runs" / "tulu3_mini").exists() or "pipeline valid" in result.output  # nothing trained
 
 
+def test_shipped_pipeline_runs_as_typed_from_any_folder(tmp_path, monkeypatch):
+    """`rufus-train pipeline catalogs/pipelines/tulu3_mini.yaml` outside the repository finds the
+    shipped file (as `rufus-data mix catalogs/sft.yaml` does); a missing file is still an error."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["pipeline", "catalogs/pipelines/tulu3_mini.yaml", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    assert dry_run_stages(result.stdout)["order"] == ["sft", "dpo", "reasoning_rl"]
+    missing = CliRunner().invoke(app, ["pipeline", "catalogs/pipelines/nope.yaml", "--dry-run"])
+    assert missing.exit_code != 0 and "catalogs/pipelines/nope.yaml does not exist" in missing.output
+
+
 def test_pipeline_defaults_go_under_every_stage_and_the_stage_wins(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({
