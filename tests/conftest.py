@@ -76,6 +76,16 @@ def builtin_model() -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_model(builtin_model) -> str:
+    """Folder of the built-in `tiny-random` (2 layers x 64, random weights, the real tokenizer and
+    chat template), built once into $RUFUS_CACHE in seconds. For tests of mechanics: guards,
+    staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`."""
+    from rufus_data.models import pull
+
+    return str(pull("tiny-random"))
+
+
+@pytest.fixture(scope="session")
 def builtin_tokenizer(builtin_model):
     from transformers import AutoTokenizer
 

@@ -58,6 +58,30 @@ def test_training_template_is_what_trl_needs(builtin_tokenizer):
     assert "<think>\ntwo plus two\n</think>\n\n4" in builtin_tokenizer.apply_chat_template(reasoning, tokenize=False)
 
 
+def test_tiny_random_is_the_builtin_in_miniature(builtin_model, tiny_model, tmp_path):
+    """tiny-random: the real tokenizer and chat template files byte for byte, the same
+    architecture at 2 layers x 64 wide, the same weights on every build (seeded), and it runs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rufus_data.models import TinyRandomModel, _build_tiny_random
+
+    base, tiny = Path(builtin_model), Path(tiny_model)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
+        assert (tiny / name).read_bytes() == (base / name).read_bytes(), name
+    config, base_config = (json.loads((f / "config.json").read_text()) for f in (tiny, base))
+    assert config["model_type"] == base_config["model_type"] and config["vocab_size"] == base_config["vocab_size"]
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 64)
+    model = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.float32)
+    assert sum(p.numel() for p in model.parameters()) < 4_000_000
+    out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, 7)
+    spec = BUILTINS["tiny-random"]
+    assert isinstance(spec, TinyRandomModel)
+    _build_tiny_random(base, tmp_path, spec)
+    assert (tmp_path / "model.safetensors").read_bytes() == (tiny / "model.safetensors").read_bytes()
+
+
 def test_resolve_references(tmp_path):
     assert resolve_model(str(tmp_path)) == str(tmp_path)
     assert resolve_model("HuggingFaceTB/SmolLM3-3B") == "HuggingFaceTB/SmolLM3-3B"
@@ -103,6 +127,7 @@ def test_models_cli_list_and_pull(builtin_model):
     assert listed.exit_code == 0
     line = next(ln for ln in listed.output.splitlines() if "smollm2-135m" in ln)
     assert "True" in line and str(builtin_model) in line
+    assert any(ln.startswith("│ tiny-random") or " tiny-random " in ln for ln in listed.output.splitlines())
     pulled = runner.invoke(app, ["models", "pull", "smollm2-135m"], env={"COLUMNS": "300"})
     assert pulled.exit_code == 0 and str(builtin_model) in pulled.output
     unknown = runner.invoke(app, ["models", "pull", "nope"])
