@@ -4,6 +4,7 @@ converted once per test session."""
 from __future__ import annotations
 
 import os
+import sys
 from itertools import islice
 from pathlib import Path
 
@@ -18,8 +19,33 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+# Under pytest-xdist (`-n 2`) each worker is one pytest process on a 2-core machine: one torch thread
+# each (and in the processes they start), or the workers' OpenMP threads fight over the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # loaded before this file (by a plugin): the variable came too late
+        sys.modules["torch"].set_num_threads(1)
+
+# Tests that use these fixtures run the real built-in model: marked `model` (see pyproject's markers).
+REAL_MODEL_FIXTURES = {"builtin_model", "builtin_tokenizer"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
+    """Markers from the fixtures a test uses: `model` for the real built-in model, `vllm` for the
+    shared vLLM server. Under `-n 2 --dist loadgroup` (pytest-xdist) a file's tests stay in one
+    worker, so its module-scoped runs happen once, and every `vllm` test goes to one worker, so one
+    server starts, not one per worker. `slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & REAL_MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+        if "vllm_server" in used:
+            item.add_marker(pytest.mark.vllm)
+        if xdist:
+            group = "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("RUFUS_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow end-to-end run: set RUFUS_SLOW=1 to include it")
@@ -76,13 +102,24 @@ def builtin_model() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(builtin_model) -> str:
+def tiny_model() -> str:
     """Folder of the built-in `tiny-random` (2 layers x 64, random weights, the real tokenizer and
     chat template), built once into $RUFUS_CACHE in seconds. For tests of mechanics: guards,
-    staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`."""
+    staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`.
+    (Building it converts smollm2-135m first, for its tokenizer; it does not depend on the
+    `builtin_model` fixture, so its tests are not marked `model`.)"""
     from rufus_data.models import pull
 
     return str(pull("tiny-random"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model):
+    """smollm2-135m's own tokenizer and chat template (tiny-random's copies, byte for byte): for
+    tests of masks, templates and token counts, which do not need the real model's weights."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture(scope="session")
