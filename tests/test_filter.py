@@ -40,7 +40,7 @@ def hf_shards(tmp_path_factory, data_root) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hf_run(hf_shards, tmp_path_factory) -> Path:
+def hf_run(hf_shards, builtin_model, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("filter-hf") / "out"
     config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
     filter_prompts([hf_shards], out, config)

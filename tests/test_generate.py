@@ -42,10 +42,10 @@ def test_bad_sampling_parameters_name_the_field():
 
 # --- hf -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def hf_generator(builtin_model):
+def hf_generator(tiny_model):
     from rufus_data.generate.hf import HFGenerator
 
-    return HFGenerator(builtin_model, model_name="smollm2-135m")
+    return HFGenerator(tiny_model, model_name="tiny-random")
 
 
 def test_hf_completions_do_not_depend_on_batch_company(hf_generator):
@@ -105,7 +105,7 @@ def test_context_check_is_skipped_when_no_server_answers():
     assert time.monotonic() - started < 10
 
 
-def test_skipped_context_check_says_why(builtin_model, capsys):
+def test_skipped_context_check_says_why(tiny_model, capsys):
     dead = f"http://127.0.0.1:{free_port()}"
     sampling = SamplingParams(max_tokens=8)
     no_tokenizer = ServerGenerator(ServerConfig(base_urls=[dead], model="served-name"))
@@ -115,7 +115,7 @@ def test_skipped_context_check_says_why(builtin_model, capsys):
     assert f"max_model_len check {status}" in printed and "GET /v1/models" not in printed
 
     no_answer = ServerGenerator(ServerConfig(base_urls=[dead], model="smollm2-135m"))
-    status = check_prompts_fit(no_answer, builtin_model, ADD, sampling)
+    status = check_prompts_fit(no_answer, tiny_model, ADD, sampling)
     assert status == f"skipped: the server did not answer GET /v1/models at {dead}"
     assert f"max_model_len check {status}" in " ".join(capsys.readouterr().err.split())
 
