@@ -32,7 +32,7 @@ from rufus_data.models import resolve_model
 from rufus_eval.runner import RunRequest, run_suite
 from rufus_train import examples
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.spawn, pytest.mark.distributed]
 _ = one_torch_thread
 REPO = Path(__file__).resolve().parents[1]
 EVAL_SETTINGS = {"limit": 2, "samples": 1, "max_tokens": 16, "backend": "hf"}

@@ -180,6 +180,7 @@ def _assert_resumed(out: Path, before_kill: list[dict], k: int) -> None:
     assert not partial_dir(out).exists()
 
 
+@pytest.mark.spawn
 def test_hf_resume_after_sigkill_ends_with_the_uninterrupted_buckets(hf_shards, hf_run, tmp_path):
     out = tmp_path / "resumed"
     args = cli_args(hf_shards, out)

@@ -37,6 +37,7 @@ def headline(tmp_path_factory, data_root, builtin_model):
     return cwd, run
 
 
+@pytest.mark.spawn  # the headline command runs in a subprocess (module fixture)
 def test_the_headline_command_filters_the_default_rl_mixture(headline):
     cwd, run = headline
     assert run.returncode == 0, run.stderr[-3000:]
@@ -70,6 +71,7 @@ def test_the_headline_command_filters_the_default_rl_mixture(headline):
     assert not partial_dir(out).exists()
 
 
+@pytest.mark.spawn
 def test_a_filter_output_points_to_its_buckets(headline):
     cwd, _run = headline
     out = cwd / "outputs" / "rl-filtered"
@@ -87,6 +89,7 @@ def test_a_filter_output_points_to_its_buckets(headline):
     assert not (cwd / "clean").exists()
 
 
+@pytest.mark.spawn
 def test_rebucketing_keeps_the_holdout(headline, tmp_path):
     cwd, _run = headline
     out = tmp_path / "band"
@@ -97,6 +100,7 @@ def test_rebucketing_keeps_the_holdout(headline, tmp_path):
     assert (out / "all_fail" / "report.md").exists()
 
 
+@pytest.mark.spawn
 def test_a_model_that_cannot_load_is_one_paragraph_before_anything_runs(tmp_path, data_root):
     env = {**os.environ, "RUFUS_DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([RUFUS_DATA, "filter", "--policy", "no-such-org/no-such-model", "--limit", "2"], check=False,

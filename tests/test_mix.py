@@ -323,6 +323,7 @@ def test_sample_catalogs_run(tmp_path):
         assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0
 
 
+@pytest.mark.spawn
 def test_the_headline_command_mixes_the_sft_catalog_from_a_fresh_folder(tmp_path, data_root):
     """`rufus-data mix catalogs/sft.yaml` as the README writes it, from a folder that is not the
     repository: the shipped catalog is found, outputs/sft is written, the table goes to stdout."""

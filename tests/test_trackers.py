@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from eval_callback_run import tiny_suite
 
 from rufus_eval.callback import CheckpointEvalCallback

@@ -159,6 +159,7 @@ def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.spawn
 def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     """The bench run: the Tulu 3 mini recipe on its own data, the greedy stage table, the merged model (opt-in)."""
     env = {**os.environ, "RUFUS_DATA_ROOT": os.environ["RUFUS_DATA_ROOT"]}
