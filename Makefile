@@ -30,8 +30,8 @@ demo: venv
 	$(BIN)/rufus-data mix catalogs/sft.yaml --overwrite
 	$(BIN)/rufus-data inspect outputs/sft
 
-# PYTEST_ARGS adds options to a run, e.g. PYTEST_ARGS="-n 2 --dist loadgroup" (pytest-xdist, the dev
-# extra; tests/conftest.py keeps each file in one worker and the vLLM tests together: one server).
+# PYTEST_ARGS adds options to a run, e.g. PYTEST_ARGS="-n 2 --dist loadfile" (pytest-xdist, the dev
+# extra: each file in one worker, one torch thread each, one vLLM server for both; tests/conftest.py).
 test: venv
 	-$(MAKE) vllm-venv
 	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)

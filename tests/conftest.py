@@ -9,6 +9,7 @@ from itertools import islice
 from pathlib import Path
 
 import pytest
+import shared_vllm
 from openai_stub import OpenAIStub
 
 from rufus_data import jsonl
@@ -33,19 +34,13 @@ REAL_MODEL_FIXTURES = {"builtin_model", "builtin_tokenizer"}
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
     """Markers from the fixtures a test uses: `model` for the real built-in model, `vllm` for the
-    shared vLLM server. Under `-n 2 --dist loadgroup` (pytest-xdist) a file's tests stay in one
-    worker, so its module-scoped runs happen once, and every `vllm` test goes to one worker, so one
-    server starts, not one per worker. `slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
-    xdist = config.pluginmanager.hasplugin("xdist")
+    shared vLLM server. `slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         if used & REAL_MODEL_FIXTURES:
             item.add_marker(pytest.mark.model)
         if "vllm_server" in used:
             item.add_marker(pytest.mark.vllm)
-        if xdist:
-            group = "vllm" if item.get_closest_marker("vllm") else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
     if os.environ.get("RUFUS_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow end-to-end run: set RUFUS_SLOW=1 to include it")
@@ -130,7 +125,7 @@ def builtin_tokenizer(builtin_model):
 
 
 @pytest.fixture(scope="session")
-def vllm_server(builtin_model):
+def vllm_server(builtin_model, tmp_path_factory):
     """ONE real vLLM CPU server for the built-in model, shared by the whole test session.
 
     Started through rufus_data.generate.launcher from REPO/.venv-vllm (`python -m
@@ -138,28 +133,20 @@ def vllm_server(builtin_model):
     ~4.6 GB RAM) and stopped by its process group when the session ends. Skipped, with the
     reason printed, only when .venv-vllm/.installed is missing (`make vllm-venv` installs it).
     Returns the launcher's VLLMServer: `.base_url` (http://127.0.0.1:PORT, without /v1),
-    `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048."""
-    from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members
-    from rufus_data.generate.vllm_command import CPU_VENV, cpu_command
+    `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048. Under
+    pytest-xdist every worker gets the same server (tests/shared_vllm.py)."""
+    from rufus_data.generate.vllm_command import CPU_VENV
 
     if not (CPU_VENV / ".installed").exists():
         reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"
         print(f"\nSKIP vllm_server: {reason}")
         pytest.skip(reason)
-    server = VLLMServer(
-        LaunchConfig(
-            model=builtin_model,
-            served_model_name="smollm2-135m",
-            command=cpu_command(),
-            cpu=True,
-            max_model_len=2048,
-            ready_timeout_s=300,
-        )
-    )
-    server.start()
-    pgid = server.pgid
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        with shared_vllm.shared_server(tmp_path_factory.getbasetemp().parent, builtin_model) as server:
+            yield server
+        return
+    server = shared_vllm.start_server(builtin_model)
     try:
         yield server
     finally:
-        server.stop()
-        assert not group_members(pgid), f"vLLM server processes left behind: {group_members(pgid)}"
+        shared_vllm.stop_server(server)
