@@ -36,7 +36,7 @@ test: venv
 	-$(MAKE) vllm-venv
 	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
 
-# The inner loop (about 3 minutes): what needs neither the real model, nor other processes, nor vLLM.
+# The inner loop: what needs neither the real model, nor other processes, nor vLLM (README: markers).
 FAST = not model and not spawn and not distributed and not vllm and not slow
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
