@@ -7,7 +7,7 @@ RUFUS_DATA_ROOT ?= $(abspath ../shared/data)
 export RUFUS_DATA_ROOT
 BIN = $(VENV)/bin
 
-.PHONY: venv vllm-venv demo test test-slow bench bench-published lint
+.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published lint
 
 $(VENV)/.installed: pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -30,9 +30,16 @@ demo: venv
 	$(BIN)/rufus-data mix catalogs/sft.yaml --overwrite
 	$(BIN)/rufus-data inspect outputs/sft
 
+# PYTEST_ARGS adds options to a run, e.g. PYTEST_ARGS="-n 2 --dist loadfile" (pytest-xdist, the dev
+# extra: each file in one worker, one torch thread each, one vLLM server for both; tests/conftest.py).
 test: venv
 	-$(MAKE) vllm-venv
-	$(BIN)/python -m pytest -q --durations=40
+	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
+
+# The inner loop: what needs neither the real model, nor other processes, nor vLLM (README: markers).
+FAST = not model and not spawn and not distributed and not vllm and not slow
+test-fast: venv
+	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 
 test-slow: venv
 	RUFUS_SLOW=1 $(BIN)/python -m pytest -q -m slow

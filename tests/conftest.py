@@ -4,10 +4,12 @@ converted once per test session."""
 from __future__ import annotations
 
 import os
+import sys
 from itertools import islice
 from pathlib import Path
 
 import pytest
+import shared_vllm
 from openai_stub import OpenAIStub
 
 from rufus_data import jsonl
@@ -18,8 +20,27 @@ REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
+# Under pytest-xdist (`-n 2`) each worker is one pytest process on a 2-core machine: one torch thread
+# each (and in the processes they start), or the workers' OpenMP threads fight over the cores.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if "torch" in sys.modules:  # loaded before this file (by a plugin): the variable came too late
+        sys.modules["torch"].set_num_threads(1)
+
+# Tests that use these fixtures run the real built-in model: marked `model` (see pyproject's markers).
+REAL_MODEL_FIXTURES = {"builtin_model", "builtin_tokenizer"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(config, items):
-    """`slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
+    """Markers from the fixtures a test uses: `model` for the real built-in model, `vllm` for the
+    shared vLLM server. `slow` tests are opt-in: RUFUS_SLOW=1 (see README)."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & REAL_MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
+        if "vllm_server" in used:
+            item.add_marker(pytest.mark.vllm)
     if os.environ.get("RUFUS_SLOW") == "1":
         return
     skip = pytest.mark.skip(reason="slow end-to-end run: set RUFUS_SLOW=1 to include it")
@@ -76,13 +97,24 @@ def builtin_model() -> str:
 
 
 @pytest.fixture(scope="session")
-def tiny_model(builtin_model) -> str:
+def tiny_model() -> str:
     """Folder of the built-in `tiny-random` (2 layers x 64, random weights, the real tokenizer and
     chat template), built once into $RUFUS_CACHE in seconds. For tests of mechanics: guards,
-    staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`."""
+    staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`.
+    (Building it converts smollm2-135m first, for its tokenizer; it does not depend on the
+    `builtin_model` fixture, so its tests are not marked `model`.)"""
     from rufus_data.models import pull
 
     return str(pull("tiny-random"))
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tiny_model):
+    """smollm2-135m's own tokenizer and chat template (tiny-random's copies, byte for byte): for
+    tests of masks, templates and token counts, which do not need the real model's weights."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model)
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +125,7 @@ def builtin_tokenizer(builtin_model):
 
 
 @pytest.fixture(scope="session")
-def vllm_server(builtin_model):
+def vllm_server(builtin_model, tmp_path_factory):
     """ONE real vLLM CPU server for the built-in model, shared by the whole test session.
 
     Started through rufus_data.generate.launcher from REPO/.venv-vllm (`python -m
@@ -101,28 +133,20 @@ def vllm_server(builtin_model):
     ~4.6 GB RAM) and stopped by its process group when the session ends. Skipped, with the
     reason printed, only when .venv-vllm/.installed is missing (`make vllm-venv` installs it).
     Returns the launcher's VLLMServer: `.base_url` (http://127.0.0.1:PORT, without /v1),
-    `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048."""
-    from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members
-    from rufus_data.generate.vllm_command import CPU_VENV, cpu_command
+    `.model` (the served name, "smollm2-135m"), `.pgid`; the max_model_len is 2048. Under
+    pytest-xdist every worker gets the same server (tests/shared_vllm.py)."""
+    from rufus_data.generate.vllm_command import CPU_VENV
 
     if not (CPU_VENV / ".installed").exists():
         reason = f"vLLM CPU build not installed ({CPU_VENV}/.installed missing): run `make vllm-venv`"
         print(f"\nSKIP vllm_server: {reason}")
         pytest.skip(reason)
-    server = VLLMServer(
-        LaunchConfig(
-            model=builtin_model,
-            served_model_name="smollm2-135m",
-            command=cpu_command(),
-            cpu=True,
-            max_model_len=2048,
-            ready_timeout_s=300,
-        )
-    )
-    server.start()
-    pgid = server.pgid
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        with shared_vllm.shared_server(tmp_path_factory.getbasetemp().parent, builtin_model) as server:
+            yield server
+        return
+    server = shared_vllm.start_server(builtin_model)
     try:
         yield server
     finally:
-        server.stop()
-        assert not group_members(pgid), f"vLLM server processes left behind: {group_members(pgid)}"
+        shared_vllm.stop_server(server)

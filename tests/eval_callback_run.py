@@ -1,4 +1,4 @@
-"""A tiny CPU SFT run (TRL SFTTrainer, LoRA r=4 on the built-in model) with the checkpoint-eval
+"""A tiny CPU SFT run (TRL SFTTrainer, LoRA r=4 on the model it is given) with the checkpoint-eval
 callback attached; used in-process by tests/test_eval_callback.py and as a script for the runs
 that need their own process (an exception that ends the process; 2 ranks under torchrun + gloo).
 

@@ -43,6 +43,7 @@ def shards(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.mark.spawn
 def test_sql_writes_csv_and_json_rows_to_stdout(shards):
     query = "SELECT id, num_tokens, messages[1].content AS question, messages FROM shards ORDER BY id"
     as_csv = run("rufus-data", "sql", str(shards), query, "--format", "csv")
@@ -59,6 +60,7 @@ def test_sql_writes_csv_and_json_rows_to_stdout(shards):
     assert records[0]["question"] == f"q0 {LONG}" and records[0]["messages"][0]["role"] == "user"
 
 
+@pytest.mark.spawn
 def test_sql_table_into_a_pipe_keeps_every_value_whole(shards):
     table = run("rufus-data", "sql", str(shards), "SELECT id, messages[1].content AS q FROM shards ORDER BY id")
     assert table.returncode == 0 and table.stderr == "", table.stderr
@@ -67,6 +69,7 @@ def test_sql_table_into_a_pipe_keeps_every_value_whole(shards):
     assert bad.returncode == 2 and bad.stdout == "" and "--format 'xml' is not one of table, csv, json" in bad.stderr
 
 
+@pytest.mark.spawn
 def test_inspect_results_on_stdout_errors_on_stderr(shards, tmp_path):
     found = run("rufus-data", "inspect", str(shards))
     assert found.returncode == 0, found.stderr
@@ -77,6 +80,7 @@ def test_inspect_results_on_stdout_errors_on_stderr(shards, tmp_path):
     assert "Traceback" not in missing.stderr
 
 
+@pytest.mark.spawn
 def test_plan_and_stages_tables_are_results(tmp_path):
     planned = run("rufus-train", "plan", "--params", "3e9", "--tokens", "1.1e13", "--days", "24")
     assert planned.returncode == 0, planned.stderr
@@ -136,6 +140,7 @@ def test_a_command_line_typo_is_named_as_the_command_lines(tmp_path):
     assert "sft.yaml" not in said  # the file did not have the typo
 
 
+@pytest.mark.spawn
 def test_decontam_without_out_says_it_is_required(shards, tmp_path):
     result = run("rufus-data", "decontam", str(shards), "--against", "gsm8k")
     assert result.returncode == 2 and result.stdout == ""

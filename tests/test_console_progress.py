@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_filter import RUFUS_DATA
 
 from rufus_data.console import ProgressLines, progress_line
@@ -22,6 +23,7 @@ def run_mix(tmp_path, seconds: str, out: str) -> subprocess.CompletedProcess:
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.spawn
 def test_a_long_job_without_a_terminal_prints_progress_lines(tmp_path):
     every = run_mix(tmp_path, "0", "every")
     assert every.returncode == 0, every.stderr[-2000:]

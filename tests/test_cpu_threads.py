@@ -54,6 +54,7 @@ def test_nothing_is_set_where_a_gpu_is_visible(monkeypatch, tmp_path):
 
 
 @pytest.mark.parametrize("cli", CLIS)
+@pytest.mark.spawn
 def test_each_cli_sets_them_at_start_before_torch_loads(cli):
     """Importing a CLI module loads no torch (the defaults must be in the environment before it),
     and running the program sets them; the user's own values win."""

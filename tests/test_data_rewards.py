@@ -138,6 +138,7 @@ def test_rl_stages_take_the_datas_rewards_when_they_name_none(tmp_path):
     assert config.rewards[1]["name"] == "overlong_penalty" and config.reward_weights() == [1.0, 1.0]
 
 
+@pytest.mark.spawn
 def test_the_cli_loads_nothing_heavy_at_start():
     """`rufus-data --help` and the light commands build the filter/pairs options from their config
     models without arrow, an HTTP client or a model library."""

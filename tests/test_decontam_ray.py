@@ -10,6 +10,7 @@ from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.shards import write_shards
 
 
+@pytest.mark.spawn
 def test_ray_engine_finds_what_local_finds(data_root, tmp_path):
     ray = pytest.importorskip("ray", reason="the `ray` extra is not installed")
     train = read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=400)

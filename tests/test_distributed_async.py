@@ -78,7 +78,7 @@ def test_every_async_stage_key_and_sync_only_setting_is_accounted_for():
         async_checks.validate_async_args(config, environ={})
 
 
-def test_reward_weights_reach_the_async_sum(builtin_tokenizer):
+def test_reward_weights_reach_the_async_sum(tiny_tokenizer):
     config = async_stage("reasoning_rl", rewards=[
         {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output", "weight": 0.5},
     ])
@@ -105,14 +105,14 @@ def test_reward_model_weight_without_a_reward_model_is_refused():
         async_stage("rlhf", reward_model_weight=0.5)
 
 
-def test_token_budget_must_hold_the_longest_prompt_plus_the_completion(openai_stub, builtin_tokenizer, tmp_path):
+def test_token_budget_must_hold_the_longest_prompt_plus_the_completion(openai_stub, tiny_tokenizer, tmp_path):
     server = openai_stub(models=["tiny"], max_model_len=4096).base_url
     rows = pa.table({"prompt": ["What is 2 + 2? " * 20, "Hi"], "expected_output": ["4", "0"]})
     config = async_stage("reasoning_rl", vllm_server=server, token_budget=100, max_completion_length=64,
                          output_dir=str(tmp_path))
     with pytest.raises(RufusError, match=r"token_budget \(100\) is below the longest prompt \(\d+ tokens\) plus "
                                          r"max_completion_length \(64\)"):
-        get_stage("reasoning_rl").build_dataset(config, rows, builtin_tokenizer)
+        get_stage("reasoning_rl").build_dataset(config, rows, tiny_tokenizer)
     fits = async_stage("reasoning_rl", vllm_server=server, token_budget=2048, max_completion_length=64,
                        output_dir=str(tmp_path))
-    assert len(get_stage("reasoning_rl").build_dataset(fits, rows, builtin_tokenizer)) == 2
+    assert len(get_stage("reasoning_rl").build_dataset(fits, rows, tiny_tokenizer)) == 2

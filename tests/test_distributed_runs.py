@@ -2,14 +2,15 @@
 - a 2-process SFT run and a 2-process synchronous GRPO run, launched by
   `rufus-train stage NAME --num_processes 2 --accelerate_config ddp` (Rufus starts accelerate);
 - FSDP2: accelerate runs FSDP only on GPUs (on CPU it trains plain DDP, so Rufus refuses that
-  launch), so a torchrun script shards the built-in model with `fully_shard` and saves a
+  launch), so a torchrun script shards the model with `fully_shard` and saves a
   SHARDED_STATE_DICT checkpoint with accelerate's own writer (tests/fsdp2_callback_run.py).
 Each: the baseline (the starting model's folder) and every staged checkpoint are evaluated by
 rank 0 only, their suite outputs (scores and every generated text) equal a single-process
 evaluation of the same weights, the staging is gone afterwards, and nothing hangs (timeouts).
-Tiny settings: the built-in model, a one-task suite of two prompts, 16 tokens. In CI: the 2-step
-SFT and GRPO runs under DDP and the FSDP2 run; the 4-step GRPO run (two more evaluations, with the
-baseline compared to a separate evaluation of the built-in model) is opt-in (slow)."""
+Tiny settings: the built-in tiny-random (the mechanics do not need a trained model), a one-task
+suite of two prompts, 16 tokens. In CI: the 2-step SFT and GRPO runs under DDP and the FSDP2 run;
+the 4-step GRPO run (two more evaluations, with the baseline compared to a separate evaluation of
+the starting model) is opt-in (slow)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from rufus_data.models import resolve_model
 from rufus_eval.runner import RunRequest, run_suite
 from rufus_train import examples
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.spawn, pytest.mark.distributed]
 _ = one_torch_thread
 REPO = Path(__file__).resolve().parents[1]
 EVAL_SETTINGS = {"limit": 2, "samples": 1, "max_tokens": 16, "backend": "hf"}
@@ -72,7 +73,8 @@ def evaluation_jobs(out: Path) -> list[dict]:
 
 
 def run_stage_in_two_processes(stage: str, steps: int, suite: str, args: list[str]) -> None:
-    argv = [sys.executable, "-m", "rufus_train.cli", "stage", stage, "--num_processes", "2", "--accelerate_config", "ddp",
+    argv = [sys.executable, "-m", "rufus_train.cli", "stage", stage, "--model", "tiny-random", "--num_processes", "2",
+            "--accelerate_config", "ddp",
             "--max_steps", str(steps), "--save_steps", "2", "--logging_steps", "1", "--no-gradient_checkpointing", *args,
             *stage_eval_args(suite)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1500, cwd=REPO, env=ONE_THREAD, check=False)
@@ -80,11 +82,11 @@ def run_stage_in_two_processes(stage: str, steps: int, suite: str, args: list[st
 
 
 @pytest.fixture(scope="module")
-def builtin_outputs(builtin_model, suite, tmp_path_factory) -> dict:
-    return outputs(single_process_eval(builtin_model, tmp_path_factory.mktemp("builtin") / "eval", suite))
+def starting_outputs(tiny_model, suite, tmp_path_factory) -> dict:
+    return outputs(single_process_eval(tiny_model, tmp_path_factory.mktemp("starting") / "eval", suite))
 
 
-def check_two_process_run(out: Path, last: int, suite: str, tmp_path: Path, builtin_outputs: dict | None = None) -> None:
+def check_two_process_run(out: Path, last: int, suite: str, tmp_path: Path, starting_outputs: dict | None = None) -> None:
     checkpoint = out / f"checkpoint-{last}"
     assert (checkpoint / "rng_state_0.pth").exists() and (checkpoint / "rng_state_1.pth").exists()  # one 2-rank run
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -94,17 +96,17 @@ def check_two_process_run(out: Path, last: int, suite: str, tmp_path: Path, buil
     assert all(job["rank"] == 0 for job in jobs)
     evaluated = [job["step"] for job in jobs]
     assert evaluated[0] == 0 and evaluated[-1] == last and set(evaluated) <= set(range(0, last + 1, 2))
-    assert jobs[0]["model"] in ("smollm2-135m", str(resolve_model("smollm2-135m")))  # the starting model itself
+    assert jobs[0]["model"] in ("tiny-random", str(resolve_model("tiny-random")))  # the starting model itself
     assert (out / "eval_logs" / "step-0" / "results.json").exists()
-    if builtin_outputs is not None:
-        assert outputs(out / "eval_logs" / "step-0") == builtin_outputs
+    if starting_outputs is not None:
+        assert outputs(out / "eval_logs" / "step-0") == starting_outputs
     assert outputs(out / "eval_logs" / f"step-{last}") == outputs(single_process_eval(checkpoint, tmp_path / "single", suite))
     staged = [json.loads(line) for line in (out / "eval_logs" / "staging.jsonl").read_text().splitlines()]
     assert [u["step"] for u in staged] == evaluated[1:] and all(u["removed"] for u in staged)
     assert not any((out / "_eval_staging").iterdir())  # every staged copy went once it was evaluated
 
 
-def test_sft_in_two_processes_with_checkpoint_evaluation(data_root, suite, tmp_path):
+def test_sft_in_two_processes_with_checkpoint_evaluation(data_root, suite, tiny_model, tmp_path):
     shards = examples.gsm8k_sft(data_root, tmp_path / "sft", limit=4, max_chars=200)
     out = tmp_path / "run"
     run_stage_in_two_processes("sft", 2, suite, ["--data", str(shards), "--output_dir", str(out), "--per_device_train_batch_size",
@@ -113,19 +115,19 @@ def test_sft_in_two_processes_with_checkpoint_evaluation(data_root, suite, tmp_p
 
 
 @pytest.mark.parametrize("steps", [2, pytest.param(4, marks=pytest.mark.slow)])
-def test_sync_grpo_in_two_processes_with_checkpoint_evaluation(steps, suite, tmp_path, request):
+def test_sync_grpo_in_two_processes_with_checkpoint_evaluation(steps, suite, tiny_model, tmp_path, request):
     shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(8))
     out = tmp_path / "run"
     run_stage_in_two_processes("reasoning_rl", steps, suite, [
         "--data", str(shards), "--output_dir", str(out), "--per_device_train_batch_size", "2", "--num_generations", "2",
         "--max_completion_length", "16"])
-    builtin = request.getfixturevalue("builtin_outputs") if steps == 4 else None  # slow: one more evaluation
-    check_two_process_run(out, steps, suite, tmp_path, builtin)
+    starting = request.getfixturevalue("starting_outputs") if steps == 4 else None  # slow: one more evaluation
+    check_two_process_run(out, steps, suite, tmp_path, starting)
 
 
-def test_fsdp2_sharded_checkpoint_is_consolidated_and_evaluated_on_rank_zero(builtin_model, suite, tmp_path):
+def test_fsdp2_sharded_checkpoint_is_consolidated_and_evaluated_on_rank_zero(tiny_model, suite, tmp_path):
     out, reference = tmp_path / "run", tmp_path / "reference"
-    spec = {"model": builtin_model, "out": str(out), "reference": str(reference),
+    spec = {"model": tiny_model, "out": str(out), "reference": str(reference),
             "eval": {"eval_on_checkpoint": True, "keep_staging": True, "suite": suite, **EVAL_SETTINGS}}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -134,7 +136,7 @@ def test_fsdp2_sharded_checkpoint_is_consolidated_and_evaluated_on_rank_zero(bui
     assert proc.returncode == 0, proc.stderr[-4000:]
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[1]["jobs"] == [] and [(j["step"], j["rank"]) for j in ranks[0]["jobs"]] == [(0, 0), (1, 0)]
-    assert ranks[0]["jobs"][0]["model"] == builtin_model  # the baseline: the starting folder, nothing gathered
+    assert ranks[0]["jobs"][0]["model"] == tiny_model  # the baseline: the starting folder, nothing gathered
     assert (out / "eval_logs" / "step-0" / "results.json").exists()
     assert {"__0_0.distcp", "__1_0.distcp"} <= set(ranks[0]["shard_files"])  # both ranks wrote their shards
     staged = out / "_eval_staging" / "checkpoint-1"

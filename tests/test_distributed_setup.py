@@ -71,6 +71,8 @@ Path(sys.argv[1], f"rank{os.environ['RANK']}.json").write_text(json.dumps(dict(o
 """
 
 
+@pytest.mark.spawn
+@pytest.mark.distributed
 def test_launch_line_and_the_environment_that_reaches_every_process(tmp_path):
     """The accelerate line `rufus-train stage` runs, then that line itself with a stand-in for the
     training module: each launched process reports its environment."""
@@ -154,6 +156,7 @@ def stub_interpreter(folder: Path) -> Path:
     return stub
 
 
+@pytest.mark.spawn
 def test_serve_for_a_stage_starts_the_server_on_its_gpus(tmp_path):
     """`rufus-train serve --stage`: the process it starts (a stand-in interpreter) gets the stage's
     devices.server as CUDA_VISIBLE_DEVICES, the recipe's context and the stage's port and LoRA rank."""

@@ -70,6 +70,7 @@ def test_spans_are_the_embeddings_of_their_words(embedder):
     assert np.allclose(spans, joined, atol=1e-5)
 
 
+@pytest.mark.spawn
 def test_loading_the_embedder_leaves_logging_alone():
     """wordllama calls logging.basicConfig(level=INFO) on import; the embedder reads the wheel's
     files without importing it, so a fresh process's logging stays as it was."""

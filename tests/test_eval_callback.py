@@ -1,4 +1,4 @@
-"""The checkpoint-eval callback in short CPU SFT runs (TRL SFTTrainer, LoRA r=4, built-in model),
+"""The checkpoint-eval callback in short CPU SFT runs (TRL SFTTrainer, LoRA r=4, tiny-random),
 evaluating with the hf backend in a separate process: step-0 baseline, hard-link staging that
 survives save_total_limit rotation, skip-while-busy, metrics on the eval/step axis, no process
 left after an exception, eval_devices errors and warnings, and rank 0 alone acting under 2 ranks."""
@@ -57,12 +57,13 @@ class RecordBusyAtSave(TrainerCallback):
         self.busy_at_save[state.global_step] = self.evaluator.busy()
 
 
-def test_sft_run_baseline_staging_rotation_busy_skip_and_eval_axis(tmp_path, builtin_model, data_root):
+@pytest.mark.spawn
+def test_sft_run_baseline_staging_rotation_busy_skip_and_eval_axis(tmp_path, tiny_model, data_root):
     suite = tiny_suite(tmp_path / "suite")
     out = tmp_path / "run"
     inodes = RecordInodes()
     # keep_staging: the staged copies are inspected after the run (by default they go once evaluated)
-    trainer, evaluator = build_trainer(builtin_model, out, eval_config(suite, keep_staging=True), max_steps=3,
+    trainer, evaluator = build_trainer(tiny_model, out, eval_config(suite, keep_staging=True), max_steps=3,
                                        save_total_limit=1)
     trainer.add_callback(WaitForBaseline(evaluator))
     trainer.add_callback(inodes)
@@ -107,11 +108,12 @@ def test_sft_run_baseline_staging_rotation_busy_skip_and_eval_axis(tmp_path, bui
     assert all(group_members(job["pgid"]) == [] for job in evaluator.jobs)
 
 
-def test_no_evaluation_process_left_after_an_exception(tmp_path, builtin_model, data_root):
+@pytest.mark.spawn
+def test_no_evaluation_process_left_after_an_exception(tmp_path, tiny_model, data_root):
     """Training dies at step 1 while the baseline evaluation runs: the evaluation's process
     group is stopped (atexit hook) and the run's exception still reaches the caller."""
     suite = tiny_suite(tmp_path / "suite")
-    spec = {"model": builtin_model, "out": str(tmp_path / "run"), "raise_at": 1, "max_steps": 3,
+    spec = {"model": tiny_model, "out": str(tmp_path / "run"), "raise_at": 1, "max_steps": 3,
             "eval": eval_config(suite, max_tokens=64, samples=4)}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "eval_callback_run.py"), str(tmp_path / "spec.json")],
@@ -123,9 +125,11 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, builtin_model, 
     assert group_members(job["pgid"]) == []
 
 
-def test_rank_zero_alone_evaluates_under_two_gloo_ranks(tmp_path, builtin_model, data_root):
+@pytest.mark.spawn
+@pytest.mark.distributed
+def test_rank_zero_alone_evaluates_under_two_gloo_ranks(tmp_path, tiny_model, data_root):
     suite = tiny_suite(tmp_path / "suite")
-    spec = {"model": builtin_model, "out": str(tmp_path / "run"), "max_steps": 1,
+    spec = {"model": tiny_model, "out": str(tmp_path / "run"), "max_steps": 1,
             "eval": eval_config(suite, eval_baseline=False)}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -233,18 +237,18 @@ def train_state(step: int, stop: bool = False):
             SimpleNamespace(should_training_stop=stop))
 
 
-def test_baseline_is_the_starting_model_folder_and_a_resumed_run_has_none(tmp_path, monkeypatch, builtin_model):
+def test_baseline_is_the_starting_model_folder_and_a_resumed_run_has_none(tmp_path, monkeypatch, tiny_model):
     """Nothing is saved for the baseline (under FSDP or ZeRO-3 rank 0 holds only shards): the
     starting model's folder is evaluated as step 0. A resumed run evaluates nothing at its start."""
     args = SimpleNamespace(output_dir=str(tmp_path / "run"), report_to=[])
-    model = SimpleNamespace(name_or_path=builtin_model)  # what from_pretrained leaves on a model
+    model = SimpleNamespace(name_or_path=tiny_model)  # what from_pretrained leaves on a model
     evaluator = quick_evaluator(tmp_path, monkeypatch)
     evaluator.on_train_begin(args, *train_state(0), model=model)
     assert evaluator.wait(30)
-    assert [(j["step"], j["model"]) for j in evaluator.jobs] == [(0, builtin_model)]
+    assert [(j["step"], j["model"]) for j in evaluator.jobs] == [(0, tiny_model)]
     assert not (tmp_path / "run" / STAGING).exists()
 
-    resumed = quick_evaluator(tmp_path, monkeypatch, starting_model="smollm2-135m")
+    resumed = quick_evaluator(tmp_path, monkeypatch, starting_model="tiny-random")
     resumed.on_train_begin(args, *train_state(4), model=model)
     assert resumed.jobs == []  # no "step 0" of the resumed weights
     save_checkpoint(tmp_path / "run", 6)
@@ -288,10 +292,10 @@ def test_last_checkpoint_waits_for_the_running_evaluation(tmp_path, monkeypatch)
 
 
 @pytest.fixture(scope="module")
-def small_model(builtin_model):
+def small_model(tiny_model):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(builtin_model, dtype=torch.float32)
+    return AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
 
 
 def save_sharded_like_accelerate(state_dict: dict, checkpoint: Path) -> None:
@@ -307,7 +311,7 @@ def save_sharded_like_accelerate(state_dict: dict, checkpoint: Path) -> None:
     (checkpoint / "optimizer_0").mkdir()
 
 
-def test_fsdp_sharded_checkpoint_is_staged_and_consolidated(tmp_path, small_model, builtin_tokenizer):
+def test_fsdp_sharded_checkpoint_is_staged_and_consolidated(tmp_path, small_model, tiny_tokenizer):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
@@ -318,7 +322,7 @@ def test_fsdp_sharded_checkpoint_is_staged_and_consolidated(tmp_path, small_mode
     staged = tmp_path / "run" / STAGING / "checkpoint-3"
     stage_checkpoint(checkpoint, staged)
     assert sorted(p.name for p in staged.iterdir()) == ["pytorch_model_fsdp_0"]  # the shards, linked; no optimizer
-    write_model_files(staged, small_model, builtin_tokenizer)
+    write_model_files(staged, small_model, tiny_tokenizer)
     evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
     argv, _ = evaluator.eval_command(tmp_path / "run", 3, staged)
     assert argv[:5] == [sys.executable, "-m", "rufus_eval.staging", str(staged), "--"]  # consolidated first
@@ -330,10 +334,10 @@ def test_fsdp_sharded_checkpoint_is_staged_and_consolidated(tmp_path, small_mode
     assert set(weights) == set(original)
     assert all(torch.equal(weights[k], original[k]) for k in original)
     loaded = AutoModelForCausalLM.from_pretrained(staged)  # config.json from the live model
-    assert torch.equal(loaded.model.layers[3].mlp.up_proj.weight, small_model.model.layers[3].mlp.up_proj.weight)
+    assert torch.equal(loaded.model.layers[1].mlp.up_proj.weight, small_model.model.layers[1].mlp.up_proj.weight)
 
 
-def test_fsdp_sharded_lora_checkpoint_becomes_an_adapter(tmp_path, small_model, builtin_model):
+def test_fsdp_sharded_lora_checkpoint_becomes_an_adapter(tmp_path, small_model, tiny_model):
     import copy
 
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
@@ -349,8 +353,8 @@ def test_fsdp_sharded_lora_checkpoint_becomes_an_adapter(tmp_path, small_model, 
     save_sharded_like_accelerate(peft_model.state_dict(), checkpoint)
     staged = tmp_path / "staged"
     stage_checkpoint(checkpoint, staged)
-    write_model_files(staged, peft_model, None, base_model=builtin_model)
-    assert json.loads((staged / "adapter_config.json").read_text())["base_model_name_or_path"] == builtin_model
+    write_model_files(staged, peft_model, None, base_model=tiny_model)
+    assert json.loads((staged / "adapter_config.json").read_text())["base_model_name_or_path"] == tiny_model
     consolidate(staged)
     adapter = load_file(staged / "adapter_model.safetensors")
     expected = get_peft_model_state_dict(peft_model)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import duckdb
+import pytest
 
 from rufus_eval.suite import load_suite
 
@@ -18,6 +19,7 @@ from rufus_eval.suite import load_suite
 RUN_OFFLINE = {"aime25", "ifeval", "bfcl_simple_python", "bfcl_multiple", "gsm_plus"}
 
 
+@pytest.mark.spawn
 def test_smollm3_suite_headline_command_offline(tmp_path, data_root, builtin_model):
     cli = Path(sys.executable).with_name("rufus-eval")
     env = {**os.environ, "RUFUS_DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1"}

@@ -123,11 +123,11 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_root, builtin_model):
+def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_root, tiny_model):
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     out = tmp_path / "run"
     with pytest.raises(RufusError) as err:
-        run_suite(RunRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=builtin_model, limit=DOCS, out=out,
+        run_suite(RunRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=tiny_model, limit=DOCS, out=out,
                              db_path=tmp_path / "runs.duckdb"))
     message = str(err.value)
     assert "suite judged, task judged" in message and f"{url} is not reachable" in message

@@ -56,13 +56,13 @@ def write_suite(folder: Path, text: str = MIXED) -> Path:
 
 
 @pytest.fixture(scope="module")
-def mixed_run(tmp_path_factory, data_root, builtin_model):
-    """One real run (hf, the built-in model) of a suite whose second task's data is not here (offline)."""
+def mixed_run(tmp_path_factory, data_root, tiny_model):
+    """One real run (hf, the built-in tiny-random) of a suite whose second task's data is not here (offline)."""
     work = tmp_path_factory.mktemp("runs")
     suite = write_suite(work)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        res = CliRunner().invoke(app, ["suite", str(suite), "--ckpt", "smollm2-135m", "--out", str(work / "base"),
+        res = CliRunner().invoke(app, ["suite", str(suite), "--ckpt", "tiny-random", "--out", str(work / "base"),
                                        "--db", str(work / "runs.duckdb")])
     return work, res
 

@@ -1,6 +1,7 @@
-"""rufus-eval suites end to end with the built-in model: the quick suite on the hf backend and
-against the real vLLM CPU server, avg@k recomputed from lm-eval's own samples file, k distinct
-samples, reasoning stripping, the results store and compare."""
+"""rufus-eval suites end to end: the quick suite on the hf backend (tiny-random: the runner's
+mechanics) and against the real vLLM CPU server, avg@k recomputed from lm-eval's own samples file
+(the built-in model, which follows the instructions some of the time), k distinct samples,
+reasoning stripping, the results store and compare."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def work(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def quick_hf(work, data_root, builtin_model):
-    req = RunRequest(suite="quick", checkpoint=builtin_model, backend=BackendConfig(backend="hf"), limit=1,
+def quick_hf(work, data_root, tiny_model):
+    req = RunRequest(suite="quick", checkpoint=tiny_model, backend=BackendConfig(backend="hf"), limit=1,
                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf",
                      db_path=work / "runs.duckdb")
     return run_suite(req)

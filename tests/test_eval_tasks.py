@@ -175,19 +175,19 @@ def test_the_shipped_vibe_prompts_load():
     assert len(prompts) >= 3 and any(p.system for p in prompts) and any(p.system is None for p in prompts)
 
 
-def test_vibe_answers_side_by_side(tmp_path, builtin_model):
+def test_vibe_answers_side_by_side(tmp_path, tiny_model):
     from rufus_eval.vibe import run_vibe
 
     prompts = tmp_path / "prompts.yaml"
     prompts.write_text("- What is 12 * 3?\n- {system: You are a pirate., user: Say hello.}\n")
-    answers = run_vibe(prompts, ["smollm2-135m", builtin_model], max_tokens=8, out=tmp_path / "vibe.md")
+    answers = run_vibe(prompts, ["tiny-random", tiny_model], max_tokens=8, out=tmp_path / "vibe.md")
     assert [len(a) for a in answers.values()] == [2, 2]
-    assert answers["smollm2-135m"] == answers[builtin_model]  # greedy: the same model answers the same
+    assert answers["tiny-random"] == answers[tiny_model]  # greedy: the same model answers the same
     assert "You are a pirate" not in (tmp_path / "vibe.md").read_text() and "Say hello." in (tmp_path / "vibe.md").read_text()
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {usr: hi}\n")
     with pytest.raises(RufusError, match="prompt 0"):
-        run_vibe(bad, [builtin_model])
+        run_vibe(bad, [tiny_model])
 
 
 def test_livecodebench_from_a_local_jsonl_runs_stdin_stdout_cases(tmp_path, monkeypatch):

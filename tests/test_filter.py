@@ -1,5 +1,6 @@
 """`rufus-data filter` on real prompts with the built-in model: hf backend, a real vLLM CPU
-server, re-bucketing from rollouts, and resumption after SIGKILL."""
+server, re-bucketing from rollouts, and resumption after SIGKILL (on tiny-random: the journal's
+bookkeeping does not depend on the answers)."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ RUFUS_DATA = str(Path(sys.executable).parent / "rufus-data")
 HF_SETTINGS = {"k": 4, "max_tokens": 16, "temperature": 0.7, "seed": 0}
 
 
-def cli_args(shards: Path, out: Path, backend: str = "hf", extra: tuple = ()) -> list[str]:
+def cli_args(shards: Path, out: Path, backend: str = "hf", extra: tuple = (), policy: str = "smollm2-135m") -> list[str]:
     return [
-        "filter", str(shards), "--out", str(out), "--policy", "smollm2-135m", "--reward", json.dumps(NUMBER_REWARD),
+        "filter", str(shards), "--out", str(out), "--policy", policy, "--reward", json.dumps(NUMBER_REWARD),
         "--k", "4", "--max-tokens", "16", "--temperature", "0.7", "--seed", "0", "--backend", backend, *extra,
     ]
 
@@ -40,9 +41,18 @@ def hf_shards(tmp_path_factory, data_root) -> Path:
 
 
 @pytest.fixture(scope="module")
-def hf_run(hf_shards, tmp_path_factory) -> Path:
+def hf_run(hf_shards, builtin_model, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("filter-hf") / "out"
     config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
+    filter_prompts([hf_shards], out, config)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_run(hf_shards, tiny_model, tmp_path_factory) -> Path:
+    """hf_run's filter on tiny-random: what a resumed run of it must end with."""
+    out = tmp_path_factory.mktemp("filter-tiny") / "out"
+    config = FilterConfig(policy="tiny-random", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
     filter_prompts([hf_shards], out, config)
     return out
 
@@ -180,17 +190,18 @@ def _assert_resumed(out: Path, before_kill: list[dict], k: int) -> None:
     assert not partial_dir(out).exists()
 
 
-def test_hf_resume_after_sigkill_ends_with_the_uninterrupted_buckets(hf_shards, hf_run, tmp_path):
+@pytest.mark.spawn
+def test_hf_resume_after_sigkill_ends_with_the_uninterrupted_buckets(hf_shards, tiny_run, tmp_path):
     out = tmp_path / "resumed"
-    args = cli_args(hf_shards, out)
+    args = cli_args(hf_shards, out, policy="tiny-random")
     before_kill = _kill_midway(args, out, at_least=3)
     assert 3 <= len(before_kill) < 10
     done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     _assert_resumed(out, before_kill, k=4)
-    assert bucket_ids(out) == bucket_ids(hf_run)
+    assert bucket_ids(out) == bucket_ids(tiny_run)
     ours = pq.read_table(out / "rollouts.parquet").select(["prompt_id", "completion", "reward"])
-    assert ours.equals(pq.read_table(hf_run / "rollouts.parquet").select(["prompt_id", "completion", "reward"]))
+    assert ours.equals(pq.read_table(tiny_run / "rollouts.parquet").select(["prompt_id", "completion", "reward"]))
 
 
 # --- through a real vLLM CPU server ------------------------------------------------------------

@@ -28,7 +28,7 @@ HEADLINE = ["filter", "--policy", "smollm2-135m", "--limit", "6", "--k", "2", "-
 
 
 @pytest.fixture(scope="module")
-def headline(tmp_path_factory, data_root):
+def headline(tmp_path_factory, data_root, builtin_model):
     """`rufus-data filter --policy smollm2-135m` (bounded by --limit/--k/--max-tokens) in an empty
     working folder, stderr a pipe (no terminal), progress lines every 0 s."""
     cwd = tmp_path_factory.mktemp("fresh-checkout")
@@ -37,6 +37,7 @@ def headline(tmp_path_factory, data_root):
     return cwd, run
 
 
+@pytest.mark.spawn  # the headline command runs in a subprocess (module fixture)
 def test_the_headline_command_filters_the_default_rl_mixture(headline):
     cwd, run = headline
     assert run.returncode == 0, run.stderr[-3000:]
@@ -70,6 +71,7 @@ def test_the_headline_command_filters_the_default_rl_mixture(headline):
     assert not partial_dir(out).exists()
 
 
+@pytest.mark.spawn
 def test_a_filter_output_points_to_its_buckets(headline):
     cwd, _run = headline
     out = cwd / "outputs" / "rl-filtered"
@@ -87,6 +89,7 @@ def test_a_filter_output_points_to_its_buckets(headline):
     assert not (cwd / "clean").exists()
 
 
+@pytest.mark.spawn
 def test_rebucketing_keeps_the_holdout(headline, tmp_path):
     cwd, _run = headline
     out = tmp_path / "band"
@@ -97,6 +100,7 @@ def test_rebucketing_keeps_the_holdout(headline, tmp_path):
     assert (out / "all_fail" / "report.md").exists()
 
 
+@pytest.mark.spawn
 def test_a_model_that_cannot_load_is_one_paragraph_before_anything_runs(tmp_path, data_root):
     env = {**os.environ, "RUFUS_DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1"}
     run = subprocess.run([RUFUS_DATA, "filter", "--policy", "no-such-org/no-such-model", "--limit", "2"], check=False,
@@ -127,12 +131,12 @@ def judge(openai_stub):
     return stub, {"name": "llm_judge", "base_url": stub.v1_url, "reference_column": "expected_output"}
 
 
-def test_filter_scores_with_the_llm_judge_and_the_overlong_penalty(judge, tmp_path):
+def test_filter_scores_with_the_llm_judge_and_the_overlong_penalty(judge, tmp_path, tiny_model):
     stub, judge_spec = judge
     overlong = {"name": "overlong_penalty", "max_length": 12, "cache": 6}
     shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4))
     gold = {r["id"]: r["expected_output"] for r in arithmetic_rows(4)}
-    config = FilterConfig(policy="smollm2-135m", reward=[judge_spec, overlong], k=2, max_tokens=12, temperature=0.7)
+    config = FilterConfig(policy="tiny-random", reward=[judge_spec, overlong], k=2, max_tokens=12, temperature=0.7)
     summary = filter_prompts([shards], tmp_path / "out", config)
     assert summary["completions"] == 8 and len(stub.requests) == 8  # one judge request per completion
     for completion in pq.read_table(tmp_path / "out" / "rollouts.parquet").to_pylist():

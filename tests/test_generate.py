@@ -42,10 +42,10 @@ def test_bad_sampling_parameters_name_the_field():
 
 # --- hf -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def hf_generator(builtin_model):
+def hf_generator(tiny_model):
     from rufus_data.generate.hf import HFGenerator
 
-    return HFGenerator(builtin_model, model_name="smollm2-135m")
+    return HFGenerator(tiny_model, model_name="tiny-random")
 
 
 def test_hf_completions_do_not_depend_on_batch_company(hf_generator):
@@ -105,7 +105,7 @@ def test_context_check_is_skipped_when_no_server_answers():
     assert time.monotonic() - started < 10
 
 
-def test_skipped_context_check_says_why(builtin_model, capsys):
+def test_skipped_context_check_says_why(tiny_model, capsys):
     dead = f"http://127.0.0.1:{free_port()}"
     sampling = SamplingParams(max_tokens=8)
     no_tokenizer = ServerGenerator(ServerConfig(base_urls=[dead], model="served-name"))
@@ -115,7 +115,7 @@ def test_skipped_context_check_says_why(builtin_model, capsys):
     assert f"max_model_len check {status}" in printed and "GET /v1/models" not in printed
 
     no_answer = ServerGenerator(ServerConfig(base_urls=[dead], model="smollm2-135m"))
-    status = check_prompts_fit(no_answer, builtin_model, ADD, sampling)
+    status = check_prompts_fit(no_answer, tiny_model, ADD, sampling)
     assert status == f"skipped: the server did not answer GET /v1/models at {dead}"
     assert f"max_model_len check {status}" in " ".join(capsys.readouterr().err.split())
 
@@ -260,6 +260,7 @@ def _gone(pgid: int, within_s: float = 10.0) -> bool:
     return True
 
 
+@pytest.mark.spawn
 def test_launcher_stops_the_whole_group_when_the_block_fails(stand_in):
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
     with pytest.raises(ValueError), launch(stand_in(devices="3")) as server:
@@ -275,6 +276,7 @@ def test_launcher_stops_the_whole_group_when_the_block_fails(stand_in):
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == before  # this process did not
 
 
+@pytest.mark.spawn
 def test_launcher_gives_up_on_a_server_that_never_gets_ready(stand_in):
     server = VLLMServer(stand_in(mode="hang", timeout=2.0))
     with pytest.raises(RufusError, match="not ready after 2 s"):
@@ -282,11 +284,13 @@ def test_launcher_gives_up_on_a_server_that_never_gets_ready(stand_in):
     assert server.process is None
 
 
+@pytest.mark.spawn
 def test_launcher_reports_a_server_that_dies(stand_in):
     with pytest.raises(RufusError, match="exited with code 3 before it was ready"):
         launch(stand_in(mode="crash"))
 
 
+@pytest.mark.spawn
 def test_atexit_hook_empties_the_group_when_the_parent_exits_without_stop(stand_in):
     """A run that ends without stop() (an uncaught error, sys.exit) stops its server at exit: the
     whole group, the stand-in's 'engine worker' included (PR_SET_PDEATHSIG reaches only the leader)."""
@@ -309,6 +313,7 @@ def test_atexit_hook_empties_the_group_when_the_parent_exits_without_stop(stand_
             os.killpg(pgid, signal.SIGKILL)
 
 
+@pytest.mark.spawn
 def test_server_dies_with_a_sigkilled_parent(stand_in, tmp_path):
     """A run killed with SIGKILL runs no atexit hook: PR_SET_PDEATHSIG still stops its server."""
     cfg = stand_in()

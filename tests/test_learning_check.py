@@ -14,6 +14,7 @@ from conftest import REPO
 
 
 @pytest.mark.slow
+@pytest.mark.spawn
 def test_sft_dpo_and_reasoning_rl_learn_within_15_minutes(tmp_path):
     proc = subprocess.run(
         [sys.executable, "bench/learning_check.py", "--work", str(tmp_path)], cwd=REPO, check=False,

@@ -55,13 +55,13 @@ def real_mix(tmp_path_factory, data_root):
     return catalog, result
 
 
-def test_realised_token_shares_recounted_independently(real_mix, builtin_tokenizer):
+def test_realised_token_shares_recounted_independently(real_mix, tiny_tokenizer):
     _, result = real_mix
     table = read_shards(result.out).to_pylist()
     tokens: dict[str, int] = {}
     for row in table:
         # Recount with the tokenizer and its chat template directly, not through Rufus's counter.
-        ids = builtin_tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True)["input_ids"]
+        ids = tiny_tokenizer.apply_chat_template(row["messages"], tokenize=True, return_dict=True)["input_ids"]
         assert len(ids) == row["num_tokens"]
         tokens[row["source"]] = tokens.get(row["source"], 0) + len(ids)
     total = sum(tokens.values())
@@ -262,7 +262,7 @@ def test_preference_catalog_from_hh_transcripts(tmp_path, data_root):
     assert row["num_trainable_tokens"] > 0  # the chosen reply
 
 
-def test_system_prompt_and_past_reasoning(tmp_path, builtin_tokenizer):
+def test_system_prompt_and_past_reasoning(tmp_path, tiny_tokenizer):
     src = tmp_path / "think.jsonl"
     src.write_text(json.dumps({"messages": [
         {"role": "user", "content": "q1"}, {"role": "assistant", "content": "<think>old</think>\n\na1"},
@@ -280,7 +280,7 @@ def test_system_prompt_and_past_reasoning(tmp_path, builtin_tokenizer):
     assert row["messages"][1]["content"] == "<think>old</think>\n\na1"  # opted out: earlier reasoning stays
 
 
-def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, builtin_tokenizer):
+def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, tiny_tokenizer):
     """Rows longer than the limit (in total tokens, as rendered) are dropped and counted."""
     catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0,
@@ -289,14 +289,14 @@ def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, builtin_to
     source = result.manifest["sources"][0]
     rows = read_shards(result.out).to_pylist()
     assert max(r["num_tokens"] for r in rows) <= 200
-    recount = [len(builtin_tokenizer.apply_chat_template(
+    recount = [len(tiny_tokenizer.apply_chat_template(
         [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=True,
         return_dict=True)["input_ids"]) for r in read_jsonl(data_root / "gsm8k/train.jsonl")]
     assert source["rows_dropped"]["too_long"] == sum(n > 200 for n in recount) > 0
     assert source["rows_out"] == sum(n <= 200 for n in recount)
 
 
-def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, builtin_model, real_mix):
+def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, tiny_model, real_mix):
     """mix's trainable count equals TRL's `assistant_masks` for the same rows."""
     import datasets
     from transformers import AutoModelForCausalLM
@@ -307,7 +307,7 @@ def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, builtin_model, rea
     dataset = datasets.Dataset.from_list([{"messages": r["messages"]} for r in rows])
     args = SFTConfig(output_dir=str(tmp_path / "trl"), assistant_only_loss=True, max_length=None,
                      report_to=[], use_cpu=True, dataset_num_proc=None)
-    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(builtin_model), args=args, train_dataset=dataset)
+    trainer = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(tiny_model), args=args, train_dataset=dataset)
     # TRL folds its `assistant_masks` into the labels: tokens outside them are -100.
     labels = trainer.train_dataset["labels"]
     assert [sum(t != -100 for t in lab) for lab in labels] == [r["num_trainable_tokens"] for r in rows]
@@ -323,6 +323,7 @@ def test_sample_catalogs_run(tmp_path):
         assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0
 
 
+@pytest.mark.spawn
 def test_the_headline_command_mixes_the_sft_catalog_from_a_fresh_folder(tmp_path, data_root):
     """`rufus-data mix catalogs/sft.yaml` as the README writes it, from a folder that is not the
     repository: the shipped catalog is found, outputs/sft is written, the table goes to stdout."""
@@ -383,7 +384,7 @@ def test_holdout_precedence():
     assert [len(s.holdout) for s in _select(catalog, _counted(catalog, sizes), 5)] == [0, 5]
 
 
-def test_template_without_generation_markers(tmp_path, data_root, builtin_model, capsys):
+def test_template_without_generation_markers(tmp_path, data_root, tiny_model, capsys):
     """A `chat_template:` file without {% generation %} blocks (SmolLM2's own ChatML, which still
     says add_generation_prompt): trainable counts would all be 0, so `basis: trainable` is refused
     before counting and `basis: total` warns and counts total tokens with that template."""
@@ -391,7 +392,7 @@ def test_template_without_generation_markers(tmp_path, data_root, builtin_model,
 
     from rufus_data.errors import RufusError
 
-    shutil.copy(Path(builtin_model) / "original_chat_template.jinja", tmp_path / "plain.jinja")
+    shutil.copy(Path(tiny_model) / "original_chat_template.jinja", tmp_path / "plain.jinja")
     body = {"kind": "sft", "name": "plain", "chat_template": "plain.jinja", "basis": "trainable", "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0}], "budget": 3000}
     with pytest.raises(RufusError, match="no \\{% generation %\\} markers.*basis: total"):
@@ -403,13 +404,13 @@ def test_template_without_generation_markers(tmp_path, data_root, builtin_model,
     text = (tmp_path / "plain.jinja").read_text()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(builtin_model)
+    tok = AutoTokenizer.from_pretrained(tiny_model)
     for row in rows[:5]:  # total tokens are counted with the override, not the built-in Rufus template
         ids = tok.apply_chat_template(row["messages"], chat_template=text, tokenize=True, return_dict=True)["input_ids"]
         assert row["num_tokens"] == len(ids) and row["num_trainable_tokens"] == 0
 
 
-def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, builtin_tokenizer):
+def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, tiny_tokenizer):
     """rl shares count prompt tokens (with the generation prompt); preference shares count prompt
     plus chosen. Both recounted here with the chat template directly. Each kind's rows carry
     the columns the shard contract names for it."""
@@ -420,7 +421,7 @@ def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, b
     assert {*ROW_COLUMNS, *KIND_COLUMNS["rl"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     tokens: dict[str, int] = {}
     for row in read_shards(result.out).to_pylist():
-        n = len(builtin_tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
+        n = len(tiny_tokenizer.apply_chat_template(row["prompt"], add_generation_prompt=True, tokenize=True,
                                                       return_dict=True)["input_ids"])
         assert n == row["num_tokens"]
         tokens[row["source"]] = tokens.get(row["source"], 0) + n
@@ -434,7 +435,7 @@ def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, b
     assert {*ROW_COLUMNS, *KIND_COLUMNS["preference"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     total = 0
     for row in read_shards(result.out).to_pylist():
-        n = len(builtin_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True,
+        n = len(tiny_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True,
                                                       return_dict=True)["input_ids"])
         assert n == row["num_tokens"]
         total += n

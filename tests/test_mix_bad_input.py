@@ -143,6 +143,7 @@ def test_hub_source_without_hub_access_says_what_to_do(tmp_path, monkeypatch):
     assert "could not load hub dataset allenai/tulu-3-sft-mixture" in text and "use `path:`" in text
 
 
+@pytest.mark.spawn
 def test_an_unpinned_hub_revision_is_warned_once_on_one_line(tmp_path):
     """From the command line the console's warning is the only one (no second copy from Python's
     warnings with a source line), and it is not cut at 80 columns when stderr is no terminal."""

@@ -93,6 +93,7 @@ def test_resolve_references(tmp_path):
         pull("gpt-17")
 
 
+@pytest.mark.spawn
 def test_concurrent_first_use_does_not_corrupt_the_cache(tmp_path, builtin_model):
     """Two processes convert into an empty cache at once: one converts, the other waits on the
     lock and reuses the result; the cache ends with one complete folder and no temp folders."""

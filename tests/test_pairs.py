@@ -1,5 +1,6 @@
-"""`rufus-data pairs`: perturbed answers, strong vs weak (hf, weak = a randomly initialised copy
-of the built-in architecture), and on-policy pairs through a real vLLM CPU server."""
+"""`rufus-data pairs`: perturbed answers, strong vs weak (hf, weak = tiny-random, a randomly
+initialised miniature of the built-in architecture), and on-policy pairs through a real vLLM CPU
+server."""
 
 from __future__ import annotations
 
@@ -148,17 +149,9 @@ def test_pairs_needs_a_method():
 
 
 @pytest.fixture(scope="module")
-def random_weak_model(builtin_model, tmp_path_factory) -> str:
-    """The built-in architecture with random weights: a model that is surely worse."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("weak") / "random-smollm2"
-    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(builtin_model), dtype=torch.bfloat16)
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(builtin_model).save_pretrained(folder)
-    return str(folder)
+def random_weak_model(tiny_model) -> str:
+    """The built-in architecture with random weights (tiny-random): a model that is surely worse."""
+    return tiny_model
 
 
 def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tmp_path):
@@ -205,6 +198,8 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
             == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
 
 
+@pytest.mark.model  # pairs need a policy that passes some of the time: the real model
+@pytest.mark.spawn
 def test_on_policy_pairs_resume_after_sigkill(tmp_path):
     """hf on-policy pairs, killed mid-run and started again: no prompt lost or generated twice,
     and the same pairs as an uninterrupted run (per-prompt seeds)."""
@@ -253,7 +248,7 @@ def test_on_policy_pairs_through_vllm(vllm_server, tmp_path):
 
 
 # --- the reference answer, rewards from the data, token counts of the pair -----------------------
-def test_perturbed_reference_answers_from_a_catalog_with_its_own_rewards(tmp_path, builtin_tokenizer):
+def test_perturbed_reference_answers_from_a_catalog_with_its_own_rewards(tmp_path, tiny_tokenizer):
     """`pairs catalogs/rl.yaml --perturb-answer`: the catalog is mixed first; rows without a
     `solution` use their `expected_output` (catalogs/rl.yaml's word problems), each pair is scored
     by its source's reward (no --reward), and its token counts are the pair's, not the prompt's."""
@@ -273,16 +268,16 @@ def test_perturbed_reference_answers_from_a_catalog_with_its_own_rewards(tmp_pat
     for row in rows:
         assert (row["chosen_reward"], row["rejected_reward"]) == (1.0, 0.0)
         assert "pass_rate" not in row
-        chosen = builtin_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True)
-        rejected = builtin_tokenizer.apply_chat_template(row["prompt"] + row["rejected"], tokenize=True)
-        prompt = builtin_tokenizer.apply_chat_template(row["prompt"], tokenize=True)
+        chosen = tiny_tokenizer.apply_chat_template(row["prompt"] + row["chosen"], tokenize=True)
+        rejected = tiny_tokenizer.apply_chat_template(row["prompt"] + row["rejected"], tokenize=True)
+        prompt = tiny_tokenizer.apply_chat_template(row["prompt"], tokenize=True)
         length = (lambda ids: len(ids["input_ids"] if hasattr(ids, "keys") else ids))
         assert (row["num_tokens"], row["num_rejected_tokens"]) == (length(chosen), length(rejected))
         assert 0 < row["num_trainable_tokens"] < row["num_tokens"] - length(prompt) + 3  # the chosen reply
     assert manifest["tokenizer"] == "smollm2-135m"
 
 
-def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tmp_path, data_root):
+def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tmp_path, data_root, tiny_model):
     """Rewards beyond string matching: the async judge (stand-in server) and the overlong penalty,
     on the rows' own answers (token ids from the pair's tokenizer) and on hf samples, whose
     report counts the samples cut at --max-tokens."""
@@ -298,7 +293,7 @@ def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tm
     assert all((r["chosen_reward"], r["rejected_reward"]) == (1.0, 0.0) for r in read_shards(tmp_path / "perturbed").to_pylist())
 
     short = {"name": "overlong_penalty", "max_length": 4, "cache": 2}
-    sampled = build_pairs([shards], tmp_path / "sampled", PairsConfig(policy="smollm2-135m", k=2, max_tokens=4,
+    sampled = build_pairs([shards], tmp_path / "sampled", PairsConfig(policy="tiny-random", k=2, max_tokens=4,
                                                                         reward=[judge, short]))
     assert len(stub.requests) == 6 + 6  # one judge request per sample
     generation = read_manifest(tmp_path / "sampled")["generation"]["policy"]

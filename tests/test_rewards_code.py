@@ -53,6 +53,7 @@ def test_namespaces_are_used_here():
     assert run_program("print(1)").isolation == "namespaces"
 
 
+@pytest.mark.spawn
 def test_humaneval_canonical_pass_and_wrong_returns_fail_on_assertion(data_root):
     rows = read_jsonl(data_root / "humaneval" / "HumanEval.jsonl")
     assert len(rows) == 164
@@ -87,6 +88,7 @@ def test_prompt_imports_go_before_the_answers_code(data_root):
     assert reward(prompts=[r["prompt"] for r in rows], completions=answers, **columns) == [1.0] * 6  # plain text
 
 
+@pytest.mark.spawn
 def test_mbpp_reference_solutions_pass(data_root):
     rows = read_jsonl(data_root / "mbpp_sanitized" / "sanitized-mbpp.jsonl")
     assert len(rows) == 427

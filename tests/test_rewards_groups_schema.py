@@ -89,9 +89,9 @@ def test_parse_response_reasoning_content_tool_calls():
     assert row["content"] == "plain answer" and row["reasoning"] is None and row["tool_calls"] == []
 
 
-def test_add_response_schema_lets_the_builtin_tokenizer_parse_its_own_template(builtin_tokenizer):
+def test_add_response_schema_lets_the_builtin_tokenizer_parse_its_own_template(tiny_tokenizer):
     """Round trip: render an assistant turn with the Rufus template, parse it back with transformers."""
-    tokenizer = add_response_schema(builtin_tokenizer)
+    tokenizer = add_response_schema(tiny_tokenizer)
     message = {
         "role": "assistant",
         "reasoning_content": "look it up",

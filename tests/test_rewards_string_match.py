@@ -274,6 +274,7 @@ def _call_in_child(payload):
     return asyncio.run(out) if inspect.isawaitable(out) else out
 
 
+@pytest.mark.spawn
 def test_every_reward_pickles_and_runs_in_a_spawned_process(openai_stub):
     from test_rewards_llm_judge import ScriptedJudge
 

@@ -1,4 +1,4 @@
-"""`report_to: [wandb, trackio]` in a real rufus-train SFT run (built-in model, LoRA, 2 steps, a
+"""`report_to: [wandb, trackio]` in a real rufus-train SFT run (tiny-random, LoRA, 2 steps, a
 checkpoint at step 2, checkpoint evaluation with the hf backend), read back with the trackers' own
 readers: W&B's transaction log through `wandb leet inspect --json` (wandb 0.31 reads .wandb files
 in wandb-core; the Python DataStore of older releases is gone) and trackio's local SQLite store
@@ -20,6 +20,7 @@ import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 from eval_callback_run import tiny_suite
 
 from rufus_eval.callback import CheckpointEvalCallback
@@ -68,11 +69,13 @@ def wandb_service_processes(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.spawn
 def test_wandb_and_trackio_record_training_loss_and_checkpoint_evals_on_the_eval_step_axis(
-        tmp_path, builtin_model, data_root):
+        tmp_path, tiny_model, data_root):
     from rufus_train import examples
 
     spec = {
+        "model": tiny_model,
         "data": str(examples.gsm8k_sft(data_root, tmp_path / "shards", limit=4, max_chars=350)),
         "out": str(tmp_path / "run"),
         "eval": {"eval_on_checkpoint": True, "suite": str(tiny_suite(tmp_path / "suite")), "tag": "tiny",
@@ -156,7 +159,8 @@ def main(spec_path: str) -> None:
     stage.prepare = prepare_and_wait
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
-    config = tiny_config("sft", Path(spec["data"]), out, max_steps=CHECKPOINT_STEP, save_steps=CHECKPOINT_STEP,
+    config = tiny_config("sft", Path(spec["data"]), out, model=spec["model"], max_steps=CHECKPOINT_STEP,
+                         save_steps=CHECKPOINT_STEP,
                          report_to=["wandb", "trackio"], eval=spec["eval"],
                          trainer={"project": PROJECT, "run_name": RUN_NAME})
     run_stage(config)

@@ -1,5 +1,6 @@
 """--show-mask shows exactly what TRL trains, and `export --merge` gives a plain model whose
-logits equal base + adapter."""
+logits equal base + adapter: mechanics, on the built-in tiny-random (smollm2-135m's tokenizer
+and template, random weights)."""
 
 from __future__ import annotations
 
@@ -28,20 +29,20 @@ def sft_shards(tmp_path_factory, data_root):
     }
 
 
-def test_highlighted_tokens_are_the_assistant_reply(sft_shards, builtin_tokenizer):
+def test_highlighted_tokens_are_the_assistant_reply(sft_shards, tiny_tokenizer):
     from rufus_data.shards import read_shards
 
     messages = conversational(read_shards(sft_shards["gsm8k"]), "messages")[0]
-    example = loss_mask(builtin_tokenizer, messages, assistant_only=True, max_length=None)
-    text = render(builtin_tokenizer, example)
+    example = loss_mask(tiny_tokenizer, messages, assistant_only=True, max_length=None)
+    text = render(tiny_tokenizer, example)
     highlighted = "".join(text.plain[s.start : s.end] for s in text.spans if s.style == LOSS_STYLE)
     assert highlighted == messages[-1]["content"] + "<|im_end|>"  # the reply and its end-of-turn token
     assert 0 < example.trained_tokens < len(example.input_ids)
-    everything = loss_mask(builtin_tokenizer, messages, assistant_only=False, max_length=None)
+    everything = loss_mask(tiny_tokenizer, messages, assistant_only=False, max_length=None)
     assert everything.trained_tokens == len(everything.input_ids)
 
 
-def test_trainable_tokens_equal_trl_assistant_masks(sft_shards, builtin_model, builtin_tokenizer, tmp_path):
+def test_trainable_tokens_equal_trl_assistant_masks(sft_shards, tiny_model, tiny_tokenizer, tmp_path):
     """The mask --show-mask prints is the one TRL's SFTTrainer builds (labels != -100)."""
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
@@ -53,15 +54,15 @@ def test_trainable_tokens_equal_trl_assistant_masks(sft_shards, builtin_model, b
     )
     args = SFTConfig(output_dir=str(tmp_path), assistant_only_loss=True, max_length=128, report_to="none", bf16=False)
     trainer = SFTTrainer(
-        model=modeling.load_model(builtin_model, "float32"),
+        model=modeling.load_model(tiny_model, "float32"),
         args=args,
         train_dataset=Dataset.from_dict({"messages": conversations}),
-        processing_class=builtin_tokenizer,
+        processing_class=tiny_tokenizer,
     )
     trl_rows = trainer.train_dataset
     assert len(trl_rows) == len(conversations)
     for conversation, ids, labels in zip(conversations, trl_rows["input_ids"], trl_rows["labels"], strict=True):
-        mine = loss_mask(builtin_tokenizer, conversation, assistant_only=True, max_length=128)
+        mine = loss_mask(tiny_tokenizer, conversation, assistant_only=True, max_length=128)
         assert mine.input_ids == ids
         assert mine.loss_mask == [int(label != -100) for label in labels]
 
@@ -77,22 +78,22 @@ def test_show_mask_cli_prints_examples(sft_shards):
 
 
 @pytest.fixture(scope="module")
-def adapter_run(tmp_path_factory, builtin_model):
+def adapter_run(tmp_path_factory, tiny_model):
     """A run folder holding a LoRA adapter with non-zero weights (as training leaves it)."""
-    peft_model = modeling.apply_lora(modeling.load_model(builtin_model, "float32"), LoraSettings())
+    peft_model = modeling.apply_lora(modeling.load_model(tiny_model, "float32"), LoraSettings())
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
     run = tmp_path_factory.mktemp("export") / "run"
-    peft_model.peft_config["default"].base_model_name_or_path = builtin_model
+    peft_model.peft_config["default"].base_model_name_or_path = tiny_model
     peft_model.save_pretrained(run)
-    modeling.load_tokenizer(builtin_model).save_pretrained(run)
+    modeling.load_tokenizer(tiny_model).save_pretrained(run)
     return run, peft_model
 
 
-def test_export_merge_logits_equal_base_plus_adapter(adapter_run, builtin_tokenizer, tmp_path):
+def test_export_merge_logits_equal_base_plus_adapter(adapter_run, tiny_tokenizer, tmp_path):
     from transformers import AutoModelForCausalLM
 
     run, peft_model = adapter_run
@@ -104,7 +105,7 @@ def test_export_merge_logits_equal_base_plus_adapter(adapter_run, builtin_tokeni
     assert not (merged_dir / "adapter_config.json").exists() and (merged_dir / "config.json").exists()
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
     base = modeling.load_model(json.loads((run / "adapter_config.json").read_text())["base_model_name_or_path"], "float32")
-    ids = builtin_tokenizer.apply_chat_template(
+    ids = tiny_tokenizer.apply_chat_template(
         [{"role": "user", "content": "What is 12 * 3?"}], add_generation_prompt=True, return_tensors="pt", return_dict=True
     )["input_ids"]
     with torch.no_grad():
@@ -115,9 +116,9 @@ def test_export_merge_logits_equal_base_plus_adapter(adapter_run, builtin_tokeni
     assert (plain - expected).abs().max() > 1e-2  # the base alone does not carry the adapter's behaviour
 
 
-def test_export_needs_an_adapter_folder(tmp_path, builtin_model):
+def test_export_needs_an_adapter_folder(tmp_path, tiny_model):
     with pytest.raises(RufusError, match="holds no LoRA adapter"):
-        modeling.export_merged(builtin_model, tmp_path / "out")
+        modeling.export_merged(tiny_model, tmp_path / "out")
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "x")])
     assert result.exit_code == 2 and "Missing option '--merge'" in result.output  # a required option
 

@@ -1,7 +1,7 @@
 """Dynamic sampling on a reward that makes known groups dead: prompts marked `[flat]` earn the
 same reward for every completion; the others earn 0, 1, ... by position in their group, so every
 group's fate is known before generation. Runs the real GRPOTrainer subclass with the built-in
-model + LoRA on CPU (8 completion tokens, 2 generations)."""
+tiny-random + LoRA on CPU (8 completion tokens, 2 generations): the rewards do not read the text."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def prompts_dataset(flat: int, live: int) -> Dataset:
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": t}] for t in texts]})
 
 
-def make_trainer(builtin_model, tmp_path, dataset, reward, **overrides):
-    model = modeling.apply_lora(modeling.load_model(builtin_model, "float32"), LoraSettings())
-    tokenizer = modeling.load_tokenizer(builtin_model)
+def make_trainer(model_path, tmp_path, dataset, reward, **overrides):
+    model = modeling.apply_lora(modeling.load_model(model_path, "float32"), LoraSettings())
+    tokenizer = modeling.load_tokenizer(model_path)
     settings = {
         "output_dir": str(tmp_path), "per_device_train_batch_size": 4, "num_generations": G, "max_completion_length": 8,
         "learning_rate": 1e-4, "max_steps": 2, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "bf16": False,
@@ -57,10 +57,10 @@ def batch_of(dataset: Dataset, indices: list[int]) -> list[dict]:
     return [dataset[i] for i in indices for _ in range(G)]
 
 
-def test_resample_replaces_dead_groups_and_recomputes_normaliser(builtin_model, tmp_path):
+def test_resample_replaces_dead_groups_and_recomputes_normaliser(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=4, live=8)
     reward = FlatOrRanked()
-    trainer = make_trainer(builtin_model, tmp_path, dataset, reward, dynamic_sampling="resample")
+    trainer = make_trainer(tiny_model, tmp_path, dataset, reward, dynamic_sampling="resample")
     trainer.model.train()
     inputs = batch_of(dataset, [0, 4])  # one dead group, one informative group
     output = trainer._generate_and_score_completions(inputs)
@@ -81,11 +81,11 @@ def test_resample_replaces_dead_groups_and_recomputes_normaliser(builtin_model, 
     assert trainer._resample_stream.groups_drawn >= 1
 
 
-def test_resample_falls_back_to_dead_groups_after_max_rounds(builtin_model, tmp_path):
+def test_resample_falls_back_to_dead_groups_after_max_rounds(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=6, live=0)  # nothing to refill with
     reward = FlatOrRanked()
     trainer = make_trainer(
-        builtin_model, tmp_path, dataset, reward, dynamic_sampling="resample", dynamic_sampling_max_rounds=1
+        tiny_model, tmp_path, dataset, reward, dynamic_sampling="resample", dynamic_sampling_max_rounds=1
     )
     trainer.model.train()
     output = trainer._generate_and_score_completions(batch_of(dataset, [0, 1]))
@@ -95,10 +95,10 @@ def test_resample_falls_back_to_dead_groups_after_max_rounds(builtin_model, tmp_
     assert metrics["dyn/refilled"][-1] == 0.0 and metrics["dyn/dead_frac"][-1] == 1.0
 
 
-def test_mask_warns_and_zeroes_only_all_dead_micro_batches(builtin_model, tmp_path):
+def test_mask_warns_and_zeroes_only_all_dead_micro_batches(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=4, live=4)
     with pytest.warns(UserWarning, match="entropy bonus"):
-        trainer = make_trainer(builtin_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="mask",
+        trainer = make_trainer(tiny_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="mask",
                                entropy_coef=0.5)
     trainer.model.train()
     output = trainer._generate_and_score_completions(batch_of(dataset, [0, 5]))
@@ -116,22 +116,22 @@ def test_mask_warns_and_zeroes_only_all_dead_micro_batches(builtin_model, tmp_pa
     assert trainer.compute_loss(trainer.model, dead_half).item() != 0.0  # without the mask, the bonus acts on dead rows
 
 
-def test_mask_warns_for_beta_but_not_when_gradient_is_untouched(builtin_model, tmp_path):
+def test_mask_warns_for_beta_but_not_when_gradient_is_untouched(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=2, live=2)
     for beta, expect_warning in ((0.04, True), (0.0, False)):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            make_trainer(builtin_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="mask", beta=beta)
+            make_trainer(tiny_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="mask", beta=beta)
         assert any(f"beta={beta}" in str(w.message) for w in caught) == expect_warning
 
 
-def test_refusals(builtin_model, tmp_path):
+def test_refusals(tiny_model, tmp_path):
     from rufus_data.errors import RufusError
 
     dataset = prompts_dataset(flat=2, live=2)
     streaming = dataset.to_iterable_dataset()
     with pytest.raises(RufusError, match="streaming dataset"):
-        make_trainer(builtin_model, tmp_path, streaming, FlatOrRanked(), dynamic_sampling="resample")
+        make_trainer(tiny_model, tmp_path, streaming, FlatOrRanked(), dynamic_sampling="resample")
     with_images = dataset.add_column("image", [None] * len(dataset))
     with pytest.raises(RufusError, match="image columns"):
-        make_trainer(builtin_model, tmp_path, with_images, FlatOrRanked(), dynamic_sampling="mask")
+        make_trainer(tiny_model, tmp_path, with_images, FlatOrRanked(), dynamic_sampling="mask")

@@ -94,7 +94,7 @@ def test_cli_override_grpo_execution_wins_and_check_refuses(tmp_path, builtin_mo
         get_stage("reasoning_rl").check(config)
 
 
-def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_tokenizer, tmp_path):
+def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(tiny_tokenizer, tmp_path):
     config = grpo_config(grpo_execution="async", output_dir=str(tmp_path / "run"), max_steps=3, token_budget=None)
     args = async_config(config)
     assert args.vllm_server_base_url == "http://localhost:8000" and args.token_budget is None  # null: server's max_model_len
@@ -103,7 +103,7 @@ def test_async_config_and_rollout_worker_inputs_up_to_the_cuda_boundary(builtin_
     rewards, _ = build_rewards(config.rewards)
     index = build_index([{"id": "d", "text": "Paris is in France."}], tmp_path / "idx.duckdb")
     async_checks.check_picklable(rewards, list(TOOLS.values()), search_environment_factory(index))
-    tokenizer = pickle.loads(pickle.dumps(enable_tool_parsing(builtin_tokenizer)))
+    tokenizer = pickle.loads(pickle.dumps(enable_tool_parsing(tiny_tokenizer)))
     assert tokenizer.response_template is not None
     with pytest.raises(RufusError, match="must\\s+pickle.*<lambda>"):
         async_checks.check_picklable([lambda prompts, completions, **kw: [0.0]])
@@ -204,9 +204,9 @@ def test_stage_config_guards():
             grpo_config(stage, trainer={"epsilon_hi": 0.28}, search_corpus="c.jsonl")
 
 
-def test_reward_model_must_be_sequence_classification(builtin_model):
+def test_reward_model_must_be_sequence_classification(tiny_model):
     with pytest.raises(RufusError, match="LlamaForCausalLM, not a sequence-classification checkpoint"):
-        check_reward_model(builtin_model)
+        check_reward_model(tiny_model)
     with pytest.raises(RufusError, match="does not exist"):
         check_reward_model("/no/such/reward-model")
 
@@ -286,10 +286,10 @@ def test_search_index_bm25_offline(tmp_path):
         build_index([], tmp_path / "empty.duckdb")
 
 
-def test_rufus_chatml_tool_calls_parse_back(builtin_tokenizer):
+def test_rufus_chatml_tool_calls_parse_back(tiny_tokenizer):
     from trl.chat_template_utils import parse_response
 
-    tokenizer = enable_tool_parsing(builtin_tokenizer)
+    tokenizer = enable_tool_parsing(tiny_tokenizer)
     prefix = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], tools=[calculator],
                                            add_generation_prompt=True, tokenize=True, return_dict=False)
     text = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call><|im_end|>'

@@ -2,8 +2,9 @@
 added by Rufus's GRPO trainer around TRL's loss. The aggregation is checked against TRL itself:
 for TRL's own k3, Rufus's aggregation must reproduce exactly what TRL adds (its loss with beta
 minus its loss without); then estimator 2 must add beta x the same aggregation of
-0.5 (log pi - log ref)^2. Runs the real trainer with the built-in model + LoRA on CPU (no
-generation: the rollout tensors are made by hand)."""
+0.5 (log pi - log ref)^2. Runs the real trainer with the built-in tiny-random + LoRA on CPU (no
+generation: the rollout tensors are made by hand). The recipe run trains the real model: its
+rewards must differ inside a group, which random weights never make them."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def zero_reward(completions, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def trainer(builtin_model, tmp_path_factory):
-    model = modeling.apply_lora(modeling.load_model(builtin_model, "float32"), LoraSettings())
-    tokenizer = modeling.load_tokenizer(builtin_model)
+def trainer(tiny_model, tmp_path_factory):
+    model = modeling.apply_lora(modeling.load_model(tiny_model, "float32"), LoraSettings())
+    tokenizer = modeling.load_tokenizer(tiny_model)
     dataset = Dataset.from_dict({"prompt": [[{"role": "user", "content": "What is 2 + 2?"}]] * 4})
     args = RufusGRPOConfig(
         output_dir=str(tmp_path_factory.mktemp("kl")), per_device_train_batch_size=4, num_generations=2,
@@ -124,6 +125,7 @@ def test_kl_estimator_2_carries_a_gradient_to_the_adapter(trainer):
     assert grads and any(g is not None and g.abs().max() > 0 for g in grads)
 
 
+@pytest.mark.model
 def test_recipe_grpo_settings_train_two_steps(data_root, tmp_path):
     """Tulu 3's GRPO keys end to end: two inner epochs, k2 with beta 0.02, clip 0.2/0.272, centred advantages."""
     shards = examples.calculation_rl(examples.gsm8k_calculations(data_root, 4), tmp_path / "rl")

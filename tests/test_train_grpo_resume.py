@@ -15,19 +15,19 @@ def scored_from(calls, step):
     return [(s, texts) for s, texts in calls if s >= step]
 
 
-def check_resume(builtin_model, tmp_path, steps: int, resume_at: int, flat: int, live: int):
+def check_resume(tiny_model, tmp_path, steps: int, resume_at: int, flat: int, live: int):
     dataset = prompts_dataset(flat=flat, live=live)
     settings = {"dynamic_sampling": "resample", "max_steps": steps, "save_strategy": "steps", "save_steps": resume_at,
                     "dynamic_sampling_max_rounds": 2}
     straight = FlatOrRanked()
-    make_trainer(builtin_model, tmp_path / "straight", dataset, straight, **settings).train()
+    make_trainer(tiny_model, tmp_path / "straight", dataset, straight, **settings).train()
 
     checkpoint = tmp_path / "straight" / f"checkpoint-{resume_at}"
     state = json.loads((checkpoint / "dynamic_sampling_state.json").read_text())
     assert state["seed"] == 7 + 1 and state["groups_drawn"] > 0  # refills happened before the checkpoint
 
     resumed = FlatOrRanked()
-    trainer = make_trainer(builtin_model, tmp_path / "resumed", dataset, resumed, **settings)
+    trainer = make_trainer(tiny_model, tmp_path / "resumed", dataset, resumed, **settings)
     trainer.train(resume_from_checkpoint=str(checkpoint))
     assert trainer.state.global_step == steps
     expected = scored_from(straight.calls, resume_at)
@@ -41,12 +41,12 @@ def groups_refilled(calls) -> int:
     return sum(len(texts) // 2 for i, (step, texts) in enumerate(calls) if i and calls[i - 1][0] == step)
 
 
-def test_resume_resample_fast(builtin_model, tmp_path):
+def test_resume_resample_fast(tiny_model, tmp_path):
     """3 steps over 4 prompts (2 per step: an epoch boundary at the checkpoint), resumed from checkpoint-2."""
-    check_resume(builtin_model, tmp_path, steps=3, resume_at=2, flat=2, live=2)
+    check_resume(tiny_model, tmp_path, steps=3, resume_at=2, flat=2, live=2)
 
 
 @pytest.mark.slow
-def test_resume_resample_twelve_steps(builtin_model, tmp_path):
+def test_resume_resample_twelve_steps(tiny_model, tmp_path):
     """The issue's case: 12 steps, resumed from checkpoint-6, steps 7-12 identical."""
-    check_resume(builtin_model, tmp_path, steps=12, resume_at=6, flat=4, live=4)
+    check_resume(tiny_model, tmp_path, steps=12, resume_at=6, flat=4, live=4)

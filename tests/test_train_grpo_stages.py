@@ -2,7 +2,11 @@
 small real shards (GSM8K, MBPP/HumanEval, IFEval) mixed with easy generated prompts, writes a
 checkpoint, and changes the adapter; rewards vary inside groups (checked from the logged
 `frac_reward_zero_std`). rlhf scores with a judge server the test starts on 127.0.0.1 and with a
-sequence-classification reward-model checkpoint."""
+sequence-classification reward-model checkpoint.
+
+The verifier-scored stages need the real model: only a model that answers right some of the
+time makes rewards differ inside a group (on tiny-random every group is dead and the adapter
+never moves). rlhf's judge and reward model score any text differently, so it runs on tiny-random."""
 
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ def run_grpo(stage, data, out, **overrides):
     return result
 
 
+@pytest.mark.model
 def test_reasoning_rl_gsm8k_with_overlong_penalty(rl_shards, tmp_path):
     result = run_grpo("reasoning_rl", rl_shards["math"], tmp_path / "reasoning", max_completion_length=16)
     names = result.trainer.reward_func_names
@@ -55,6 +60,7 @@ def test_reasoning_rl_gsm8k_with_overlong_penalty(rl_shards, tmp_path):
     assert "rewards/overlong_penalty/mean" in result.metrics[0]
 
 
+@pytest.mark.model
 def test_coding_rl_sandboxed_code_reward(rl_shards, tmp_path):
     result = run_grpo(
         "coding_rl", rl_shards["code"], tmp_path / "coding", max_completion_length=32,
@@ -65,6 +71,7 @@ def test_coding_rl_sandboxed_code_reward(rl_shards, tmp_path):
     assert result.trainer.reward_weights.tolist() == [1.0, 0.5]
 
 
+@pytest.mark.model
 def test_if_rl_ifeval_verifiers(rl_shards, tmp_path):
     result = run_grpo("if_rl", rl_shards["ifeval"], tmp_path / "if", max_completion_length=24,
                       rewards=[{"name": "ifeval", "level": "instruction"},
@@ -72,6 +79,7 @@ def test_if_rl_ifeval_verifiers(rl_shards, tmp_path):
     assert "rewards/ifeval/mean" in result.metrics[0] or any(k.startswith("rewards/ifeval") for k in result.metrics[0])
 
 
+@pytest.mark.model
 def test_general_agent_with_calculator_and_python_tools(rl_shards, tmp_path):
     result = run_grpo("general_agent", rl_shards["arithmetic"], tmp_path / "agent", max_completion_length=24)
     trainer = result.trainer
@@ -80,6 +88,7 @@ def test_general_agent_with_calculator_and_python_tools(rl_shards, tmp_path):
     assert "tools/call_frequency" in result.metrics[0]
 
 
+@pytest.mark.model
 def test_coding_agent_with_sandboxed_environment(rl_shards, tmp_path):
     result = run_grpo(
         "coding_agent", rl_shards["code"], tmp_path / "coding_agent", max_completion_length=32,
@@ -89,6 +98,7 @@ def test_coding_agent_with_sandboxed_environment(rl_shards, tmp_path):
     assert sorted(tool.__name__ for tool in result.trainer.tools) == ["run_python", "run_tests"]
 
 
+@pytest.mark.model
 def test_search_agent_over_local_duckdb_index(rl_shards, tmp_path):
     corpus = search_corpus(tmp_path / "corpus.jsonl")
     result = run_grpo("search_agent", rl_shards["arithmetic"], tmp_path / "search", max_completion_length=24,
@@ -114,26 +124,28 @@ def judge_server(openai_stub):
 
 
 @pytest.fixture(scope="session")
-def reward_model_dir(tmp_path_factory, builtin_model):
-    """A sequence-classification checkpoint (the built-in body, a seeded one-logit score head)."""
+def reward_model_dir(tmp_path_factory, tiny_model):
+    """A sequence-classification checkpoint (tiny-random's body, a seeded one-logit score head)."""
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     torch.manual_seed(0)
     out = tmp_path_factory.mktemp("reward_model")
-    model = AutoModelForSequenceClassification.from_pretrained(builtin_model, num_labels=1, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(builtin_model)
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_model, num_labels=1, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model.config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
 
 
-def test_rlhf_with_judge_server_and_reward_model(rl_shards, tmp_path, judge_server, reward_model_dir, monkeypatch):
+def test_rlhf_with_judge_server_and_reward_model(rl_shards, tiny_model, tmp_path, judge_server, reward_model_dir,
+                                                 monkeypatch):
     url, seen = judge_server
     monkeypatch.delenv("JUDGE_BASE_URL", raising=False)
     result = run_grpo("rlhf", rl_shards["arithmetic"], tmp_path / "rlhf", max_completion_length=16,
-                      judge_url=url, reward_model=str(reward_model_dir), reward_model_weight=0.5)
+                      judge_url=url, reward_model=str(reward_model_dir), reward_model_weight=0.5,
+                      model=tiny_model)
     assert len(seen) == 2 * 4  # every completion of both steps went to the judge
     names = result.trainer.reward_func_names
     assert names[0] == "llm_judge" and len(names) == 2

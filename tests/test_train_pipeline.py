@@ -1,5 +1,6 @@
 """`rufus-train pipeline`: stages chain (each starts from the previous output, adapters merged)
-and the quick-evaluation table has a row for the base and for each stage."""
+and the quick-evaluation table has a row for the base and for each stage (wiring: run on the
+built-in tiny-random)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread
 
 
-def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, builtin_model, tmp_path):
+def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tmp_path):
     shards = tmp_path / "shards"
     examples.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
     examples.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
@@ -34,6 +35,7 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, builtin_model,
             "save_steps": 1, "logging_steps": 1}
     spec = {
         "name": "mini",
+        "model": "tiny-random",
         "output_dir": str(tmp_path / "runs"),
         "eval": {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max_tokens": 16},
         "stages": [{"stage": "sft", "data": [str(shards / "sft")], **tiny},
@@ -49,14 +51,14 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, builtin_model,
     for name in ("base", "sft", "dpo", "gsm8k avg@1"):
         assert name in result.output
     # each row is a rufus-eval run of the quick suite on that stage's model (adapters merged)
-    for tag, model in (("00-base", "smollm2-135m"), ("02-dpo", str(tmp_path / "runs" / "02-dpo"))):
+    for tag, model in (("00-base", "tiny-random"), ("02-dpo", str(tmp_path / "runs" / "02-dpo"))):
         record = json.loads((tmp_path / "runs" / "eval" / tag / "results.json").read_text())
         assert record["suite"] == "quick" and list(record["tasks"]) == ["gsm8k"]
         assert record["tasks"]["gsm8k"]["docs"] == 2 and record["checkpoint"] == model
     dpo_adapter = json.loads((tmp_path / "runs" / "02-dpo" / "adapter_config.json").read_text())
     assert dpo_adapter["base_model_name_or_path"] == str(tmp_path / "runs" / "01-sft")  # dpo started from sft
     sft_adapter = json.loads((tmp_path / "runs" / "01-sft" / "adapter_config.json").read_text())
-    assert sft_adapter["base_model_name_or_path"] == "smollm2-135m"  # the built-in's name, not its cache path
+    assert sft_adapter["base_model_name_or_path"] == "tiny-random"  # the built-in's name, not its cache path
     # every row was scored greedily on the same items: the suite copy the pipeline wrote says so
     suite = yaml.safe_load((tmp_path / "runs" / "eval" / "suite.yaml").read_text())
     assert [(t["name"], t["samples"], t["sampling"]["temperature"]) for t in suite["tasks"]] == [("gsm8k", 1, 0.0)]
@@ -157,6 +159,7 @@ def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.spawn
 def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     """The bench run: the Tulu 3 mini recipe on its own data, the greedy stage table, the merged model (opt-in)."""
     env = {**os.environ, "RUFUS_DATA_ROOT": os.environ["RUFUS_DATA_ROOT"]}

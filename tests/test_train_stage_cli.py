@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.spawn  # every test runs `rufus-train stage` in a subprocess
 RUFUS_TRAIN = str(Path(sys.executable).with_name("rufus-train"))
 TIMEOUT_S = 1800
 

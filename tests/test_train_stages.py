@@ -1,5 +1,6 @@
-"""Every stage of the first half runs two optimizer steps on CPU with the built-in SmolLM2-135M
-and LoRA on small real shards, writes a checkpoint, and changes the adapter weights."""
+"""Every stage of the first half runs two optimizer steps on CPU with LoRA on small real shards,
+writes a checkpoint, and changes the adapter weights: mechanics, so on the built-in tiny-random
+(smollm2-135m's tokenizer and template, random weights)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,8 @@ def train_shards(tmp_path_factory, data_root):
     }
 
 
-def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, builtin_model, tmp_path):
-    result = run_tiny("sft", [train_shards["gsm8k_sft"], train_shards["code_sft"]], tmp_path / "sft")
+def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, tiny_model, tmp_path):
+    result = run_tiny("sft", [train_shards["gsm8k_sft"], train_shards["code_sft"]], tmp_path / "sft", model="tiny-random")
     assert_adapter_trained(result)
     out = result.output_dir
     for name in ("config.yaml", "train.log", "metrics.jsonl", "run.json", "adapter_model.safetensors"):
@@ -43,8 +44,8 @@ def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, builtin_model
     assert run["global_step"] == 2 and run["lora"]["r"] == 4
     assert 0 < run["trainable_params"] < run["total_params"] / 100  # only the adapter trains
     # the base is recorded as a reference that loads anywhere (not the cache path), and named by the card
-    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "smollm2-135m"
-    assert run["base_model"] == "smollm2-135m" and run["dtype"] == "float32"
+    assert json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"] == "tiny-random"
+    assert run["base_model"] == "tiny-random" and run["dtype"] == "float32"
     card = (out / "README.md").read_text()
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in card and "[None]" not in card
     # how far the weights moved, and the warning a 2-step run earns
@@ -53,8 +54,8 @@ def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, builtin_model
     assert "transformers.trainer: ***** Running training *****" in log and "rufus_train: step 2: " in log
 
 
-def test_midtrain_packs_and_trains_every_token(train_shards, tmp_path):
-    result = run_tiny("midtrain", train_shards["gsm8k_sft"], tmp_path / "mid", max_length=128)
+def test_midtrain_packs_and_trains_every_token(train_shards, tiny_model, tmp_path):
+    result = run_tiny("midtrain", train_shards["gsm8k_sft"], tmp_path / "mid", max_length=128, model=tiny_model)
     assert_adapter_trained(result)
     dataset = result.trainer.train_dataset
     # concatenated and cut into rows of exactly max_length (wrapped: no padding-free flattening)
@@ -63,8 +64,8 @@ def test_midtrain_packs_and_trains_every_token(train_shards, tmp_path):
     assert all(label != -100 for row in dataset["labels"][:4] for label in row)  # every token carries loss
 
 
-def test_dpo_trains_adapter(train_shards, tmp_path):
-    result = run_tiny("dpo", train_shards["gsm8k_pref"], tmp_path / "dpo")
+def test_dpo_trains_adapter(train_shards, tiny_model, tmp_path):
+    result = run_tiny("dpo", train_shards["gsm8k_pref"], tmp_path / "dpo", model=tiny_model)
     assert_adapter_trained(result)
     assert result.trainer.args.loss_type == ["sigmoid"] and result.trainer.args.beta == 0.1
     assert result.trainer.args.learning_rate == pytest.approx(1e-5)  # 10x below SFT's LoRA rate
@@ -79,34 +80,35 @@ def test_dpo_loss_types_reach_trl(train_shards, tmp_path, loss_type):
     assert args.loss_type == [loss_type] and args.beta == 0.1
 
 
-def test_kto_reads_its_own_label_column(train_shards, tmp_path):
-    result = run_tiny("kto", train_shards["gsm8k_kto"], tmp_path / "kto")
+def test_kto_reads_its_own_label_column(train_shards, tiny_model, tmp_path):
+    result = run_tiny("kto", train_shards["gsm8k_kto"], tmp_path / "kto", model=tiny_model)
     assert_adapter_trained(result)
     assert "label" in result.trainer.train_dataset.column_names
 
 
-def test_orpo_trains_adapter(train_shards, tmp_path):
-    result = run_tiny("orpo", train_shards["gsm8k_pref"], tmp_path / "orpo")
+def test_orpo_trains_adapter(train_shards, tiny_model, tmp_path):
+    result = run_tiny("orpo", train_shards["gsm8k_pref"], tmp_path / "orpo", model=tiny_model)
     assert_adapter_trained(result)
 
 
 @pytest.fixture(scope="session")
-def perturbed_teacher(tmp_path_factory, builtin_model):
-    """A teacher that differs from the student: the built-in with seeded noise on every matrix."""
-    teacher = modeling.load_model(builtin_model, "float32")
+def perturbed_teacher(tmp_path_factory, tiny_model):
+    """A teacher that differs from the student: tiny-random with seeded noise on every matrix."""
+    teacher = modeling.load_model(tiny_model, "float32")
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for param in teacher.parameters():
             if param.dim() == 2:
                 param.add_(torch.randn(param.shape, generator=generator) * param.std() * 0.3)
-    folder = tmp_path_factory.mktemp("teacher") / "smollm2-perturbed"
+    folder = tmp_path_factory.mktemp("teacher") / "tiny-perturbed"
     teacher.to(torch.bfloat16).save_pretrained(folder)
     return folder
 
 
-def test_distill_trains_student_toward_teacher(train_shards, perturbed_teacher, tmp_path):
+def test_distill_trains_student_toward_teacher(train_shards, tiny_model, perturbed_teacher, tmp_path):
     result = run_tiny(
-        "distill", train_shards["gsm8k_rl"], tmp_path / "distill", teacher=str(perturbed_teacher), max_completion_length=32
+        "distill", train_shards["gsm8k_rl"], tmp_path / "distill", teacher=str(perturbed_teacher), max_completion_length=32,
+        model=tiny_model,
     )
     assert_adapter_trained(result)
     losses = [m["loss"] for m in result.metrics if "loss" in m]
@@ -114,7 +116,7 @@ def test_distill_trains_student_toward_teacher(train_shards, perturbed_teacher, 
     assert result.trainer.args.beta == 1.0  # reverse KL by default
 
 
-def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(builtin_tokenizer, tmp_path, caplog):
+def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(tiny_tokenizer, tmp_path, caplog):
     """Open Instruct's SFT filter: an example with every label masked after truncation is dropped
     before training and counted; one with at least one assistant token inside max_length stays."""
     def chat(question: str, answer: str) -> list[dict]:
@@ -126,22 +128,22 @@ def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(buil
     rows = pa.table({"messages": conversations})
     config = tiny_config("sft", [], tmp_path / "sft", max_length=64)
     caplog.set_level(logging.INFO, logger="rufus_train")  # the count goes to train.log (and the console)
-    dataset = get_stage("sft").build_dataset(config, rows, builtin_tokenizer)
+    dataset = get_stage("sft").build_dataset(config, rows, tiny_tokenizer)
     assert [m[0]["content"] for m in dataset["messages"]] == ["What is 2 + 2?", "Name a colour."]
     assert "2 of 4 examples dropped before training" in caplog.text and "max_length 64" in caplog.text
     # what was dropped is what TRL would have trained on nothing: no assistant token within 64
-    assert loss_mask(builtin_tokenizer, conversations[1], True, 64).trained_tokens == 0
-    assert loss_mask(builtin_tokenizer, conversations[1], True, None).trained_tokens > 0
+    assert loss_mask(tiny_tokenizer, conversations[1], True, 64).trained_tokens == 0
+    assert loss_mask(tiny_tokenizer, conversations[1], True, None).trained_tokens > 0
     # without the assistant-only loss nothing is dropped (every token trains)
     everything = tiny_config("sft", [], tmp_path / "sft2", max_length=64, assistant_only_loss=False)
-    assert len(get_stage("sft").build_dataset(everything, rows, builtin_tokenizer)) == 4
+    assert len(get_stage("sft").build_dataset(everything, rows, tiny_tokenizer)) == 4
 
 
-def test_dpo_apo_zero_trains_chosen_up(train_shards, tmp_path):
+def test_dpo_apo_zero_trains_chosen_up(train_shards, tiny_model, tmp_path):
     """APO-zero (anchored preference optimisation): two steps on the same two pairs move the loss
     and raise the chosen answers' log-probabilities (logged before each step's update)."""
     result = run_tiny("dpo", train_shards["gsm8k_pref"], tmp_path / "apo", loss_type="apo_zero", max_rows=2,
-                      learning_rate=5e-4)
+                      learning_rate=5e-4, model=tiny_model)
     assert result.trainer.args.loss_type == ["apo_zero"]
     assert_adapter_trained(result, step=2)
     losses = [m["loss"] for m in result.metrics if "loss" in m]
@@ -163,12 +165,12 @@ def test_gsm8k_calculations_on_small_numbers(data_root):
         examples.gsm8k_calculations(data_root, 1000, max_operand=3)
 
 
-def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tmp_path):
+def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tiny_model, tmp_path):
     """Online DPO (TRL's experimental OnlineDPOTrainer): two sampled answers per prompt, the
     string-match verifier picks the chosen one, the reference is the policy with its adapter off."""
     items = examples.gsm8k_calculations(data_root, 4)
     shards = examples.calculation_rl(items, tmp_path / "rl")
-    result = run_tiny("online_dpo", shards, tmp_path / "odpo", max_completion_length=12, temperature=1.0,
+    result = run_tiny("online_dpo", shards, tmp_path / "odpo", max_completion_length=12, temperature=1.0, model=tiny_model,
                       learning_rate=1e-3, gradient_checkpointing=True,  # the stage default
                       rewards=[{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}])
     assert_adapter_trained(result)
