@@ -18,7 +18,6 @@ import dataclasses
 import shutil
 from collections.abc import Iterator
 
-import httpx
 import torch  # lm-eval's hf model has loaded it already
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
@@ -30,6 +29,7 @@ from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
 from rufus_data.generate.vllm_command import default_command
+from rufus_data.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
 
 
 def sample_indices(requests) -> list[int]:
@@ -95,7 +95,7 @@ def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tupl
             yield "rufus-completions", _api_args(cfg, server.base_url, server.model, model, seed), {
                 "backend": "vllm",
                 "server_pgid": server.pgid,
-                "server_version": server_version(server.base_url),
+                "server_version": server_version(server.base_url, key=api_key(SERVER_KEY_VARIABLE)),
             }
     else:
         if len(cfg.base_urls) != 1:
@@ -103,16 +103,17 @@ def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tupl
         base_url = cfg.base_urls[0]
         yield "rufus-completions", _api_args(cfg, base_url, cfg.served_model_name or model, cfg.tokenizer or model, seed), {
             "backend": "server",
-            "server_version": server_version(base_url),
+            "server_version": server_version(base_url, key=api_key(SERVER_KEY_VARIABLE)),
         }
 
 
 def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str, seed: int) -> dict:
-    root = base_url.rstrip("/").removesuffix("/v1")
-    max_len = server_max_model_len(root, model) or cfg.max_model_len or 2048
+    """lm-eval's arguments for the server: lm-eval sends the generation requests itself (aiohttp,
+    its own retries, OPENAI_API_KEY); the questions before them go through rufus_data.openai_api."""
+    max_len = server_max_model_len(base_url, model) or cfg.max_model_len or 2048
     return {
         "model": model,
-        "base_url": f"{root}/v1/completions",
+        "base_url": f"{v1_url(base_url)}/completions",
         "tokenizer": tokenizer,
         "tokenizer_backend": "huggingface",
         "tokenized_requests": True,
@@ -122,16 +123,6 @@ def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str, see
         "seed": seed,
         "timeout": 600,
     }
-
-
-def server_version(base_url: str) -> str | None:
-    """The version a vLLM server reports (`GET /version`), kept with the results."""
-    root = base_url.rstrip("/").removesuffix("/v1")
-    with contextlib.suppress(httpx.HTTPError, ValueError):
-        response = httpx.get(f"{root}/version", timeout=5.0)
-        if response.status_code == 200:
-            return str(response.json().get("version"))
-    return None
 
 
 def gpu_count() -> int:

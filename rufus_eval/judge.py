@@ -11,16 +11,10 @@ judged by exactly the model that was recorded."""
 
 from __future__ import annotations
 
-import httpx
-
 from rufus_data.errors import RufusError
+from rufus_data.openai_api import served_models, server_version
 from rufus_data.rewards.llm_judge import judge_connection
 from rufus_eval.suite import Scorer
-
-
-def api_base(base_url: str) -> str:
-    """The OpenAI-compatible base (`.../v1`), from either the server root or the /v1 URL."""
-    return base_url.rstrip("/").removesuffix("/v1") + "/v1"
 
 
 def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
@@ -28,37 +22,22 @@ def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
 
     `where` names the suite and task in error messages."""
     base_url, model, api_key = judge_connection(scorer.options.get("base_url"), scorer.options.get("model"))
-    base_url = api_base(base_url)
     what_to_do = (
         f"start the judge server (e.g. `vllm serve {model or 'JUDGE_MODEL'} --port 8001`) or point the scorer's "
         f"base_url in {where} (or JUDGE_BASE_URL) at a running OpenAI-compatible server"
     )
-    # trust_env=False: the judge is a server you run; never route it through a proxy from the environment
-    with httpx.Client(headers={"Authorization": f"Bearer {api_key}"}, timeout=10.0, trust_env=False) as client:
-        try:
-            response = client.get(f"{base_url}/models")
-            response.raise_for_status()
-            served = [entry["id"] for entry in response.json()["data"]]
-        except httpx.HTTPError as err:
-            raise RufusError(f"{where}: the judge at {base_url} is not reachable ({type(err).__name__}: {err}); "
-                             f"{what_to_do}") from None
-        except (ValueError, KeyError, TypeError) as err:
-            raise RufusError(f"{where}: {base_url}/models did not answer an OpenAI-style model list ({err!r}); "
-                             f"{what_to_do}") from None
-        if not served:
-            raise RufusError(f"{where}: the judge at {base_url} serves no model; {what_to_do}")
-        if model is None:
-            model = served[0]
-        elif model not in served:
-            raise RufusError(f"{where}: the judge at {base_url} serves {served}, not the scorer's model {model!r}: "
-                             "set the scorer's model to the id it serves, or serve that model there")
-        version = None
-        try:
-            answer = client.get(f"{base_url.removesuffix('/v1')}/version")
-            if answer.status_code == 200:
-                version = str(answer.json().get("version"))
-        except (httpx.HTTPError, ValueError, AttributeError):
-            version = None  # not vLLM (no /version): recorded as unknown
+    try:
+        served = [entry["id"] for entry in served_models(base_url, key=api_key, timeout_s=10.0)]
+    except RufusError as err:
+        raise RufusError(f"{where}: the judge at {base_url} is not reachable ({err}); {what_to_do}") from None
+    if not served:
+        raise RufusError(f"{where}: the judge at {base_url} serves no model; {what_to_do}")
+    if model is None:
+        model = served[0]
+    elif model not in served:
+        raise RufusError(f"{where}: the judge at {base_url} serves {served}, not the scorer's model {model!r}: "
+                         "set the scorer's model to the id it serves, or serve that model there")
+    version = server_version(base_url, key=api_key, timeout_s=10.0)  # None: not vLLM, recorded as unknown
     pinned = scorer.with_options(base_url=base_url, model=model)
     reward = pinned.reward()
     record = {

@@ -3,10 +3,12 @@ GET /v1/models, POST /v1/chat/completions and POST /v1/completions the way vLLM 
 clients under test (the generation client, the LLM judge, the context checks) run unchanged.
 
 A test scripts the replies with a function of the request (text per choice, HTTP status,
-delay, token ids, logprobs), can make the first requests fail, can refuse request fields a
-strict OpenAI endpoint does not know, and reads back every request it received. The
-`openai_stub` fixture (conftest.py) starts them and stops them after the test; a subprocess
-can serve one in the foreground with `serve_forever()`."""
+headers, delay, token ids, logprobs), can make the first requests fail, can refuse request
+fields a strict OpenAI endpoint does not know or models it does not serve, and reads back every
+request it received (with the time it arrived). The `openai_stub` fixture (conftest.py) starts
+them and stops them after the test; a subprocess can serve one in the foreground with
+`serve_forever()`. A stub also stands in for an HTTP proxy: a client that takes it for one asks
+for absolute URLs, which `targets` records, and gets the stub's answers."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 CHAT, COMPLETIONS, MODELS = "/v1/chat/completions", "/v1/completions", "/v1/models"
 
@@ -28,6 +31,7 @@ class Request:
     path: str
     body: dict
     headers: Message  # case-insensitive: headers.get("Authorization")
+    received_at: float = 0.0  # time.monotonic() when it arrived
 
     @property
     def text(self) -> str:
@@ -45,6 +49,7 @@ class Reply:
     content: str | Sequence[str] = ""  # the text of every choice, or one text per choice (n of them)
     status: int = 200  # anything else: an OpenAI-style error body carrying `error`
     error: str = "scripted failure"
+    headers: dict[str, str] | None = None  # sent with the answer (Retry-After, ...)
     delay_s: float = 0.0  # before answering (a client timeout can be made to pass)
     finish_reason: str = "stop"
     token_ids: list[int] | None = None  # each choice's, sent when the request asks (return_token_ids)
@@ -68,19 +73,21 @@ class OpenAIStub:
     """A stand-in server. `respond` maps each request to a Reply (or a plain text); the default
     answers "ok". `models` are the served names GET /v1/models lists (with `max_model_len`
     when given); the first `fail_first` requests answer `fail_status`; with `known_fields`, a
-    request field outside it is refused with HTTP 400 naming it, as OpenAI does; `delay_s`
+    request field outside it is refused with HTTP 400 naming it, as OpenAI does; with
+    `known_models_only`, a request for a model not in `models` gets vLLM's 404; `delay_s`
     holds every request (in flight) before it is answered."""
 
     def __init__(self, respond: Responder | None = None, *, models: Sequence[str] = ("stub",),
                  max_model_len: int | None = None, fail_first: int = 0, fail_status: int = 503,
-                 known_fields: set[str] | None = None, delay_s: float = 0.0, traffic: Traffic | None = None,
-                 port: int = 0):
+                 known_fields: set[str] | None = None, known_models_only: bool = False, delay_s: float = 0.0,
+                 traffic: Traffic | None = None, port: int = 0):
         self.respond = respond or (lambda request: Reply("ok"))
         self.models, self.max_model_len = list(models), max_model_len
         self.fail_first, self.fail_status = fail_first, fail_status
-        self.known_fields, self.delay_s = known_fields, delay_s
+        self.known_fields, self.known_models_only, self.delay_s = known_fields, known_models_only, delay_s
         self.traffic = traffic or Traffic()
-        self.requests: list[Request] = []
+        self.requests: list[Request] = []  # the POSTs
+        self.targets: list[str] = []  # every request target: a path, or the absolute URL a proxy is asked for
         self.answered = 0  # requests answered 200
         self.failed = 0  # requests answered with an error status
         self.httpd = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
@@ -124,18 +131,20 @@ class OpenAIStub:
         return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "tests", **extra}
                                            for name in self.models]}
 
-    def _answer(self, request: Request, fail: bool) -> tuple[int, dict, float]:
-        """(status, payload, delay) for one POST (`fail`: one of the first `fail_first`)."""
+    def _answer(self, request: Request, fail: bool) -> tuple[int, dict, float, dict[str, str]]:
+        """(status, payload, delay, headers) for one POST (`fail`: one of the first `fail_first`)."""
         unknown = sorted(set(request.body) - self.known_fields) if self.known_fields is not None else []
         if unknown:
-            return 400, _error(f"Unrecognized request argument supplied: {unknown[0]}", 400), 0.0
+            return 400, _error(f"Unrecognized request argument supplied: {unknown[0]}", 400), 0.0, {}
+        if self.known_models_only and request.body.get("model") not in self.models:
+            return 404, _error(f"The model `{request.body.get('model')}` does not exist.", 404), 0.0, {}
         if fail:
-            return self.fail_status, _error("busy", self.fail_status), 0.0
+            return self.fail_status, _error("busy", self.fail_status), 0.0, {}
         reply = self.respond(request)
         reply = Reply(reply) if isinstance(reply, str) else reply
         if reply.status != 200:
-            return reply.status, _error(reply.error, reply.status), reply.delay_s
-        return 200, _choices_payload(request, reply), reply.delay_s
+            return reply.status, _error(reply.error, reply.status), reply.delay_s, reply.headers or {}
+        return 200, _choices_payload(request, reply), reply.delay_s, reply.headers or {}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         stub = self
@@ -144,29 +153,37 @@ class OpenAIStub:
             def log_message(self, *args):
                 pass
 
-            def _send(self, status: int, payload: dict) -> None:
+            def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
                 data = json.dumps(payload).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
                     self.send_header("Content-Length", str(len(data)))
+                    for name, value in (headers or {}).items():
+                        self.send_header(name, value)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (its timeout)
 
+            def _route(self) -> str:
+                with stub.traffic.lock:
+                    stub.targets.append(self.path)
+                return urlsplit(self.path).path
+
             def do_GET(self):
-                if self.path == MODELS:
+                if self._route() == MODELS:
                     self._send(200, stub.models_payload())
                 else:
                     self._send(404, _error(f"no route GET {self.path}", 404))
 
             def do_POST(self):
+                path = self._route()
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
-                if self.path not in (CHAT, COMPLETIONS):
+                if path not in (CHAT, COMPLETIONS):
                     self._send(404, _error(f"no route POST {self.path}", 404))
                     return
-                request, traffic = Request(self.path, body, self.headers), stub.traffic
+                request, traffic = Request(path, body, self.headers, time.monotonic()), stub.traffic
                 with traffic.lock:
                     traffic.in_flight += 1
                     traffic.max_in_flight = max(traffic.max_in_flight, traffic.in_flight)
@@ -175,16 +192,16 @@ class OpenAIStub:
                 try:
                     time.sleep(stub.delay_s)
                     try:
-                        status, payload, delay = stub._answer(request, fail)
+                        status, payload, delay, headers = stub._answer(request, fail)
                     except Exception as err:  # noqa: BLE001 - a broken script shows as a 500 naming it
-                        status, payload, delay = 500, _error(f"the test's responder failed: {err!r}", 500), 0.0
+                        status, payload, delay, headers = 500, _error(f"the test's responder failed: {err!r}", 500), 0.0, {}
                     time.sleep(delay)
                     with traffic.lock:
                         if status == 200:
                             stub.answered += 1
                         else:
                             stub.failed += 1
-                    self._send(status, payload)
+                    self._send(status, payload, headers)
                 finally:
                     with traffic.lock:
                         traffic.in_flight -= 1

@@ -94,6 +94,9 @@ class FakeClock:
         return self.now
 
 
+JITTERED_1_2 = [pytest.approx(1.0, rel=0.2), pytest.approx(2.0, rel=0.2)]  # the backoff, with its jitter
+
+
 def _judge(completions, timeout_s=0.5, **columns):
     sleep = RecordingSleep()
     reward = LLMJudgeReward(sleep=sleep, clock=FakeClock(), timeout_s=timeout_s)
@@ -106,7 +109,7 @@ def _judge(completions, timeout_s=0.5, **columns):
 def test_defaults_are_the_fixed_constants():
     reward = LLMJudgeReward()
     assert (reward.concurrency, reward.timeout_s, reward.retries, reward.backoff_s, reward.max_tokens, reward.threshold) == (
-        16, 120.0, 2, (1.0, 2.0), 2048, 7)
+        16, 120.0, 2, 1.0, 2048, 7)
     from trl.trainer.utils import is_async_callable
 
     assert is_async_callable(reward)  # TRL runs it on its async loop
@@ -138,19 +141,19 @@ def test_reference_column_and_env_model(judge_server, monkeypatch):
 
 def test_retries_with_backoff_then_success(judge_server):
     scores, sleeps, _ = _judge(["[[case:flaky]]"])
-    assert scores == [1.0] and sleeps == [1.0, 2.0] and judge_server.attempts["flaky"] == 3
+    assert scores == [1.0] and sleeps == JITTERED_1_2 and judge_server.attempts["flaky"] == 3
 
 
 def test_http_500_every_time_gives_none_and_is_counted(judge_server):
     scores, sleeps, metrics = _judge(["[[case:down]]", "[[case:score8]]"])
-    assert scores == [None, 1.0] and sleeps == [1.0, 2.0] and judge_server.attempts["down"] == 3
+    assert scores == [None, 1.0] and sleeps == JITTERED_1_2 and judge_server.attempts["down"] == 3
     assert metrics["llm_judge/failed"] == 1.0 and metrics["llm_judge/unscored"] == 1.0
 
 
 def test_timeout_is_retried(judge_server):
     start = time.monotonic()
     scores, sleeps, _ = _judge(["[[case:slow]]"])
-    assert scores == [1.0] and sleeps == [1.0] and judge_server.attempts["slow"] == 2
+    assert scores == [1.0] and sleeps == JITTERED_1_2[:1] and judge_server.attempts["slow"] == 2
     assert time.monotonic() - start < 1.4  # gave up on the slow attempt at the 0.5 s timeout
 
 

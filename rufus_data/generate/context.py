@@ -8,30 +8,22 @@ stages (rufus_train/grpo/length_checks.py)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
-import httpx
-
 from rufus_data.errors import RufusError
+from rufus_data.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models
 
 
 def server_max_model_len(base_url: str, model: str | None = None, retries: int = 3, delay_s: float = 0.5) -> int | None:
-    """`max_model_len` of `model` (or the first model) served at base_url; None if unreachable or not reported."""
-    url = base_url.rstrip("/")
-    url = url if url.endswith("/v1") else f"{url}/v1"
-    for attempt in range(retries):
-        try:
-            response = httpx.get(f"{url}/models", timeout=5.0)
-            if response.status_code == 200:
-                models = response.json().get("data") or []
-                chosen = [m for m in models if m.get("id") == model] or models
-                return chosen[0].get("max_model_len") if chosen else None
-        except (httpx.HTTPError, ValueError):
-            pass
-        if attempt + 1 < retries:
-            time.sleep(delay_s)
-    return None
+    """`max_model_len` of `model` (or the first model) served at base_url; None if unreachable or not reported.
+    `retries` attempts in all (the shared policy, from `delay_s`), within half a minute."""
+    try:
+        models = served_models(base_url, key=api_key(SERVER_KEY_VARIABLE),
+                               retry=RetryPolicy(attempts=retries, backoff_s=delay_s, total_s=30.0))
+    except RufusError:
+        return None
+    chosen = [m for m in models if m.get("id") == model] or models
+    return chosen[0].get("max_model_len") if chosen else None
 
 
 def check_fits(

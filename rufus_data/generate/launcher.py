@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Self
 
-import httpx
-
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import LaunchConfig, server_command
+from rufus_data.openai_api import GaveUp, RetryPolicy, capped, checked, started_here, sync_client
 
 
 def free_port() -> int:
@@ -75,6 +74,7 @@ class VLLMServer:
             self._log.close()
             raise RufusError(f"could not start the vLLM server `{shlex.join(argv)}`: {err}") from None
         _RUNNING.add(self)
+        started_here(self.base_url)  # reached directly, never through a proxy
         try:
             self.wait_ready()
         except BaseException:
@@ -83,28 +83,26 @@ class VLLMServer:
         return self
 
     def wait_ready(self) -> None:
-        """Poll GET /v1/models until it answers 200, the process dies, or the timeout passes."""
-        deadline = time.monotonic() + self.config.ready_timeout_s
-        delay = 0.25
-        with httpx.Client(timeout=5.0) as client:
-            while True:
+        """Poll GET /v1/models until it answers 200, the process dies, or the timeout passes (the
+        shared retry policy, with no count of attempts: the timeout bounds them)."""
+        poll = RetryPolicy(attempts=None, backoff_s=0.25, max_backoff_s=2.0, total_s=self.config.ready_timeout_s)
+        with sync_client([self.base_url], timeout_s=5.0) as client:
+
+            def ask(left_s: float) -> None:
                 if self.process.poll() is not None:
                     raise RufusError(
                         f"the vLLM server exited with code {self.process.returncode} before it was ready "
                         f"(`{shlex.join(self.argv())}`); its log {self.log_path} ends with:\n{self.log_tail()}"
                     )
-                try:
-                    if client.get(f"{self.base_url}/v1/models").status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RufusError(
-                        f"the vLLM server at {self.base_url} was not ready after {self.config.ready_timeout_s:.0f} s; "
-                        f"raise the timeout or read its log {self.log_path}:\n{self.log_tail()}"
-                    )
-                time.sleep(delay)
-                delay = min(delay * 1.5, 2.0)
+                checked(client.get(f"{self.base_url}/v1/models", timeout=capped(client.timeout, left_s)))
+
+            try:
+                poll.call(ask, what=f"the vLLM server at {self.base_url}")
+            except GaveUp:
+                raise RufusError(
+                    f"the vLLM server at {self.base_url} was not ready after {self.config.ready_timeout_s:.0f} s; "
+                    f"raise the timeout or read its log {self.log_path}:\n{self.log_tail()}"
+                ) from None
 
     def log_tail(self, chars: int = 2000) -> str:
         try:

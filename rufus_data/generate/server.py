@@ -2,11 +2,12 @@
 
 One request per prompt asks for all `n` samples with `seed = prompt seed` (vLLM seeds the
 children `seed + i`, see sampling.py), so samples differ and runs reproduce. Requests run
-asynchronously with bounded concurrency, are retried with exponential backoff on transient
-errors (connection problems, 408/429/5xx), and are spread over several base URLs: each goes
-to the URL with the fewest requests in flight, ties broken round-robin. A URL that refuses
-connections `drop_after` times in a row is dropped for the rest of the run (logged) while
-another URL still answers.
+asynchronously with bounded concurrency, are retried by the shared policy (rufus_data/openai_api.py:
+connection problems, 408/429/5xx, jittered backoff or the server's Retry-After, a bound on total
+time; any other 4xx stops the run with the server's message), and are spread over several base
+URLs: every attempt goes to the URL with the fewest requests in flight, ties broken round-robin.
+A URL that refuses connections `drop_after` times in a row is dropped for the rest of the run
+(logged) while another URL still answers. The API key is OPENAI_API_KEY when set.
 
 `return_token_ids` is a vLLM extension; a strict OpenAI-compatible endpoint answers 400 naming
 it. Then the request is sent again without it, once, and the rest of the run leaves it out;
@@ -17,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import queue
-import random
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -28,8 +28,16 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
-
-TRANSIENT_STATUS = {408, 429, 500, 502, 503, 504}
+from rufus_data.openai_api import (
+    SERVER_KEY_VARIABLE,
+    RetryPolicy,
+    ServerRefused,
+    api_key,
+    async_client,
+    capped,
+    checked,
+    root_url,
+)
 
 
 @dataclass
@@ -39,16 +47,11 @@ class ServerConfig:
     concurrency: int = 32  # requests in flight over all URLs
     max_retries: int = 5
     backoff_s: float = 0.5  # first retry delay; doubles each attempt (with jitter)
-    timeout_s: float = 600.0
+    timeout_s: float = 600.0  # one attempt
+    retry_total_s: float = 1800.0  # one request, all its attempts and waits together
     drop_after: int = 3  # consecutive connection failures after which a URL is dropped
     logprobs: bool = True
-    api_key: str | None = None
-
-
-def normalise_base_url(url: str) -> str:
-    """Accept `http://host:port`, `.../v1` or `.../v1/`; return the part before /v1."""
-    url = url.rstrip("/")
-    return url.removesuffix("/v1")
+    api_key: str | None = None  # None: OPENAI_API_KEY, if set
 
 
 class ServerGenerator(Generator):
@@ -57,7 +60,9 @@ class ServerGenerator(Generator):
             raise RufusError("the server backend needs at least one --base-url (e.g. http://127.0.0.1:8000)")
         self.config = config
         self.model = config.model
-        self.base_urls = [normalise_base_url(u) for u in config.base_urls]
+        self.base_urls = [root_url(u) for u in config.base_urls]
+        self.retry = RetryPolicy(attempts=config.max_retries + 1, backoff_s=config.backoff_s,
+                                 total_s=config.retry_total_s)
         self.in_flight = dict.fromkeys(self.base_urls, 0)
         self.sent = dict.fromkeys(self.base_urls, 0)  # requests per URL, for reports and tests
         self.live = list(self.base_urls)  # URLs still in use (see drop_after)
@@ -138,28 +143,17 @@ class ServerGenerator(Generator):
     # --- one request, with retries ----------------------------------------------------------
     async def _complete(self, client: httpx.AsyncClient, prompt: Prompt, sampling: SamplingParams) -> PromptResult:
         body = self.request_body(prompt, sampling)
-        last_error = ""
-        attempt = 0
-        while True:
+        attempts = 0
+
+        async def attempt(left_s: float) -> PromptResult:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1:
+                self.retries += 1
             url = self._pick_url()
             self.in_flight[url] += 1
-            self.sent[url] += 1
             try:
-                response = await client.post(f"{url}/v1/chat/completions", json=body)
-            except httpx.TransportError as err:
-                last_error = f"{url}: {type(err).__name__}: {err}"
-                if isinstance(err, httpx.ConnectError):
-                    self._connection_failed(url)
-            else:
-                self._connect_failures[url] = 0
-                if response.status_code == 200:
-                    data = response.json()
-                    completions = self.parse_choices(data, body.get("seed"))
-                    if len(completions) != sampling.n:
-                        raise RufusError(
-                            f"{url} returned {len(completions)} completions for prompt {prompt.id}, asked for n={sampling.n}"
-                        )
-                    return PromptResult(prompt, completions)
+                response = await self._post(client, url, body, left_s)
                 if self._refuses_token_ids(response, body):
                     if self.send_token_ids:
                         self.send_token_ids = False
@@ -167,33 +161,38 @@ class ServerGenerator(Generator):
                                       "token counts come from the logprobs[/]")
                     del body["return_token_ids"]
                     self.retries += 1
-                    continue  # at once, and not counted against max_retries
-                if response.status_code not in TRANSIENT_STATUS:
-                    raise RufusError(
-                        f"{url} refused the request for prompt {prompt.id} (HTTP {response.status_code}): "
-                        f"{response.text[:500]}"
-                    )
-                last_error = f"{url}: HTTP {response.status_code}: {response.text[:200]}"
+                    response = await self._post(client, url, body, left_s)  # at once, not counted as an attempt
             finally:
                 self.in_flight[url] -= 1
-            if attempt >= self.config.max_retries:
-                break
-            delay = self.config.backoff_s * 2**attempt
-            attempt += 1
-            self.retries += 1
-            await asyncio.sleep(delay * random.uniform(0.8, 1.2))
-        raise RufusError(
-            f"prompt {prompt.id}: the server did not answer after {self.config.max_retries + 1} attempts "
-            f"(last error: {last_error}); is it up? check --base-url"
-        )
+            completions = self.parse_choices(checked(response, self.model).json(), body.get("seed"))
+            if len(completions) != sampling.n:
+                raise RufusError(
+                    f"{url} returned {len(completions)} completions for prompt {prompt.id}, asked for n={sampling.n}"
+                )
+            return PromptResult(prompt, completions)
+
+        try:
+            return await self.retry.acall(attempt, what=f"prompt {prompt.id}: the server")
+        except ServerRefused as err:
+            raise RufusError(f"prompt {prompt.id}: {err}") from None
+
+    async def _post(self, client: httpx.AsyncClient, url: str, body: dict, left_s: float) -> httpx.Response:
+        """One POST to `url`, counted; a refused connection counts towards dropping the URL."""
+        self.sent[url] += 1
+        try:
+            response = await client.post(f"{url}/v1/chat/completions", json=body, timeout=capped(client.timeout, left_s))
+        except httpx.ConnectError:
+            self._connection_failed(url)
+            raise
+        self._connect_failures[url] = 0
+        return response
 
     async def astream(self, prompts: Iterable[Prompt], sampling: SamplingParams):
         """Async iterator of results as they complete; at most `concurrency` requests in flight."""
         prompts = iter(prompts)
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-        limits = httpx.Limits(max_connections=self.config.concurrency, max_keepalive_connections=self.config.concurrency)
-        timeout = httpx.Timeout(self.config.timeout_s, connect=10.0)
-        async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=headers) as client:
+        key = self.config.api_key or api_key(SERVER_KEY_VARIABLE)
+        http = async_client(self.base_urls, key=key, timeout_s=self.config.timeout_s, connections=self.config.concurrency)
+        async with http as client:
             pending: set[asyncio.Task] = set()
 
             def refill() -> None:

@@ -4,10 +4,14 @@ The connection is `base_url` and `model` when given (an evaluation suite pins it
 it comes from the environment, read when the reward runs (so a pickled reward follows the worker's
 environment): JUDGE_BASE_URL (default http://localhost:8001/v1), JUDGE_MODEL (default: the first model the
 server lists). The key is always JUDGE_API_KEY (default EMPTY), never a constructor argument, so it never
-lands in a config or a results file. Everything else is a fixed default that tests may
-override: 16 requests in flight, 120 s timeout, 2 retries after 1 s then 2 s, 2048 generated tokens, and a
-parsed 1-10 score >= 7 gives 1.0. A request that still fails, or an answer with no parsable score, gives
-None (excluded) and is counted through `log_metric`; the batch goes on.
+lands in a config or a results file. Requests go through the shared client (rufus_data/openai_api.py: its
+proxy rule, retry policy and errors). Everything else is a fixed default that tests may override: 16
+requests in flight, 120 s timeout, 2 retries after about 1 s then 2 s (jittered; at most 300 s per
+answer in all), 2048 generated tokens, and a parsed 1-10 score >= 7 gives 1.0. A request that still
+fails, the server refusing one request (HTTP 400, 413, 422: a prompt too long for the judge, say; its
+message is printed once), or an answer with no parsable score gives None (excluded) and is counted
+through `log_metric`; the batch goes on. Any other 4xx (an unknown model, a wrong key) stops the
+call at once with the server's message.
 
 TRL (>= 1.x) runs async reward functions on its own event loop (`is_async_callable` recognises an
 instance whose `__call__` is `async def`).
@@ -23,6 +27,18 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from rufus_data.console import console
+from rufus_data.openai_api import (
+    JUDGE_KEY_VARIABLE,
+    GaveUp,
+    RetryPolicy,
+    ServerRefused,
+    api_key,
+    arequest,
+    async_client,
+    model_list,
+    v1_url,
+)
 from rufus_data.rewards.contract import RewardFunction, is_missing, rows_from_kwargs
 
 JUDGE_PROMPT = """You are grading an answer to a task. Judge correctness first, then helpfulness.
@@ -65,13 +81,15 @@ def _text(value) -> str:
 
 
 DEFAULT_JUDGE_BASE_URL = "http://localhost:8001/v1"
+JUDGE_TOTAL_S = 300.0  # one judged answer, every attempt and wait together
+REFUSED_ONE_REQUEST = {400, 413, 422}  # statuses about this request only: that sample is unscored
 
 
 def judge_connection(base_url: str | None = None, model: str | None = None) -> tuple[str, str | None, str]:
-    """(base URL, model or None = the server's first, API key): the arguments first, then JUDGE_* variables."""
+    """(API base `.../v1`, model or None = the server's first, API key): the arguments first, then JUDGE_* variables."""
     base = base_url or os.environ.get("JUDGE_BASE_URL") or DEFAULT_JUDGE_BASE_URL
     model = model or os.environ.get("JUDGE_MODEL") or None
-    return base.rstrip("/"), model, os.environ.get("JUDGE_API_KEY") or "EMPTY"
+    return v1_url(base), model, api_key(JUDGE_KEY_VARIABLE, default="EMPTY")
 
 
 class LLMJudgeReward(RewardFunction):
@@ -85,7 +103,7 @@ class LLMJudgeReward(RewardFunction):
         concurrency: int = 16,
         timeout_s: float = 120.0,
         retries: int = 2,
-        backoff_s: tuple[float, ...] = (1.0, 2.0),
+        backoff_s: float = 1.0,
         max_tokens: int = 2048,
         prompt_template: str = JUDGE_PROMPT,
         sleep: Callable[[float], Awaitable] = asyncio.sleep,
@@ -98,7 +116,7 @@ class LLMJudgeReward(RewardFunction):
         self.concurrency = concurrency
         self.timeout_s = timeout_s
         self.retries = retries
-        self.backoff_s = tuple(backoff_s)
+        self.backoff_s = backoff_s
         self.max_tokens = max_tokens
         self.prompt_template = prompt_template
         self.sleep = sleep
@@ -117,15 +135,14 @@ class LLMJudgeReward(RewardFunction):
         texts, closed = self.answer_texts(completions)
         applies = self.applies(rows)
         log_metric = kwargs.get("log_metric")
-        base_url, model, api_key = self.connection()
+        base_url, model, key = self.connection()
         counts = {"failed": 0, "unparsable": 0}
         started = self.clock()
         semaphore = asyncio.Semaphore(self.concurrency)
-        headers = {"Authorization": f"Bearer {api_key}"}
-        # trust_env=False: the judge is a server you run; never route it through a proxy from the environment
-        async with httpx.AsyncClient(base_url=base_url, headers=headers, timeout=self.timeout_s, trust_env=False) as client:
+        refused: list[str] = []  # the servers' messages of refused requests (the first is printed)
+        async with async_client([base_url], key=key, timeout_s=self.timeout_s, connections=self.concurrency) as client:
             if model is None and any(applies):
-                model = await self._first_model(client)
+                model = await self._first_model(client, base_url)
 
             async def judge(prompt, text, ok, row, scored) -> float | None:
                 if not scored:
@@ -139,7 +156,7 @@ class LLMJudgeReward(RewardFunction):
                     prompt=_text(prompt), answer=text, reference="" if is_missing(reference) else str(reference)
                 )
                 async with semaphore:
-                    answer = await self._request(client, model, content)
+                    answer = await self._request(client, base_url, model, content, refused)
                 if answer is None:
                     counts["failed"] += 1
                     return None
@@ -149,7 +166,7 @@ class LLMJudgeReward(RewardFunction):
                     return None
                 return 1.0 if score >= self.threshold else 0.0
 
-            results = await asyncio.gather(*(judge(*args) for args in zip(prompts, texts, closed, rows, applies)))
+            results = await _all_or_none(judge(*args) for args in zip(prompts, texts, closed, rows, applies))
         if log_metric is not None:
             log_metric("llm_judge/failed", float(counts["failed"]))
             log_metric("llm_judge/unparsable", float(counts["unparsable"]))
@@ -157,26 +174,46 @@ class LLMJudgeReward(RewardFunction):
         self.log_counts(log_metric, texts, closed, results)
         return list(results)
 
-    async def _first_model(self, client: httpx.AsyncClient) -> str | None:
-        try:
-            response = await client.get("/models")
-            response.raise_for_status()
-            return response.json()["data"][0]["id"]
-        except (httpx.HTTPError, KeyError, IndexError, ValueError):
-            return None  # every request will then fail and be counted
+    @property
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(attempts=self.retries + 1, backoff_s=self.backoff_s, total_s=JUDGE_TOTAL_S)
 
-    async def _request(self, client: httpx.AsyncClient, model: str | None, content: str) -> str | None:
-        """One judged answer's text, with retries; None when every attempt failed."""
+    async def _first_model(self, client: httpx.AsyncClient, base_url: str) -> str | None:
+        try:
+            served = model_list(await arequest(client, "GET", f"{base_url}/models", self.retry, sleep=self.sleep))
+        except GaveUp:
+            return None  # every request will then fail and be counted
+        return served[0]["id"] if served else None
+
+    async def _request(self, client: httpx.AsyncClient, base_url: str, model: str | None, content: str,
+                       refused: list[str]) -> str | None:
+        """One judged answer's text (the shared retry policy); None when it failed or was refused."""
         body = {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": self.max_tokens,
                 "temperature": 0.0}
-        for attempt in range(self.retries + 1):
-            try:
-                response = await client.post("/chat/completions", json=body)
-                response.raise_for_status()
-                return response.json()["choices"][0]["message"]["content"] or ""
-            except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
-                if attempt == self.retries:
-                    return None
-                delay = self.backoff_s[min(attempt, len(self.backoff_s) - 1)] if self.backoff_s else 0.0
-                await self.sleep(delay)
-        return None
+        try:
+            response = await arequest(client, "POST", f"{base_url}/chat/completions", self.retry, model=model,
+                                      json=body, sleep=self.sleep)
+            return response.json()["choices"][0]["message"]["content"] or ""
+        except GaveUp:
+            return None
+        except ServerRefused as err:
+            if err.status not in REFUSED_ONE_REQUEST:
+                raise
+            if not refused:
+                console.print(f"[yellow]llm_judge: {err}; that sample is unscored[/]")
+            refused.append(err.server_message)
+            return None
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None  # a 200 that is no chat completion: counted as failed
+
+
+async def _all_or_none(coroutines) -> list:
+    """Every result, in order; on the first error the other requests are cancelled before it is raised."""
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
