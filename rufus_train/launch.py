@@ -59,6 +59,19 @@ def accelerate_config_path(value: str) -> Path:
     return path
 
 
+def engine_keeps_fp32_masters(config: StageConfig) -> bool:
+    """The stage's accelerate config shards with DeepSpeed ZeRO or FSDP, which keep fp32 master
+    weights and optimizer states whatever dtype the weights load in (ZeRO's fp32 partitions with
+    bf16 enabled; accelerate upcasts FSDP2's trainable shards to fp32 and computes in bf16)."""
+    if config.accelerate_config is None:
+        return False
+    try:
+        settings = yaml.safe_load(accelerate_config_path(config.accelerate_config).read_text()) or {}
+    except RufusError:  # an unknown file is refused where the launch line is built
+        return False
+    return str(settings.get("distributed_type", "")).upper() in ("DEEPSPEED", "FSDP")
+
+
 def in_launched_process() -> bool:
     """True inside a process that accelerate / torchrun started (never launch again from there)."""
     return os.environ.get(LAUNCHED_ENV) == "1" or "LOCAL_RANK" in os.environ
@@ -96,8 +109,7 @@ def launch_command(name: str, config: StageConfig, config_file: str | Path | Non
     problems = launch_problems(settings, torch.cuda.is_available(), importlib.util.find_spec("deepspeed") is not None)
     if problems:
         raise RufusError(f"cannot launch stage {name} with {path}:\n- " + "\n- ".join(problems))
-    chosen = precision(config.dtype)
-    mixed = "bf16" if chosen.bf16 else "fp16" if chosen.fp16 else "no"
+    mixed = precision(config.dtype, full_finetune=not config.lora.enabled).autocast or "no"
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(path), "--mixed_precision", mixed]
     if config.num_processes:
         argv += ["--num_processes", str(config.num_processes)]

@@ -50,16 +50,18 @@ def test_auto_precision_bf16_only_where_native_else_fp16_with_scaler(monkeypatch
     t4 = common_trl_kwargs(config, tmp_path)
     assert (t4["bf16"], t4["fp16"], t4["use_cpu"]) == (False, True, False)
     assert modeling.torch_dtype("auto") == torch.float32  # fp16 autocast + gradient scaler keep fp32 weights
-    assert modeling.precision("float16") == modeling.Precision("float32", bf16=False, fp16=True)
+    assert modeling.precision("float16", full_finetune=True) == modeling.Precision("float32", bf16=False, fp16=True)
 
     force_gpu(monkeypatch, native_bf16=True)  # Ampere or newer
     a100 = common_trl_kwargs(config, tmp_path)
-    assert (a100["bf16"], a100["fp16"]) == (True, False) and modeling.torch_dtype("auto") == torch.bfloat16
+    assert (a100["bf16"], a100["fp16"]) == (True, False) and modeling.torch_dtype("auto") == torch.bfloat16  # LoRA base
+    full = common_trl_kwargs(stage_config("sft", output_dir=str(tmp_path), **{"lora.enabled": False}), tmp_path)
+    assert full["bf16"] and modeling.torch_dtype("auto", full_finetune=True) == torch.float32  # fp32 masters, bf16 compute
 
 
 def test_float16_needs_a_gpu():
     with pytest.raises(RufusError, match="dtype: float16 trains with fp16 autocast and a gradient scaler, which need a CUDA GPU"):
-        modeling.precision("float16")
+        modeling.precision("float16", full_finetune=True)
 
 
 # ------------------------------------------------------------------ launching accelerate
