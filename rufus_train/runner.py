@@ -186,11 +186,12 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
     stage = get_stage(config.stage)
-    if launch.wants_launch(config):
+    reason = launch.launch_reason(config)
+    if reason:
         raise RufusError(
-            f"stage {config.stage} asks for num_processes {config.num_processes} / accelerate_config "
-            f"{config.accelerate_config}: run it with `rufus-train stage {config.stage} ...`, which launches accelerate; "
-            "this call runs in one process (a pipeline runs its stages in one process too)"
+            f"stage {config.stage} asks for {reason}: run it with `rufus-train stage {config.stage} ...`, which "
+            "starts the trainer process(es) on their GPUs; this call trains in this process (a pipeline runs its "
+            "stages in one process too)"
         )
     check_config(config)
     callbacks = [checkpoint_eval_callback(config)]
@@ -263,7 +264,7 @@ def checkpoint_eval_callback(config: StageConfig):
     from rufus_eval.callback import CheckpointEvalCallback
 
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
-    return CheckpointEvalCallback(config.eval, starting_model=config.model)
+    return CheckpointEvalCallback(config.eval, starting_model=config.model, trainer_gpus=config.trainer_devices())
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
