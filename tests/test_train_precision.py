@@ -3,7 +3,7 @@ and AdamW states for full fine-tuning (fp32 weights, bf16 autocast, as the Tulu 
 trains), LoRA keeps its frozen base in bf16 with fp32 adapter weights, and pure bf16 trains only
 when asked for by name, with a warning. The GPU's capability check is forced (as
 tests/test_distributed_setup.py forces it for fp16); the real optimizer step runs on the CPU,
-whose autocast computes bf16 too."""
+whose autocast computes bf16 too. Also: the playbook's full fine-tuning baseline (`sft_full`)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from rufus_data.shards import write_shards
 from rufus_train import guards, launch, modeling
+from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.runner import run_stage
+from rufus_train.runner import build_trl_args, run_stage
 from rufus_train.stages import get_stage
 
 ONE_STEP = {"max_steps": 1, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "max_rows": 4,
@@ -134,3 +136,33 @@ def test_sharded_configs_compute_in_bf16_over_fp32_masters(bf16_gpu, monkeypatch
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
     plugin.set_mixed_precision("bf16")
     assert (plugin.mixed_precision_policy.param_dtype, plugin.mixed_precision_policy.reduce_dtype) == (torch.bfloat16,) * 2
+
+
+# ------------------------------------------------------------------ the playbook's full fine-tuning baseline
+
+
+def test_sft_full_dry_run_resolves_the_playbooks_baseline(tmp_path, monkeypatch):
+    """`rufus-train stage sft_full --dry-run`, as typed: full fine-tuning at 1e-5, 128 sequences a
+    step on one GPU, 1 epoch, no packing, 3% warmup, dtype auto."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["stage", "sft_full", "--dry-run"])
+    assert result.exit_code == 0, result.output
+    resolved = result.stdout
+    for line in ("stage: sft_full", "lora:\n  enabled: false", "learning_rate: 1.0e-05", "num_train_epochs: 1.0",
+                 "per_device_train_batch_size: 8", "gradient_accumulation_steps: 16", "packing: false",
+                 "dtype: auto", "trainer:\n  warmup_steps: 0.03", "data:\n- catalogs/data/sft_mixture.yaml"):
+        assert line in resolved, line
+    config = load("sft_full", output_dir=str(tmp_path / "o"))
+    args = build_trl_args(config, tmp_path / "o")
+    assert (args.learning_rate, args.num_train_epochs, args.packing, args.warmup_steps) == (1e-5, 1.0, False, 0.03)
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 128
+
+
+def test_sft_full_trains_on_tiny_model_with_fp32_masters(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
+    """Two steps of sft_full on a (simulated) bf16 GPU: the full model, fp32 masters, bf16 compute."""
+    result, loaded, autocast = one_step("sft_full", tiny_model, sft_data, tmp_path / "full", monkeypatch,
+                                        max_steps=2, save_steps=2)
+    summary = json.loads((result.output_dir / "run.json").read_text())
+    assert (summary["global_step"], summary["lora"], summary["dtype"]) == (2, None, "float32")
+    assert (result.output_dir / "model.safetensors").exists()  # the full model, not an adapter
+    assert loaded == {torch.float32} and autocast == {torch.bfloat16}
