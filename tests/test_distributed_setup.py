@@ -299,8 +299,12 @@ def test_gpu_smoke_script_commands_parse_with_rufus_clis(tmp_path):
             name, command = line[1:].split("] ", 1)
             commands[name] = shlex.split(command)
     assert list(commands) == ["serve", "sync_grpo", "async_grpo", "async_resume", "ckpt_eval", "eval_vllm", "eval_hf",
-                              "eval_agree"]
-    assert "| async_resume | dry  |" in proc.stdout
+                              "eval_agree", "full_ft", "resume_killed", "resume_latest", "zero3"]
+    assert "| async_resume  | dry  |" in proc.stdout
+    assert commands["resume_killed"] == commands["resume_latest"]  # one command line, first run and restart
+    assert commands["resume_latest"][-2:] == ["--resume_from_checkpoint", "latest"]
+    zero3 = " ".join(commands["zero3"])
+    assert "--num_processes 1 --accelerate_config zero3 --eval.eval_on_checkpoint" in zero3
     for name, argv in commands.items():
         while argv[0] == "env" or "=" in argv[0]:
             argv = argv[1:]

@@ -3,12 +3,16 @@ and AdamW states for full fine-tuning (fp32 weights, bf16 autocast, as the Tulu 
 trains), LoRA keeps its frozen base in bf16 with fp32 adapter weights, and pure bf16 trains only
 when asked for by name, with a warning. The GPU's capability check is forced (as
 tests/test_distributed_setup.py forces it for fp16); the real optimizer step runs on the CPU,
-whose autocast computes bf16 too. Also: the playbook's full fine-tuning baseline (`sft_full`)."""
+whose autocast computes bf16 too. Also: the playbook's full fine-tuning baseline (`sft_full`)
+and the checks bench/gpu_smoke.sh runs on its checkpoints."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -24,6 +28,7 @@ from rufus_train.config import load_stage_config
 from rufus_train.runner import build_trl_args, run_stage
 from rufus_train.stages import get_stage
 
+REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = {"max_steps": 1, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "max_rows": 4,
             "max_length": 128, "save_steps": 1, "logging_steps": 1, "gradient_checkpointing": False, "overwrite": True}
 
@@ -159,10 +164,38 @@ def test_sft_full_dry_run_resolves_the_playbooks_baseline(tmp_path, monkeypatch)
 
 
 def test_sft_full_trains_on_tiny_model_with_fp32_masters(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
-    """Two steps of sft_full on a (simulated) bf16 GPU: the full model, fp32 masters, bf16 compute."""
+    """Two steps of sft_full; bench/gpu_smoke.sh's own checks pass on its checkpoint and metrics."""
     result, loaded, autocast = one_step("sft_full", tiny_model, sft_data, tmp_path / "full", monkeypatch,
                                         max_steps=2, save_steps=2)
     summary = json.loads((result.output_dir / "run.json").read_text())
     assert (summary["global_step"], summary["lora"], summary["dtype"]) == (2, None, "float32")
     assert (result.output_dir / "model.safetensors").exists()  # the full model, not an adapter
     assert loaded == {torch.float32} and autocast == {torch.bfloat16}
+    fp32_masters, steps_once = smoke_check("FP32_MASTERS"), smoke_check("STEPS_ONCE")
+    checkpoint = result.output_dir / "checkpoint-2"
+    assert run_check(fp32_masters, checkpoint).returncode == 0
+    metrics = result.output_dir / "metrics.jsonl"
+    assert run_check(steps_once, metrics).returncode == 0
+    (tmp_path / "twice.jsonl").write_text(metrics.read_text() * 2)  # a resume that logged steps again
+    assert run_check(steps_once, tmp_path / "twice.jsonl").returncode == 1
+
+
+def test_the_smoke_fp32_check_fails_on_a_pure_bf16_checkpoint(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
+    with pytest.warns(UserWarning, match="melting GPUs"):
+        result, loaded, _ = one_step("sft_full", tiny_model, sft_data, tmp_path / "bf16", monkeypatch, dtype="bfloat16")
+    assert loaded == {torch.bfloat16}
+    precision = json.loads((result.output_dir / "run.json").read_text())["precision"]
+    assert precision["optimizer_states"] == ["bfloat16"]  # no fp32 master copy: what the warning says
+    check = run_check(smoke_check("FP32_MASTERS"), result.output_dir / "checkpoint-1")
+    assert check.returncode == 1 and "bfloat16" in check.stdout
+
+
+def smoke_check(name: str) -> str:
+    """A Python check bench/gpu_smoke.sh runs on a checkpoint (`NAME='...'` in the script)."""
+    script = (REPO / "bench" / "gpu_smoke.sh").read_text()
+    return re.search(rf"^{name}='\n(.*?)\n'$", script, re.DOTALL | re.MULTILINE).group(1)
+
+
+def run_check(code: str, path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-", str(path)], input=code, capture_output=True, text=True, timeout=120,
+                          check=False)
