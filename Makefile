@@ -6,16 +6,21 @@ VLLM_VENV ?= .venv-vllm
 RUFUS_DATA_ROOT ?= $(abspath ../shared/data)
 export RUFUS_DATA_ROOT
 BIN = $(VENV)/bin
+TORCH_VERSION = 2.13.0
+# The versions CI last tested: every install below is constrained to them (`make upgrade-deps`
+# moves them forward).
+CONSTRAINTS = constraints.txt
+EXTRAS = train,eval,ray,dev,track
 
-.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published lint
+.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published lint check-resolve upgrade-deps
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	# The CPU build of torch, from a pinned version (an unpinned torch pulls a multi-GB CUDA build).
 	# Where plain PyPI serves the CUDA wheel, set TORCH_INDEX=https://download.pytorch.org/whl/cpu.
-	$(BIN)/python -m pip install -q torch==2.13.0 $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(BIN)/python -m pip install -q -e ".[train,eval,ray,dev,track]"
+	$(BIN)/python -m pip install -q torch==$(TORCH_VERSION) $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[$(EXTRAS)]"
 	touch $@
 
 venv: $(VENV)/.installed
@@ -46,7 +51,7 @@ test-slow: venv
 
 # What the benches need (the `bench` extra: train, eval and the OpenAI client).
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/python -m pip install -q -e ".[bench]"
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e ".[bench]"
 	touch $@
 
 # Every bench/*.py (see README for how long), each printing its speed as a ratio against a
@@ -64,3 +69,17 @@ bench-published: $(VENV)/.bench-installed vllm-venv
 
 lint: venv
 	$(BIN)/ruff check rufus_data rufus_train rufus_eval tests bench scripts
+
+# Does `pip install .[train,eval,gpu]` (vLLM included) resolve against constraints.txt? A dry run
+# in a throwaway environment: package metadata only, nothing installed, no GPU (CI runs it).
+check-resolve:
+	bash scripts/check_resolve.sh
+
+# Move constraints.txt forward: the newest releases pyproject.toml allows (that the GPU install
+# resolves with too), installed into a fresh .venv-upgrade, the test suite run there, and
+# constraints.txt rewritten from it only when the suite passes (scripts/upgrade_deps.sh; review
+# the diff, commit it). torch stays at TORCH_VERSION: change that to move it.
+upgrade-deps:
+	-$(MAKE) vllm-venv
+	PYTHON=$(PYTHON) TORCH_VERSION=$(TORCH_VERSION) TORCH_INDEX=$(TORCH_INDEX) EXTRAS=$(EXTRAS) \
+	  bash scripts/upgrade_deps.sh

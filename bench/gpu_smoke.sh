@@ -12,6 +12,14 @@
 #                 processes on one GPU (GRPO server, trainer, eval server)
 #   eval_agree    `rufus-eval suite quick --backend vllm` and `--backend hf` on the same 16 items:
 #                 each task's scores agree within sampling noise (3 standard errors)
+#   full_ft       `rufus-train stage sft_full`, 5 steps of full fine-tuning at dtype auto: the checkpoint's
+#                 weights and AdamW states are fp32 and the trainer computed in bf16 (fp32 masters)
+#   resume_killed the same stage with `--resume_from_checkpoint latest`, killed (SIGKILL, whole process
+#   resume_latest group) once checkpoint-6 is written, then the same command again: it resumes from the
+#                 newest complete checkpoint and ends at step 30 with no step logged twice
+#   zero3         `--num_processes 1 --accelerate_config zero3` (DeepSpeed ZeRO-3) with checkpoint
+#                 evaluation (hf backend): the sharded checkpoints consolidated and evaluated at steps 2, 4
+#                 (skipped, not failed, where deepspeed is not installed)
 # --dry-run prints every command (shell-quoted, with its environment) and runs nothing;
 # tests/test_distributed_setup.py parses each printed command with Rufus's own CLIs.
 # Note: NCCL refuses two ranks on one GPU on some versions ("Duplicate GPU detected"); the weight
@@ -47,7 +55,7 @@ run() {  # run NAME CMD... : one step, logged to $WORK/NAME.log
 }
 
 record() {  # record NAME STATUS SECONDS DETAIL
-  ROWS+=("$(printf '| %-12s | %-4s | %5s | %s |' "$1" "$2" "$3" "$4")")
+  ROWS+=("$(printf '| %-13s | %-4s | %5s | %s |' "$1" "$2" "$3" "$4")")
   [[ "$2" == FAIL ]] && FAILED=1
   if [[ "$2" == FAIL && -f "$WORK/$1.log" ]]; then echo "--- $1 failed; last lines of its log:"; tail -n 25 "$WORK/$1.log"; fi
 }
@@ -61,6 +69,29 @@ step() {  # step NAME DETAIL CHECK-CMD -- RUN-CMD... : run, then PASS when both 
 }
 
 global_step() { "$PY" -c "import json,sys; print(json.load(open(sys.argv[1]))['global_step'])" "$1" 2>/dev/null; }
+
+# A checkpoint of full fine-tuning at dtype auto: fp32 weights and AdamW states (the masters), trained
+# with bf16 autocast. Read by `"$PY" - CHECKPOINT <<<"$FP32_MASTERS"`.
+FP32_MASTERS='
+import sys, torch
+from safetensors import safe_open
+ckpt = sys.argv[1]
+with safe_open(f"{ckpt}/model.safetensors", "pt") as f:
+    weights = {f.get_slice(k).get_dtype() for k in f.keys()}
+state = torch.load(f"{ckpt}/optimizer.pt", map_location="cpu", weights_only=True)["state"]
+adam = {str(s[k].dtype) for s in state.values() for k in ("exp_avg", "exp_avg_sq")}
+bf16 = torch.load(f"{ckpt}/training_args.bin", weights_only=False).bf16
+print(f"weights {sorted(weights)}, AdamW states {sorted(adam)}, bf16 autocast {bf16}")
+sys.exit(0 if weights == {"F32"} and adam == {"torch.float32"} and bf16 else 1)
+'
+# metrics.jsonl of a resumed run: every logged training step once (`"$PY" - FILE <<<"$STEPS_ONCE"`).
+STEPS_ONCE='
+import json, sys
+steps = [json.loads(line)["step"] for line in open(sys.argv[1]) if "loss" in json.loads(line)]
+print(f"{len(steps)} loss lines, steps {steps[0]}..{steps[-1]}")
+sys.exit(0 if len(steps) == len(set(steps)) else 1)
+'
+
 
 # ------------------------------------------------------------------ preflight
 mkdir -p "$WORK"
@@ -76,6 +107,17 @@ from rufus_data.shards import write_shards
 rows = [{"id": f"add-{a}-{b}", "source": "generated", "label": "arithmetic", "expected_output": str(a + b),
          "prompt": [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}]}
         for a in range(1, 5) for b in range(1, 5)]
+write_shards(pa.Table.from_pylist(rows), Path(sys.argv[1]))
+EOF
+  "$PY" - "$WORK/sft" <<'EOF'
+import sys
+from pathlib import Path
+import pyarrow as pa
+from rufus_data.shards import write_shards
+rows = [{"id": f"sft-{a}-{b}", "source": "generated", "label": "arithmetic",
+         "messages": [{"role": "user", "content": f"What is {a} times {b}?"},
+                      {"role": "assistant", "content": f"{a} times {b} is {a * b}."}]}
+        for a in range(1, 17) for b in range(1, 9)]
 write_shards(pa.Table.from_pylist(rows), Path(sys.argv[1]))
 EOF
 fi
@@ -143,11 +185,53 @@ for task in sorted(a):
 sys.exit(1 if bad else 0)
 EOF
 
+# ------------------------------------------------------------------ full fine-tuning: fp32 masters, kill -9, resume
+FULL=(--data "$WORK/sft" --max_length 256 --per_device_train_batch_size 4 --gradient_accumulation_steps 1
+      --logging_steps 1)
+step full_ft "sft_full, 5 steps at dtype auto: fp32 weights and AdamW states, bf16 autocast" \
+  '"$PY" - "$WORK/full/checkpoint-5" <<<"$FP32_MASTERS"' -- \
+  "$PY" -m rufus_train.cli stage sft_full "${FULL[@]}" --output_dir "$WORK/full" --overwrite --max_steps 5 --save_steps 5
+
+# one command line for the first run and every restart, as a scheduler re-runs it
+RESUMABLE=("$PY" -m rufus_train.cli stage sft_full "${FULL[@]}" --output_dir "$WORK/resume" --max_steps 30
+           --save_steps 3 --trainer.save_total_limit 2 --resume_from_checkpoint latest)
+if (( DRY )); then
+  run resume_killed "${RESUMABLE[@]}"; record resume_killed dry 0 "killed with SIGKILL after checkpoint-6"
+  run resume_latest "${RESUMABLE[@]}"; record resume_latest dry 0 "the same command resumes to step 30"
+else
+  t0=$SECONDS
+  rm -rf "$WORK/resume"
+  setsid "${RESUMABLE[@]}" >"$WORK/resume_killed.log" 2>&1 &
+  KILLED_PID=$!
+  until [[ -f "$WORK/resume/checkpoint-6/trainer_state.json" ]] || ! kill -0 "$KILLED_PID" 2>/dev/null \
+        || (( SECONDS - t0 > 240 )); do sleep 0.5; done
+  kill -9 -- "-$KILLED_PID" 2>/dev/null
+  wait "$KILLED_PID" 2>/dev/null
+  if [[ -f "$WORK/resume/checkpoint-6/trainer_state.json" && ! -f "$WORK/resume/run.json" ]]; then
+    record resume_killed PASS $((SECONDS - t0)) "killed with SIGKILL after checkpoint-6"
+  else record resume_killed FAIL $((SECONDS - t0)) "no checkpoint-6 before the kill, or the run ended first"; fi
+  step resume_latest "the same command resumes to step 30, no step logged twice" \
+    '[[ "$(global_step "$WORK/resume/run.json")" == 30 ]] && "$PY" - "$WORK/resume/metrics.jsonl" <<<"$STEPS_ONCE"' -- \
+    "${RESUMABLE[@]}"
+fi
+
+# ------------------------------------------------------------------ DeepSpeed ZeRO-3 with checkpoint evaluation
+ZERO3=("$PY" -m rufus_train.cli stage sft_full "${FULL[@]}" --output_dir "$WORK/zero3" --overwrite --max_steps 4
+       --save_steps 2 --num_processes 1 --accelerate_config zero3 --eval.eval_on_checkpoint --eval.backend hf
+       --eval.eval_devices "$GPU" --eval.suite quick --eval.limit 8 --eval.samples 1 --eval.max_tokens 64)
+if (( ! DRY )) && ! "$PY" -c "import deepspeed" 2>/dev/null; then
+  record zero3 skip 0 "deepspeed is not installed in $PY"
+else
+  step zero3 "ZeRO-3, 4 steps; checkpoints 2 and 4 consolidated and evaluated" \
+    '[[ "$(global_step "$WORK/zero3/run.json")" == 4 && -f "$WORK/zero3/eval_logs/step-2/results.json"
+       && -f "$WORK/zero3/eval_logs/step-4/results.json" ]]' -- "${ZERO3[@]}"
+fi
+
 # ------------------------------------------------------------------ the table
 TOTAL=$(( $(date +%s) - START ))
 echo
-echo "| step         | ok   |   s   | what |"
-echo "|--------------|------|-------|------|"
+echo "| step          | ok   |   s   | what |"
+echo "|---------------|------|-------|------|"
 printf '%s\n' "${ROWS[@]}"
 echo "total ${TOTAL} s (budget ${BUDGET_S} s); work folder $WORK"
 if (( DRY )); then exit 0; fi

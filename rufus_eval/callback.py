@@ -90,9 +90,10 @@ def gpu_count() -> int:
     return 0
 
 
-def trainer_devices() -> set[str]:
-    """Physical GPU ids the trainer uses: its CUDA_VISIBLE_DEVICES, else every GPU."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+def trainer_devices(given: str | None = None) -> set[str]:
+    """Physical GPU ids the trainer uses: `given` (the stage's trainer role, which the trainer
+    process is started with), else its CUDA_VISIBLE_DEVICES, else every GPU."""
+    visible = given or os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return {d.strip() for d in visible.split(",") if d.strip()}
     return {str(i) for i in range(gpu_count())}
@@ -121,11 +122,14 @@ def model_source(model) -> str | None:
 
 
 class CheckpointEvalCallback(TrainerCallback):
-    def __init__(self, config: CheckpointEvalConfig | dict | None = None, starting_model: str | None = None):
+    def __init__(self, config: CheckpointEvalConfig | dict | None = None, starting_model: str | None = None,
+                 trainer_gpus: str | None = None):
         """`starting_model`: the model folder (or hub id) training starts from, evaluated as the
-        step-0 baseline; default: the trained model's `name_or_path`."""
+        step-0 baseline; default: the trained model's `name_or_path`. `trainer_gpus`: the
+        trainer's physical GPU ids when the stage sets them (default: this process's)."""
         self.config = config if isinstance(config, CheckpointEvalConfig) else CheckpointEvalConfig(**(config or {}))
         self.starting_model = starting_model
+        self.trainer_gpus = trainer_gpus
         self.devices = self._check_devices()
         self.staging: list[dict] = []  # per staged checkpoint: step, bytes, only_here_bytes, removed
         self._staging_reported = 0
@@ -152,10 +156,11 @@ class CheckpointEvalCallback(TrainerCallback):
                 "eval_on_checkpoint is on but eval_devices is empty: give the physical GPU ids the evaluation "
                 "server may use (e.g. eval_devices: \"0,1\"), or turn eval_on_checkpoint off"
             )
-        overlap = sorted(set(devices) & trainer_devices())
+        trainer = trainer_devices(self.trainer_gpus)
+        overlap = sorted(set(devices) & trainer)
         if overlap:
             message = (
-                f"eval_devices {cfg.eval_devices} overlap the trainer's GPUs {sorted(trainer_devices())} "
+                f"eval_devices {cfg.eval_devices} overlap the trainer's GPUs {sorted(trainer)} "
                 f"(shared: {overlap}): evaluation and training will compete for memory and time"
             )
             console.print(f"[bold red]WARNING:[/] {message}")

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import warnings
 from pathlib import Path
 
+from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_train.data import check_data
+from rufus_train.launch import engine_keeps_fp32_masters
+from rufus_train.modeling import PURE_BF16_WARNING
 
 # Module names whose weights the loss reads directly (output head) or that are looked up, not
 # multiplied (embeddings): a LoRA adapter there never receives a gradient through the loss.
@@ -107,11 +111,20 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
         )
 
 
+def check_precision(config) -> None:
+    """Pure bf16 full fine-tuning is trained only when asked for by name, and then with a warning
+    (DeepSpeed ZeRO and FSDP keep fp32 master shards of their own, so they are not warned)."""
+    if config.dtype == "bfloat16" and not config.lora.enabled and not engine_keeps_fp32_masters(config):
+        console.print(f"[bold yellow]warning:[/] {PURE_BF16_WARNING}", highlight=False, soft_wrap=True)
+        warnings.warn(PURE_BF16_WARNING, UserWarning, stacklevel=2)
+
+
 def check_stage(config) -> None:
     """The checks every stage runs before loading anything (stages add their own)."""
     if config.lora.enabled:
         check_peft_method(config.lora.method)
         check_lora_targets(config.lora.target_modules)
+    check_precision(config)
     check_reporters(config.report_to)
     check_data_folders(config.data, config.stage)
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)

@@ -10,7 +10,9 @@ What is refused before anything starts (accelerate would otherwise do something 
 
 The launched processes get the trainer's GPUs (`devices.trainer` of a GRPO stage) as
 CUDA_VISIBLE_DEVICES, verbatim, and accelerate gets Rufus's mixed precision (`dtype`), so the
-accelerate config file's `mixed_precision` never disagrees with the trainer's bf16/fp16 switch."""
+accelerate config file's `mixed_precision` never disagrees with the trainer's bf16/fp16 switch.
+A one-process run on trainer GPUs other than this process's is started the same way, without
+accelerate: `rufus-train stage` runs itself again in a process that starts on those GPUs."""
 
 from __future__ import annotations
 
@@ -59,15 +61,48 @@ def accelerate_config_path(value: str) -> Path:
     return path
 
 
+def engine_keeps_fp32_masters(config: StageConfig) -> bool:
+    """The stage's accelerate config shards with DeepSpeed ZeRO or FSDP, which keep fp32 master
+    weights and optimizer states whatever dtype the weights load in (ZeRO's fp32 partitions with
+    bf16 enabled; accelerate upcasts FSDP2's trainable shards to fp32 and computes in bf16)."""
+    if config.accelerate_config is None:
+        return False
+    try:
+        settings = yaml.safe_load(accelerate_config_path(config.accelerate_config).read_text()) or {}
+    except RufusError:  # an unknown file is refused where the launch line is built
+        return False
+    return str(settings.get("distributed_type", "")).upper() in ("DEEPSPEED", "FSDP")
+
+
 def in_launched_process() -> bool:
     """True inside a process that accelerate / torchrun started (never launch again from there)."""
     return os.environ.get(LAUNCHED_ENV) == "1" or "LOCAL_RANK" in os.environ
 
 
+def uses_accelerate(config: StageConfig) -> bool:
+    return (config.num_processes or 1) > 1 or config.accelerate_config is not None
+
+
+def launch_reason(config: StageConfig) -> str | None:
+    """Why the stage must run in processes Rufus starts (None: it runs in this one): several
+    processes or an accelerate config, or trainer GPUs this process was not started with (CUDA
+    reads CUDA_VISIBLE_DEVICES once, when a process first touches it, so a running process cannot
+    move to other GPUs: one process is started on them, as several are)."""
+    if in_launched_process():
+        return None
+    if uses_accelerate(config):
+        return f"num_processes {config.num_processes} / accelerate_config {config.accelerate_config}"
+    devices = config.trainer_devices()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if devices and devices.replace(" ", "") != (visible or "").replace(" ", ""):
+        return (f"devices.trainer {devices} while this process has CUDA_VISIBLE_DEVICES={visible or '(unset)'} "
+                f"(or export CUDA_VISIBLE_DEVICES={devices} before Python starts)")
+    return None
+
+
 def wants_launch(config: StageConfig) -> bool:
-    """The stage asks for several processes (or an accelerate config) and this process is not one of them."""
-    asked = (config.num_processes or 1) > 1 or config.accelerate_config is not None
-    return asked and not in_launched_process()
+    """This process starts the stage's trainer process(es) instead of training itself."""
+    return launch_reason(config) is not None
 
 
 def launch_problems(settings: dict, cuda: bool, deepspeed_installed: bool) -> list[str]:
@@ -87,8 +122,16 @@ def launch_problems(settings: dict, cuda: bool, deepspeed_installed: bool) -> li
 
 
 def launch_command(name: str, config: StageConfig, config_file: str | Path | None, args: list[str]) -> Launch:
-    """The `accelerate launch` line that runs `rufus-train stage NAME [--config FILE] ARGS` in
-    every process (refused here when accelerate would not run it as asked)."""
+    """The line that runs `rufus-train stage NAME [--config FILE] ARGS` on the trainer's GPUs:
+    `accelerate launch` for several processes or an accelerate config (refused here when accelerate
+    would not run it as asked), else the stage itself in one process."""
+    stage = ["-m", "rufus_train.cli", "stage", name, *(["--config", str(config_file)] if config_file else []), *args]
+    env = {LAUNCHED_ENV: "1"}
+    trainer_devices = config.trainer_devices()
+    if trainer_devices:
+        env["CUDA_VISIBLE_DEVICES"] = trainer_devices  # physical ids, verbatim
+    if not uses_accelerate(config):
+        return Launch([sys.executable, *stage], env)
     import torch  # heavy: only when a stage is launched (the CUDA check)
 
     path = accelerate_config_path(config.accelerate_config or "ddp")
@@ -96,21 +139,13 @@ def launch_command(name: str, config: StageConfig, config_file: str | Path | Non
     problems = launch_problems(settings, torch.cuda.is_available(), importlib.util.find_spec("deepspeed") is not None)
     if problems:
         raise RufusError(f"cannot launch stage {name} with {path}:\n- " + "\n- ".join(problems))
-    chosen = precision(config.dtype)
-    mixed = "bf16" if chosen.bf16 else "fp16" if chosen.fp16 else "no"
+    mixed = precision(config.dtype, full_finetune=not config.lora.enabled).autocast or "no"
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(path), "--mixed_precision", mixed]
     if config.num_processes:
         argv += ["--num_processes", str(config.num_processes)]
     if "main_process_port" not in settings and int(settings.get("num_machines", 1) or 1) == 1:
         argv += ["--main_process_port", str(free_port())]  # two runs on one machine must not share 29500
-    argv += ["-m", "rufus_train.cli", "stage", name]
-    if config_file is not None:
-        argv += ["--config", str(config_file)]
-    env = {LAUNCHED_ENV: "1"}
-    trainer_devices = config.trainer_devices()
-    if trainer_devices:
-        env["CUDA_VISIBLE_DEVICES"] = trainer_devices  # physical ids, verbatim
-    return Launch(argv + list(args), env)
+    return Launch(argv + stage, env)
 
 
 def run_launch(launch: Launch) -> int:

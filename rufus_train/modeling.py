@@ -29,64 +29,88 @@ _MAX_CACHED = 3
 
 @dataclass(frozen=True)
 class Precision:
-    """How a stage trains: the dtype the weights load in, and the trainer's autocast switch.
-    fp16 keeps fp32 weights (autocast to fp16 plus a gradient scaler, which refuses fp16 weights)."""
+    """How a stage trains: the dtype the weights load in, and the trainer's autocast switch
+    (bf16 or fp16; fp16 adds a gradient scaler, which refuses fp16 weights)."""
 
     dtype: str  # torch dtype name of the loaded weights
     bf16: bool
     fp16: bool
 
+    @property
+    def autocast(self) -> str | None:
+        return "bf16" if self.bf16 else "fp16" if self.fp16 else None
 
-def native_bf16() -> bool:
-    """A CUDA GPU that computes bf16 in hardware (Ampere or newer; ROCm), not by emulation."""
+
+# Why `auto` never trains full fine-tuning in pure bf16 (and what asking for it by name costs).
+PURE_BF16_WARNING = (
+    "dtype: bfloat16 with full fine-tuning trains in pure bf16: weights, gradients and AdamW states all in bf16, "
+    "no fp32 master copy. That is the Smol training playbook's 'mystery of the melting GPUs': moving a run from "
+    "DeepSpeed to plain data parallelism changed its losses because the weights and gradients were kept in bf16 "
+    "with no fp32 master copy. It saves 8 bytes per parameter (8 instead of 16: weights 2 + gradients 2 + Adam "
+    "states 4). dtype: auto keeps fp32 master weights and optimizer states and computes in bf16 (docs/train.md, "
+    "precision)"
+)
+
+
+def gpu_kind() -> str | None:
+    """The CUDA GPU this process trains on: 'bf16' when it computes bf16 in hardware (Ampere or
+    newer; ROCm), 'fp16' for an older one (a T4, a V100: bf16 only emulated, several times
+    slower), None without CUDA."""
     import torch  # heavy: torch, transformers and peft load only when a model does (not for --help)
 
-    return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    if not torch.cuda.is_available():
+        return None
+    return "bf16" if torch.cuda.is_bf16_supported(including_emulation=False) else "fp16"
 
 
-def precision(name: str) -> Precision:
-    """`dtype` of a stage config -> Precision. `auto`, as the Tulu 3 recipe trains on a 16 GB GPU:
-    bf16 on a GPU that supports it natively, fp16 mixed precision with a gradient scaler on an
-    older GPU (emulated bf16 is several times slower), fp32 on CPU. `float16` asks for fp16 mixed
-    precision; `bfloat16` and `float32` load and train in that dtype."""
-    import torch  # heavy: see native_bf16
-
-    cuda = torch.cuda.is_available()
+def precision(name: str, full_finetune: bool) -> Precision:
+    """`dtype` of a stage config -> Precision, as the Tulu 3 recipe trains. `auto`: on a native-bf16
+    GPU, full fine-tuning loads fp32 weights and autocasts to bf16 (fp32 master weights, gradients
+    and AdamW states), LoRA keeps the frozen base in bf16 (its adapter weights are fp32, see
+    apply_lora); on an older GPU fp16 autocast with a gradient scaler over fp32 weights; fp32 on
+    CPU. `float16` asks for fp16 mixed precision; `bfloat16` and `float32` load and train in that
+    dtype (bfloat16 full fine-tuning is pure bf16: see PURE_BF16_WARNING)."""
+    gpu = gpu_kind()
     if name == "auto":
-        if not cuda:
+        if gpu is None:
             return Precision("float32", bf16=False, fp16=False)
-        return Precision("bfloat16", bf16=True, fp16=False) if native_bf16() else Precision("float32", bf16=False, fp16=True)
+        if gpu == "fp16":
+            return Precision("float32", bf16=False, fp16=True)
+        return Precision("float32" if full_finetune else "bfloat16", bf16=True, fp16=False)
     if name == "float16":
-        if not cuda:
+        if gpu is None:
             raise RufusError("dtype: float16 trains with fp16 autocast and a gradient scaler, which need a CUDA GPU; "
                              "use dtype: auto (fp32 on CPU)")
         return Precision("float32", bf16=False, fp16=True)
-    return Precision(name, bf16=name == "bfloat16" and cuda, fp16=False)
+    return Precision(name, bf16=name == "bfloat16" and gpu is not None, fp16=False)
 
 
-def torch_dtype(name: str):
-    """The torch dtype the weights load in for a stage's `dtype` (see `precision`)."""
-    import torch  # heavy: see native_bf16
+def torch_dtype(name: str, full_finetune: bool = False):
+    """The torch dtype the weights load in for a stage's `dtype` (see `precision`); a model that is
+    not fully fine-tuned (a LoRA base, a teacher, a reference) may stay in bf16."""
+    import torch  # heavy: see gpu_kind
 
-    return getattr(torch, precision(name).dtype)
+    return getattr(torch, precision(name, full_finetune).dtype)
 
 
-def load_model(ref: str, dtype: str = "auto"):
-    """A fresh copy of the model behind `ref` (adapters merged); the base is read from disk once."""
+def load_model(ref: str, dtype: str = "auto", full_finetune: bool = False):
+    """A fresh copy of the model behind `ref` (adapters merged), in the dtype `precision` gives it;
+    the base is read from disk once."""
     from transformers import AutoModelForCausalLM
 
     path = resolve_model(ref)
-    key = (path, str(torch_dtype(dtype)))  # "auto" and "float32" share one copy on CPU
+    weights = torch_dtype(dtype, full_finetune)
+    key = (path, str(weights))  # "auto" and "float32" share one copy on CPU
     if key not in _PRISTINE:
         if is_adapter_folder(path):
             from peft import PeftModel
 
-            base = load_model(adapter_base(path), dtype)
+            base = load_model(adapter_base(path), dtype, full_finetune)
             model = PeftModel.from_pretrained(base, path).merge_and_unload()
             model.name_or_path = path
         else:
             try:
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype))
+                model = AutoModelForCausalLM.from_pretrained(path, dtype=weights)
             except OSError as err:
                 raise RufusError(f"could not load model {ref} ({err}): give a model folder, run folder or hub id") from None
         if len(_PRISTINE) >= _MAX_CACHED:
@@ -109,7 +133,9 @@ def load_tokenizer(ref: str):
 
 
 def apply_lora(model, settings):
-    """Wrap `model` with a fresh LoRA adapter; the base is frozen and only lora_* params train."""
+    """Wrap `model` with a fresh LoRA adapter; the base is frozen and only lora_* params train.
+    The adapter weights are fp32 whatever the base's dtype (peft's autocast_adapter_dtype upcasts
+    bf16/fp16 adapters, asked for explicitly here), so their AdamW states are fp32 too."""
     from peft import LoraConfig, get_peft_model
 
     config = LoraConfig(
@@ -120,7 +146,7 @@ def apply_lora(model, settings):
         task_type="CAUSAL_LM",
     )
     try:
-        peft_model = get_peft_model(model, config)
+        peft_model = get_peft_model(model, config, autocast_adapter_dtype=True)
     except ValueError as err:
         names = sorted({n.split(".")[-1] for n, _ in model.named_modules() if n})
         raise RufusError(
@@ -129,6 +155,32 @@ def apply_lora(model, settings):
         ) from None
     check_only_adapter_trainable(peft_model)
     return peft_model
+
+
+def precision_report(trainer) -> dict:
+    """What actually trained, read off the trainer after training (run.json records it): the
+    dtypes of the frozen and the trainable weights, the autocast the accelerator ran, and the
+    dtypes of the tensors the optimizer steps (the master weights: under DeepSpeed ZeRO its fp32
+    partitions) and of its states (AdamW's moments)."""
+    import torch  # heavy: see gpu_kind
+
+    def names(tensors) -> list[str]:
+        return sorted({str(t.dtype).removeprefix("torch.") for t in tensors})
+
+    params = list(trainer.model.parameters())
+    inner = trainer.optimizer
+    while inner is not None and hasattr(inner, "optimizer"):  # accelerate's and DeepSpeed's wrappers
+        inner = inner.optimizer
+    stepped = [p for group in getattr(inner, "param_groups", []) for p in group["params"]]
+    states = [v for state in getattr(inner, "state", {}).values() for v in state.values()
+              if torch.is_tensor(v) and v.dim() > 0]  # AdamW's `step` is a scalar
+    return {
+        "frozen": names(p for p in params if not p.requires_grad),
+        "trainable": names(p for p in params if p.requires_grad),
+        "autocast": trainer.accelerator.mixed_precision,
+        "optimizer_steps": names(stepped),
+        "optimizer_states": names(states),
+    }
 
 
 def check_only_adapter_trainable(model) -> None:

@@ -13,8 +13,9 @@ The run folder:
     OUT/adapter_*        the LoRA adapter (or the full model when lora.enabled is false) + tokenizer;
                          adapter_config.json names the base as a portable reference (`smollm2-135m`)
     OUT/README.md        the model card (rufus_train/model_card.py)
-    OUT/run.json         written last: stage, base model, steps, final metrics, how far the weights
-                         moved (and a warning when they barely did), timings, versions
+    OUT/run.json         written last: stage, base model, steps, final metrics, the dtypes that trained
+                         (weights, autocast, optimizer), how far the weights moved (and a warning when
+                         they barely did), timings, versions
     OUT/merged/          made on demand (rufus-eval, `rufus-train export`): the adapter merged in
 """
 
@@ -68,7 +69,7 @@ def check_config(config: StageConfig) -> None:
 def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
     import torch  # heavy: only when a run builds its TRL config
 
-    precision = modeling.precision(config.dtype)
+    precision = modeling.precision(config.dtype, full_finetune=not config.lora.enabled)
     return {
         "output_dir": str(output_dir),
         "learning_rate": config.learning_rate,
@@ -185,11 +186,12 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
     stage = get_stage(config.stage)
-    if launch.wants_launch(config):
+    reason = launch.launch_reason(config)
+    if reason:
         raise RufusError(
-            f"stage {config.stage} asks for num_processes {config.num_processes} / accelerate_config "
-            f"{config.accelerate_config}: run it with `rufus-train stage {config.stage} ...`, which launches accelerate; "
-            "this call runs in one process (a pipeline runs its stages in one process too)"
+            f"stage {config.stage} asks for {reason}: run it with `rufus-train stage {config.stage} ...`, which "
+            "starts the trainer process(es) on their GPUs; this call trains in this process (a pipeline runs its "
+            "stages in one process too)"
         )
     check_config(config)
     callbacks = [checkpoint_eval_callback(config)]
@@ -201,7 +203,10 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         folders = launch.on_main_process(data.mix_catalog_entries, config.data, out)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
-        model = model if model is not None else modeling.load_model(config.model, config.dtype)
+        # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
+        weights_dtype = modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype
+        if model is None:
+            model = modeling.load_model(config.model, config.dtype, full_finetune=not config.lora.enabled)
         if config.lora.enabled:
             model = modeling.apply_lora(model, config.lora)
         trainable, total = modeling.trainable_parameters(model)
@@ -230,7 +235,8 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
             "base_model": portable_reference(config.model),
             "data": config.data,
             "lora": config.lora.model_dump() if config.lora.enabled else None,
-            "dtype": modeling.precision(config.dtype).dtype,  # of the trained weights (a merge uses it)
+            "dtype": weights_dtype,  # of the trained weights (a merge uses it)
+            "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes
             "global_step": trainer.state.global_step,
             "trainable_params": trainable,
             "total_params": total,
@@ -258,7 +264,7 @@ def checkpoint_eval_callback(config: StageConfig):
     from rufus_eval.callback import CheckpointEvalCallback
 
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
-    return CheckpointEvalCallback(config.eval, starting_model=config.model)
+    return CheckpointEvalCallback(config.eval, starting_model=config.model, trainer_gpus=config.trainer_devices())
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:

@@ -50,16 +50,18 @@ def test_auto_precision_bf16_only_where_native_else_fp16_with_scaler(monkeypatch
     t4 = common_trl_kwargs(config, tmp_path)
     assert (t4["bf16"], t4["fp16"], t4["use_cpu"]) == (False, True, False)
     assert modeling.torch_dtype("auto") == torch.float32  # fp16 autocast + gradient scaler keep fp32 weights
-    assert modeling.precision("float16") == modeling.Precision("float32", bf16=False, fp16=True)
+    assert modeling.precision("float16", full_finetune=True) == modeling.Precision("float32", bf16=False, fp16=True)
 
     force_gpu(monkeypatch, native_bf16=True)  # Ampere or newer
     a100 = common_trl_kwargs(config, tmp_path)
-    assert (a100["bf16"], a100["fp16"]) == (True, False) and modeling.torch_dtype("auto") == torch.bfloat16
+    assert (a100["bf16"], a100["fp16"]) == (True, False) and modeling.torch_dtype("auto") == torch.bfloat16  # LoRA base
+    full = common_trl_kwargs(stage_config("sft", output_dir=str(tmp_path), **{"lora.enabled": False}), tmp_path)
+    assert full["bf16"] and modeling.torch_dtype("auto", full_finetune=True) == torch.float32  # fp32 masters, bf16 compute
 
 
 def test_float16_needs_a_gpu():
     with pytest.raises(RufusError, match="dtype: float16 trains with fp16 autocast and a gradient scaler, which need a CUDA GPU"):
-        modeling.precision("float16")
+        modeling.precision("float16", full_finetune=True)
 
 
 # ------------------------------------------------------------------ launching accelerate
@@ -119,6 +121,33 @@ def test_run_stage_does_not_pretend_to_be_several_processes(tmp_path):
         run_stage(stage_config("sft", num_processes=2, output_dir=str(tmp_path)))
 
 
+def test_one_process_run_starts_on_the_trainer_gpus(tmp_path, monkeypatch, tiny_model):
+    """`rufus-train stage` with devices.trainer and one process: the process that trains is started
+    with them as CUDA_VISIBLE_DEVICES (a stand-in interpreter reports its environment), as the
+    launched processes of a multi-process run are; it never trains in a process that has others."""
+    from rufus_train import runner
+
+    rl = tmp_path / "rl"
+    write_rl_shards(rl)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("RUFUS_LAUNCHED", raising=False)
+    monkeypatch.setattr(runner, "run_stage", lambda config: pytest.fail("trained in this process, not on GPU 2"))
+    monkeypatch.setattr(sys, "executable", str(stub_interpreter(tmp_path)))
+    args = ["--model", tiny_model, "--data", str(rl), "--output_dir", str(tmp_path / "run"), "--devices.trainer", "2"]
+    result = CliRunner().invoke(app, ["stage", "reasoning_rl", *args])
+    assert result.exit_code == 0, result.output
+    argv, env = started_environment(tmp_path)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["RUFUS_LAUNCHED"] == "1"
+    assert argv == ["-m", "rufus_train.cli", "stage", "reasoning_rl", *args]  # the same command, in one process
+
+    config = stage_config(model=tiny_model, data=[str(rl)], **{"devices.trainer": "2"})
+    with pytest.raises(RufusError, match=r"asks for devices.trainer 2 while this process has CUDA_VISIBLE_DEVICES="
+                                         r"\(unset\) .*export CUDA_VISIBLE_DEVICES=2"):
+        run_stage(config)  # a pipeline or Python caller: refused, never trained on other GPUs
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2")  # started on them already: nothing to launch
+    assert not launch.wants_launch(config)
+
+
 # ------------------------------------------------------------------ GPU roles
 
 
@@ -128,6 +157,31 @@ def test_gpu_roles_are_checked_without_a_server_too(tmp_path):
         get_stage("reasoning_rl").check(stage_config(**{"devices.trainer": "0,1", "devices.server": "1"}))
     with pytest.warns(UserWarning, match=r"evaluation devices \(0\) overlap the trainer's on GPU 0"):
         get_stage("reasoning_rl").check(stage_config(**{"devices.trainer": "0", "devices.eval": "0"}))
+
+
+def test_default_eval_gpus_are_checked_against_the_server_and_trainer(monkeypatch):
+    """With checkpoint evaluation on and no eval GPUs given, the evaluation runs on eval_devices'
+    default (0,1): resolved once into devices.eval, it is checked against the server's GPU and the
+    trainer's (the trainer role given, not the GPUs this process happens to see)."""
+    from rufus_eval import callback as callback_module
+    from rufus_train.runner import checkpoint_eval_callback
+    from rufus_train.serve import spec_for_stage
+
+    config = stage_config(**{"devices.trainer": "2", "devices.server": "1", "eval.eval_on_checkpoint": True})
+    assert config.devices.eval == config.eval.eval_devices == "0,1"
+    with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
+        get_stage("reasoning_rl").check(config)
+    with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
+        spec_for_stage(config)  # `rufus-train serve --stage` checks the same pairs
+    assert stage_config().devices.eval is None  # no evaluation, no eval role
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(callback_module, "gpu_count", lambda: 4)  # this process sees every GPU
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # trainer 2 (given), eval 0,1: no overlap
+        checkpoint_eval_callback(config)
+    with pytest.warns(UserWarning, match=r"eval_devices 0,1 overlap the trainer's GPUs \['1'\]"):
+        checkpoint_eval_callback(stage_config(**{"devices.trainer": "1", "eval.eval_on_checkpoint": True}))
 
 
 def test_devices_eval_is_the_checkpoint_evaluations_gpus():
@@ -141,6 +195,16 @@ def test_devices_eval_is_the_checkpoint_evaluations_gpus():
 STUB_INTERPRETER = """#!/bin/sh
 { echo "ARGV $*"; env; } > "$(dirname "$0")/started.env"
 """
+
+
+def write_rl_shards(folder: Path) -> None:
+    import pyarrow as pa
+
+    from rufus_data.shards import write_shards
+
+    rows = [{"id": f"add-{a}", "source": "generated", "label": "arithmetic", "expected_output": str(a + 1),
+             "prompt": [{"role": "user", "content": f"What is {a} + 1?"}]} for a in range(8)]
+    write_shards(pa.Table.from_pylist(rows), folder)
 
 
 def started_environment(folder: Path) -> tuple[list[str], dict[str, str]]:
@@ -238,8 +302,12 @@ def test_gpu_smoke_script_commands_parse_with_rufus_clis(tmp_path):
             name, command = line[1:].split("] ", 1)
             commands[name] = shlex.split(command)
     assert list(commands) == ["serve", "sync_grpo", "async_grpo", "async_resume", "ckpt_eval", "eval_vllm", "eval_hf",
-                              "eval_agree"]
-    assert "| async_resume | dry  |" in proc.stdout
+                              "eval_agree", "full_ft", "resume_killed", "resume_latest", "zero3"]
+    assert "| async_resume  | dry  |" in proc.stdout
+    assert commands["resume_killed"] == commands["resume_latest"]  # one command line, first run and restart
+    assert commands["resume_latest"][-2:] == ["--resume_from_checkpoint", "latest"]
+    zero3 = " ".join(commands["zero3"])
+    assert "--num_processes 1 --accelerate_config zero3 --eval.eval_on_checkpoint" in zero3
     for name, argv in commands.items():
         while argv[0] == "env" or "=" in argv[0]:
             argv = argv[1:]

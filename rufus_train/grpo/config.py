@@ -102,10 +102,12 @@ class GRPOStageConfig(StageConfig):
 
     @model_validator(mode="after")
     def _one_eval_devices(self) -> GRPOStageConfig:
-        """devices.eval and eval.eval_devices are one setting (the checkpoint evaluation's GPUs)."""
+        """devices.eval and eval.eval_devices are one setting (the checkpoint evaluation's GPUs),
+        resolved here once: with checkpoint evaluation on, its GPUs are devices.eval even when
+        neither was given (eval_devices' default), so every pair of roles is checked against them."""
         given = "eval_devices" in self.eval.model_fields_set
         if self.devices.eval is None:
-            if given:
+            if given or self.eval.eval_on_checkpoint:
                 object.__setattr__(self.devices, "eval", self.eval.eval_devices)
             return self
         if given and parse_devices(self.eval.eval_devices) != parse_devices(self.devices.eval):

@@ -1,5 +1,6 @@
-"""`sft` (loss on assistant turns only, via the chat template's {% generation %} markers) and
-`midtrain` (continued pretraining on long traces: packing, loss on every token). Both run
+"""`sft` (loss on assistant turns only, via the chat template's {% generation %} markers),
+`sft_full` (the Smol playbook's full fine-tuning SFT baseline: the same stage with its settings)
+and `midtrain` (continued pretraining on long traces: packing, loss on every token). All run
 TRL's SFTTrainer on `messages` rows (midtrain also reads a plain `text` column).
 
 With the loss on assistant turns, an example whose assistant tokens all fall past `max_length`
@@ -18,7 +19,7 @@ from pydantic import Field
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.shards import KIND_COLUMNS
-from rufus_train.config import StageConfig
+from rufus_train.config import LoraSettings, StageConfig
 from rufus_train.mask import loss_mask
 from rufus_train.stages.base import Stage, StageContext, conversational
 
@@ -74,6 +75,19 @@ class MidtrainStageConfig(SFTStageConfig):
     packing_strategy: Literal["bfd", "bfd_split", "wrapped"] = "wrapped"
 
 
+class SFTFullStageConfig(SFTStageConfig):
+    """The Smol training playbook's full fine-tuning SFT baseline (its "baby baselines": FullFT at
+    learning rate 1e-5, effective batch 128, 1 epoch, no packing for small datasets), with a
+    linear warmup over 3% of the steps (the playbook's 1-5% for short runs; SmolLM3's own SFT
+    recipe uses 0.03). Trained at `dtype: auto`: fp32 master weights, bf16 autocast on a GPU."""
+
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(enabled=False))
+    learning_rate: float | None = Field(1e-5, gt=0, description="the playbook's baseline (3e-6 and 1e-5 best in its sweep)")
+    gradient_accumulation_steps: int = Field(16, ge=1, description="8 x 16: the playbook's 128 sequences a step, one GPU")
+    max_length: int | None = Field(8192, ge=8)
+    trainer: dict[str, Any] = Field(default_factory=lambda: {"warmup_steps": 0.03})
+
+
 class SFTStage(Stage):
     name = "sft"
     description = "supervised fine-tuning (SFTTrainer): loss on assistant tokens only, packing switchable"
@@ -126,4 +140,10 @@ class MidtrainStage(SFTStage):
             raise RufusError("midtrain trains on every token: set `assistant_only_loss: false` or use the sft stage")
 
 
-STAGES = [SFTStage(), MidtrainStage()]
+class SFTFullStage(SFTStage):
+    name = "sft_full"
+    description = "the Smol playbook's full fine-tuning SFT baseline: lr 1e-5, batch 128, 1 epoch, no packing"
+    config_class = SFTFullStageConfig
+
+
+STAGES = [SFTStage(), SFTFullStage(), MidtrainStage()]

@@ -1,0 +1,80 @@
+"""Installs that resolve and stay reproducible: the `gpu` extra asks for the vLLM releases the
+installed TRL supports, every install the Makefile makes is constrained to constraints.txt (the
+versions CI last tested, which satisfy pyproject.toml), and CI checks that the GPU install
+resolves before it runs the tests (scripts/check_resolve.sh, a pip dry run; not run here: it
+needs the package index)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import tomllib
+from importlib.metadata import requires
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def project() -> dict:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+
+
+def pins() -> dict[str, str]:
+    lines = [line for line in (REPO / "constraints.txt").read_text().splitlines() if line and not line.startswith("#")]
+    bad = [line for line in lines if not re.fullmatch(r"[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.!-]*", line)]
+    assert not bad, f"constraints.txt lines that are not NAME==VERSION (no local label, no URL): {bad[:5]}"
+    return {canonicalize_name(name): v for name, v in (line.split("==") for line in lines)}
+
+
+def test_gpu_extra_asks_for_the_vllm_releases_trl_supports():
+    ours = next(Requirement(r) for r in project()["optional-dependencies"]["gpu"] if r.startswith("vllm"))
+    theirs = next(Requirement(r) for r in requires("trl") if r.startswith("vllm") and 'extra == "vllm"' in r)
+    assert ours.specifier == theirs.specifier, (str(ours.specifier), str(theirs.specifier))
+    # TRL's runtime check (it warns outside the range) says the same
+    source = Path(importlib.util.find_spec("trl.import_utils").origin).read_text()
+    low, high = re.search(r'Version\("([\d.]+)"\) <= _vllm_base_version <= Version\("([\d.]+)"\)', source).groups()
+    assert ours.specifier.contains(low) and ours.specifier.contains(high)
+    assert not ours.specifier.contains("0.21.0") and not ours.specifier.contains("0.31.1")
+
+
+def test_constraints_pin_what_pyproject_asks_for():
+    pinned = pins()
+    assert "rufus" not in pinned
+    for name in ("torch", "transformers", "trl", "peft", "accelerate", "lm-eval", "datasets", "pytest"):
+        assert name in pinned, name
+    extras = project()["optional-dependencies"]
+    wanted = [*project()["dependencies"], *(r for extra in ("train", "eval", "ray", "dev", "track") for r in extras[extra])]
+    for requirement in map(Requirement, wanted):
+        name = canonicalize_name(requirement.name)
+        assert name in pinned, f"{name} is required but constraints.txt does not pin it"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), (str(requirement), pinned[name])
+
+
+def test_make_installs_with_the_constraints_and_ci_checks_the_gpu_resolve():
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^CONSTRAINTS = constraints\.txt$", makefile, re.MULTILINE)
+    torch_version = re.search(r"^TORCH_VERSION = (\S+)$", makefile, re.MULTILINE).group(1)
+    assert pins()["torch"] == torch_version
+    assert re.search(r"^\$\(VENV\)/\.installed: pyproject\.toml \$\(CONSTRAINTS\)$", makefile, re.MULTILINE)  # re-install on change
+    editable = [line for line in makefile.splitlines() if "pip install" in line and " -e " in line]
+    assert len(editable) == 2 and all("-c $(CONSTRAINTS)" in line for line in editable)  # .venv and the bench extra
+    assert re.search(r"^upgrade-deps:", makefile, re.MULTILINE) and "bash scripts/upgrade_deps.sh" in makefile
+
+    upgrade = REPO / "scripts" / "upgrade_deps.sh"  # newest GPU-resolvable versions -> tests -> freeze
+    assert subprocess.run(["bash", "-n", str(upgrade)], check=False).returncode == 0
+    steps = upgrade.read_text()
+    order = [steps.index(s) for s in ('".[train,eval,gpu]"', '-c "$venv/gpu-pins.txt"', "-m pytest -q",
+                                      "pip freeze --exclude-editable", "bash scripts/check_resolve.sh")]
+    assert order == sorted(order)
+
+    ci = (REPO / ".ci" / "run").read_text().splitlines()
+    assert ci.index("make check-resolve") < ci.index("make test")
+    script = REPO / "scripts" / "check_resolve.sh"
+    assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
+    text = script.read_text()
+    assert re.search(r'pip install --dry-run .*--report "\$tmp/report.json" -c constraints.txt', text)
+    assert '".[train,eval,gpu]"' in text
