@@ -184,6 +184,7 @@ def prepare_output(config: StageConfig) -> Path:
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    from transformers import set_seed  # heavy: transformers loads with the run
     stage = get_stage(config.stage)
     if launch.wants_launch(config):
         raise RufusError(
@@ -202,6 +203,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
         model = model if model is not None else modeling.load_model(config.model, config.dtype)
+        set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
         if config.lora.enabled:
             model = modeling.apply_lora(model, config.lora)
         trainable, total = modeling.trainable_parameters(model)
