@@ -252,6 +252,34 @@ def test_baseline_is_the_starting_model_folder_and_a_resumed_run_has_none(tmp_pa
     assert resumed.wait(30) and [j["step"] for j in resumed.jobs] == [6]  # the first evaluation: its real step
 
 
+def test_a_resumed_run_keeps_its_eval_curve_up_to_the_resumed_step(tmp_path, monkeypatch):
+    """After a kill, resumed at step 4: eval_logs/metrics.jsonl keeps the evaluations up to step
+    4 and drops step 6 (evaluated again when the run gets there); step 3's evaluation, finished
+    after the killed job's last log, is logged; step 4's, started and never finished, runs again."""
+    out = tmp_path / "run"
+    logs = out / "eval_logs"
+    logs.mkdir(parents=True)
+    (logs / "metrics.jsonl").write_text("".join(json.dumps({"eval/nocomma": 0.5, "eval/step": step}) + "\n"
+                                                for step in (0, 2, 6)))
+    (logs / "step-3").mkdir()
+    (logs / "step-3" / "results.json").write_text(json.dumps({"tasks": {"nocomma": {"value": 0.25}}}))
+    (logs / "step-4").mkdir()
+    (logs / "step-4" / "job.json").write_text("{}")
+    save_checkpoint(out, 4)
+    evaluator = quick_evaluator(tmp_path, monkeypatch)
+    results = json.dumps({"tasks": {"nocomma": {"value": 0.75}}})
+    write_results = f"import pathlib; pathlib.Path({str(logs / 'step-4' / 'results.json')!r}).write_text({results!r})"
+    monkeypatch.setattr(evaluator, "eval_command", lambda output_dir, step, staged: (
+        [sys.executable, "-c", write_results], dict(os.environ)))
+    state, control = train_state(4)
+    evaluator.on_train_begin(SimpleNamespace(output_dir=str(out), report_to=[]), state, control, model=None)
+    assert [(j["step"], Path(j["model"]).name) for j in evaluator.jobs] == [(4, "checkpoint-4")]  # no baseline
+    assert evaluator.wait(30)
+    evaluator.drain(state)
+    curve = [json.loads(line) for line in (logs / "metrics.jsonl").read_text().splitlines()]
+    assert [(c["eval/step"], c["eval/nocomma"]) for c in curve] == [(0, 0.5), (2, 0.5), (3, 0.25), (4, 0.75)]
+
+
 def test_staged_checkpoint_removed_once_evaluated_and_its_disk_reported(tmp_path, monkeypatch):
     out = tmp_path / "run"
     args = SimpleNamespace(output_dir=str(out))
