@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from rufus_data.errors import RufusError
+from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
 
 # Module names whose weights the loss reads directly (output head) or that are looked up, not
@@ -103,8 +104,22 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
     if out.exists() and any(out.iterdir()) and not overwrite and not resume:
         raise RufusError(
             f"output_dir {out} already holds a run: pass --overwrite to replace it, "
-            "--resume_from_checkpoint PATH to continue it, or choose another --output_dir"
+            "--resume_from_checkpoint latest (or PATH) to continue it, or choose another --output_dir"
         )
+
+
+def check_resume(output_dir: str, resume: str | None, mirror: str | None) -> None:
+    """A named checkpoint exists; a mirror opens (its fsspec backend installed) and is not the
+    run folder itself, whose checkpoint-N folders it would replace."""
+    if resume and resume != LATEST and not Path(resume).is_dir():
+        raise RufusError(
+            f"resume_from_checkpoint {resume} is not a folder: give a checkpoint-N folder of the run, or `latest` "
+            "(the newest complete one of output_dir or checkpoint_mirror, or a fresh run when there is none)"
+        )
+    if mirror:
+        fs, root = storage(mirror)
+        if "file" in fs.protocol and Path(root).resolve() == Path(output_dir).resolve():
+            raise RufusError(f"checkpoint_mirror {mirror} is output_dir itself: give another folder or a URL")
 
 
 def check_stage(config) -> None:
@@ -115,3 +130,4 @@ def check_stage(config) -> None:
     check_reporters(config.report_to)
     check_data_folders(config.data, config.stage)
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)
+    check_resume(config.output_dir, config.resume_from_checkpoint, config.checkpoint_mirror)
