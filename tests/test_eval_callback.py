@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,6 +121,35 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, builtin_model, 
     assert proc.returncode != 0 and "planned failure at step 1" in proc.stderr
     job = json.loads((tmp_path / "run" / "eval_logs" / "step-0" / "job.json").read_text())
     assert not (tmp_path / "run" / "eval_logs" / "step-0" / "results.json").exists()  # stopped mid-way
+    assert group_members(job["pgid"]) == []
+
+
+KILLED_TRAINER = """
+import json, sys, time
+from types import SimpleNamespace
+from rufus_eval.callback import CheckpointEvalCallback
+out = sys.argv[1]
+evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
+evaluator.eval_command = lambda output_dir, step, staged: ([sys.executable, "-c", "import time; time.sleep(120)"], {})
+evaluator._start(SimpleNamespace(output_dir=out), 2, out)
+print(json.dumps(evaluator.jobs[0]), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.spawn
+def test_a_sigkilled_trainer_leaves_no_evaluation_running(tmp_path):
+    """SIGKILL runs no atexit hook: Linux stops the evaluation with its parent (PR_SET_PDEATHSIG),
+    so a killed job leaves neither an evaluation (nor its vLLM server) behind."""
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                               cwd=REPO)
+    job = json.loads(trainer.stdout.readline())
+    assert group_members(job["pgid"]) == [job["pid"]]  # the evaluation runs, in its own process group
+    trainer.kill()
+    trainer.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while group_members(job["pgid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert group_members(job["pgid"]) == []
 
 

@@ -228,7 +228,9 @@ def half_written_copy(checkpoint: Path, step: int) -> Path:
 def test_single_process_killed_after_its_second_save_resumes_exactly(reference_single, killed_single, tmp_path):
     out, record = killed_single["out"], killed_single["record"]
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    half_written_copy(out / f"checkpoint-{HOLD}", HOLD + 2)  # died while writing checkpoint-6
+    half_written_copy(out / f"checkpoint-{HOLD}", HOLD + 2)  # died while writing checkpoint-6,
+    with open(out / "metrics.jsonl", "a") as fh:  # having logged steps 5 and 6
+        fh.write("".join(json.dumps({"step": step, "loss": 99.0, "learning_rate": 0.0}) + "\n" for step in (5, 6)))
     resumed_record = tmp_path / "resumed-record"
     proc = run_to_end(killed_single["argv"], resumed_record)  # the same command line, as a scheduler re-runs it
     assert "skipping checkpoint-6" in proc.stderr and "no rufus_complete.json" in proc.stderr
