@@ -298,9 +298,10 @@ def test_two_processes_killed_after_their_second_save_resume_exactly(tiny_model,
     assert sorted(p.name for p in mirror.iterdir()) == ["checkpoint-6", "checkpoint-8"]
 
 
-# ------------------------------------------------------------------ what `latest` accepts, without training
+# ------------------------------------------------------------------ what `latest` accepts (no more training)
 
 
+@pytest.mark.spawn  # the reference run's checkpoints
 def test_latest_skips_half_written_and_half_copied_checkpoints(reference_single, tmp_path):
     local = local_storage()
     run = tmp_path / "run"
@@ -319,6 +320,7 @@ def test_latest_skips_half_written_and_half_copied_checkpoints(reference_single,
         resume_checkpoint(str(run / "checkpoint-12"), run, None)
 
 
+@pytest.mark.spawn  # the reference run's checkpoints
 def test_latest_without_a_checkpoint_starts_fresh_and_markerless_checkpoints_are_judged_by_their_files(
         reference_single, tmp_path, capsys):
     assert resume_checkpoint(LATEST, tmp_path / "empty", str(tmp_path / "no-mirror")) is None
