@@ -5,8 +5,10 @@
   operation is issued;
 - `on_train_begin` (with `eval_baseline`, on a fresh run): the starting model's own folder is
   evaluated as `<tag>-checkpoint-0`, logs in `<output_dir>/eval_logs/step-0/` (nothing is saved:
-  under FSDP or ZeRO-3 rank 0 holds only shards). A resumed run has no baseline: its first
-  evaluation is the first checkpoint it saves, at its real step;
+  under FSDP or ZeRO-3 rank 0 holds only shards). A resumed run has no baseline; its
+  eval_logs/metrics.jsonl keeps the evaluations up to the resumed step (those after it are
+  evaluated again as the run reaches them), and the resumed checkpoint's evaluation runs again
+  when the stopped job had started it and never finished;
 - `on_save`: the checkpoint is snapshotted at once into `_eval_staging/checkpoint-N` with hard
   links (staging.py), so `save_total_limit` rotation cannot delete what is being evaluated. A
   sharded checkpoint (FSDP SHARDED_STATE_DICT, ZeRO-3 partitions) is consolidated in the
@@ -18,7 +20,8 @@
   last checkpoint (training stopped) waits for the running evaluation instead (`wait_at_end`);
 - the evaluation is `rufus-eval suite` in a child process in its own session (it starts the vLLM
   server for the vllm backend, or runs transformers for hf); it is stopped with `os.killpg` on
-  the normal path, on exceptions, in `on_train_end` and from an `atexit` hook;
+  the normal path, on exceptions, in `on_train_end` and from an `atexit` hook, and by Linux when
+  the trainer dies (PR_SET_PDEATHSIG: a killed job leaves no evaluation behind);
 - results become `eval/<task>` metrics on the `eval/step` axis (W&B `define_metric`; trackio
   gets `eval/step` in every record), with `train/global_step` = the step; they also go to the
   training log (`state.log_history`) and `<output_dir>/eval_logs/metrics.jsonl`. The last
@@ -48,6 +51,8 @@ from transformers import TrainerCallback
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.generate.launcher import die_with_parent
+from rufus_data.paths import atomic_file
 from rufus_data.yaml_config import StrictModel
 from rufus_eval.staging import STAGING, sharded_kind, stage_checkpoint, staging_usage, write_model_files
 
@@ -179,11 +184,10 @@ class CheckpointEvalCallback(TrainerCallback):
         self._setup_trackers(args)
         self._metrics_file = Path(args.output_dir) / EVAL_LOGS / "metrics.jsonl"
         self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
-        if not self.config.eval_baseline:
-            return
         if state.global_step > 0:
-            console.print(f"eval: resumed at step {state.global_step}: no baseline (the resumed weights are not the "
-                          "starting model); the next checkpoint is evaluated at its own step")
+            self._resume(args, state.global_step, model, processing_class)
+            return
+        if not self.config.eval_baseline:
             return
         source = self.starting_model or model_source(model)
         if source is None:
@@ -211,16 +215,49 @@ class CheckpointEvalCallback(TrainerCallback):
             console.print(f"[yellow]eval:[/] {message}")
             warnings.warn(message, stacklevel=2)
         else:
-            source = Path(args.output_dir) / f"checkpoint-{step}"
-            staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
-            stage_checkpoint(source, staged)
-            if sharded_kind(staged) and kwargs.get("model") is not None:
-                write_model_files(staged, kwargs["model"], kwargs.get("processing_class"), self.starting_model)
-            self._start(args, step, staged, staged=staged)
+            self._stage_and_start(args, step, kwargs.get("model"), kwargs.get("processing_class"))
         if last:
             # the last checkpoint: finish here, because transformers runs the trackers' on_train_end
             # before ours, and TrackioCallback closes its run there
             self._finish(state)
+
+    def _stage_and_start(self, args, step: int, model=None, processing_class=None) -> None:
+        source = Path(args.output_dir) / f"checkpoint-{step}"
+        staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
+        stage_checkpoint(source, staged)
+        if sharded_kind(staged) and model is not None:
+            write_model_files(staged, model, processing_class, self.starting_model)
+        self._start(args, step, staged, staged=staged)
+
+    def _resume(self, args, step: int, model=None, processing_class=None) -> None:
+        """A resumed run (after a kill, perhaps) has no baseline (its weights are not the starting
+        model). Its eval/step record keeps the evaluations up to the resumed step and drops those
+        after it (the run reaches and evaluates those steps again); an evaluation the killed job
+        finished but never logged is logged now; the resumed checkpoint's own evaluation, started
+        by the killed job and never finished, runs again."""
+        logged = self._keep_metrics_up_to(step)
+        logs = Path(args.output_dir) / EVAL_LOGS
+        for folder in sorted(logs.glob("step-*")):
+            done = folder.name.removeprefix("step-")
+            if done.isdigit() and int(done) <= step and int(done) not in logged and (folder / "results.json").exists():
+                self._results.put((int(done), json.loads((folder / "results.json").read_text())))
+        console.print(f"eval: resumed at step {step}: eval/step keeps the evaluations up to step {step}; no baseline "
+                      "(the resumed weights are not the starting model)")
+        lost = (logs / f"step-{step}" / "job.json").exists() and not (logs / f"step-{step}" / "results.json").exists()
+        if lost and (Path(args.output_dir) / f"checkpoint-{step}").is_dir():
+            console.print(f"eval: the evaluation of checkpoint-{step} did not finish before the run stopped: again")
+            self._stage_and_start(args, step, model, processing_class)
+
+    def _keep_metrics_up_to(self, step: int) -> set[int]:
+        """Drop the eval_logs/metrics.jsonl lines of steps after `step`; the steps of the lines kept."""
+        if self._metrics_file is None or not self._metrics_file.exists():
+            return set()
+        entries = [json.loads(line) for line in self._metrics_file.read_text().splitlines() if line.strip()]
+        kept = [entry for entry in entries if entry.get("eval/step", 0) <= step]
+        if len(kept) < len(entries):
+            with atomic_file(self._metrics_file) as tmp:
+                tmp.write_text("".join(json.dumps(entry) + "\n" for entry in kept))
+        return {entry["eval/step"] for entry in kept if "eval/step" in entry}
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
@@ -294,7 +331,7 @@ class CheckpointEvalCallback(TrainerCallback):
         with self._lock:
             self._proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl()
             )
             proc = self._proc
         job = {"step": step, "name": name, "pid": proc.pid, "pgid": proc.pid, "argv": argv, "out": str(out),

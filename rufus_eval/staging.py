@@ -55,7 +55,9 @@ def sharded_kind(folder: Path) -> str | None:
     return None
 
 
-def _link_or_copy(src: Path, dst: Path) -> str:
+def link_or_copy(src: Path, dst: Path) -> str:
+    """Hard-link `src` as `dst` (a snapshot that outlives the deletion of `src`), or copy it
+    across file systems; "link" or "copy"."""
     try:
         os.link(src, dst)
         return "link"
@@ -80,11 +82,11 @@ def stage_checkpoint(src: Path, dst: Path) -> str:
                 for file in sorted(p for p in item.rglob("*") if p.is_file()):
                     target = tmp / item.name / file.relative_to(item)
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    modes.add(_link_or_copy(file, target))
+                    modes.add(link_or_copy(file, target))
             continue
         if item.name in SKIP_FILES or item.name.startswith(SKIP_PREFIXES):
             continue
-        modes.add(_link_or_copy(item, tmp / item.name))
+        modes.add(link_or_copy(item, tmp / item.name))
     shutil.rmtree(dst, ignore_errors=True)
     tmp.rename(dst)
     if "copy" in modes:

@@ -85,7 +85,14 @@ class StageConfig(StrictModel):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: bf16 on a GPU with native bf16, else fp16 mixed precision (gradient scaler); fp32 on CPU"
     )
-    resume_from_checkpoint: str | None = None
+    resume_from_checkpoint: str | None = Field(
+        None, description="latest: the newest complete checkpoint of output_dir, else of checkpoint_mirror, else a fresh "
+        "run (one command line for the first run and every restart); or the path of a checkpoint"
+    )
+    checkpoint_mirror: str | None = Field(
+        None, description="a folder or fsspec URL (s3://, gs://, file://) each complete checkpoint is copied to in the "
+        "background, save_total_limit applied; `latest` restores from it when output_dir has none"
+    )
     num_processes: int | None = Field(
         None, ge=1, description="processes `rufus-train stage` launches with accelerate (null: one, or the accelerate config's)"
     )
@@ -121,8 +128,10 @@ class StageConfig(StrictModel):
         if self.learning_rate is None:
             lr = self.lora_learning_rate if self.lora.enabled else self.full_ft_learning_rate
             object.__setattr__(self, "learning_rate", lr)
-        if "{stage}" in self.output_dir:
-            object.__setattr__(self, "output_dir", self.output_dir.replace("{stage}", self.stage))
+        for key in ("output_dir", "checkpoint_mirror"):
+            value = getattr(self, key)
+            if value and "{stage}" in value:
+                object.__setattr__(self, key, value.replace("{stage}", self.stage))
         return self
 
     def trl_kwargs(self) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
 from rufus_train.launch import engine_keeps_fp32_masters
 from rufus_train.modeling import PURE_BF16_WARNING
@@ -107,7 +108,7 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
     if out.exists() and any(out.iterdir()) and not overwrite and not resume:
         raise RufusError(
             f"output_dir {out} already holds a run: pass --overwrite to replace it, "
-            "--resume_from_checkpoint PATH to continue it, or choose another --output_dir"
+            "--resume_from_checkpoint latest (or PATH) to continue it, or choose another --output_dir"
         )
 
 
@@ -119,6 +120,20 @@ def check_precision(config) -> None:
         warnings.warn(PURE_BF16_WARNING, UserWarning, stacklevel=2)
 
 
+def check_resume(output_dir: str, resume: str | None, mirror: str | None) -> None:
+    """A named checkpoint exists; a mirror opens (its fsspec backend installed) and is not the
+    run folder itself, whose checkpoint-N folders it would replace."""
+    if resume and resume != LATEST and not Path(resume).is_dir():
+        raise RufusError(
+            f"resume_from_checkpoint {resume} is not a folder: give a checkpoint-N folder of the run, or `latest` "
+            "(the newest complete one of output_dir or checkpoint_mirror, or a fresh run when there is none)"
+        )
+    if mirror:
+        fs, root = storage(mirror)
+        if "file" in fs.protocol and Path(root).resolve() == Path(output_dir).resolve():
+            raise RufusError(f"checkpoint_mirror {mirror} is output_dir itself: give another folder or a URL")
+
+
 def check_stage(config) -> None:
     """The checks every stage runs before loading anything (stages add their own)."""
     if config.lora.enabled:
@@ -128,3 +143,4 @@ def check_stage(config) -> None:
     check_reporters(config.report_to)
     check_data_folders(config.data, config.stage)
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)
+    check_resume(config.output_dir, config.resume_from_checkpoint, config.checkpoint_mirror)

@@ -9,7 +9,9 @@ The run folder:
     OUT/train.log        the run's log: Rufus, transformers and TRL (INFO and up), Python warnings,
                          and one line per trainer log (loss, grad norm, ...)
     OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
-    OUT/checkpoint-N/    TRL/transformers checkpoints (resume with --resume_from_checkpoint)
+    OUT/checkpoint-N/    TRL/transformers checkpoints, rufus_complete.json written last (checkpoints.py);
+                         `--resume_from_checkpoint latest` resumes from the newest complete one, and
+                         `checkpoint_mirror` copies each to a second place (mirror.py)
     OUT/adapter_*        the LoRA adapter (or the full model when lora.enabled is false) + tokenizer;
                          adapter_config.json names the base as a portable reference (`smollm2-135m`)
     OUT/README.md        the model card (rufus_train/model_card.py)
@@ -22,8 +24,10 @@ The run folder:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import logging
+import os
 import shutil
 import time
 import warnings
@@ -36,14 +40,16 @@ from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
 from rufus_data.shards import package_versions
-from rufus_train import data, guards, launch, modeling, weight_update
+from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
+from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
 from rufus_train.stages import StageContext, get_stage
 
 log = logging.getLogger("rufus_train")
 RUN_JSON = "run.json"
 METRICS = "metrics.jsonl"
+TEST_HOOKS = "RUFUS_TEST_HOOKS"  # a module whose install(trainer) the kill-and-resume tests use
 
 
 @dataclass
@@ -170,21 +176,29 @@ def run_logging(output_dir: Path):
         handler.close()
 
 
-def prepare_output(config: StageConfig) -> Path:
+def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
+    """The run folder, and the checkpoint the run resumes from (`latest` resolved: in output_dir,
+    else restored from the mirror; None for a fresh run)."""
     out = Path(config.output_dir)
     if out.exists() and config.overwrite and not config.resume_from_checkpoint:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(resolved_yaml(config))
-    if not config.resume_from_checkpoint:  # a resumed run appends to its metrics
+    if config.checkpoint_mirror:
+        open_mirror(config.checkpoint_mirror)
+    resume = checkpoints.resume_checkpoint(config.resume_from_checkpoint, out, config.checkpoint_mirror)
+    if resume:  # the metrics up to the checkpoint's step, none the killed job logged after it
+        checkpoints.rewrite_metrics(out / METRICS, resume)
+    else:
         (out / METRICS).unlink(missing_ok=True)
     (out / RUN_JSON).unlink(missing_ok=True)  # run.json marks a finished run: written again at the end
-    return out
+    return out, resume
 
 
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    from transformers import set_seed  # heavy: transformers loads with the run
     stage = get_stage(config.stage)
     reason = launch.launch_reason(config)
     if reason:
@@ -195,10 +209,15 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         )
     check_config(config)
     callbacks = [checkpoint_eval_callback(config)]
-    out = launch.on_main_process(prepare_output, config)  # several processes: one prepares, the others wait
+    # several processes: one prepares (and restores a mirrored checkpoint), the others wait
+    out, resume = launch.on_main_process(prepare_output, config)
+    config = config.model_copy(update={"resume_from_checkpoint": resume})  # `latest` resolved, for the stage too
+    mirror = Mirror(config.checkpoint_mirror) if config.checkpoint_mirror else None
     started = time.time()
     with run_logging(out):
         log.info("stage %s: model %s, data %s, output %s", config.stage, config.model, config.data, out)
+        if resume:
+            log.info("resuming from %s", resume)
         # catalogs are mixed before any weights load, by one process
         folders = launch.on_main_process(data.mix_catalog_entries, config.data, out)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
@@ -207,6 +226,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         weights_dtype = modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype
         if model is None:
             model = modeling.load_model(config.model, config.dtype, full_finetune=not config.lora.enabled)
+        set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
         if config.lora.enabled:
             model = modeling.apply_lora(model, config.lora)
         trainable, total = modeling.trainable_parameters(model)
@@ -215,16 +235,19 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         args = build_trl_args(config, out)
         ctx = StageContext(
             config=config, model=model, tokenizer=tokenizer, args=args, train_dataset=dataset,
-            output_dir=out, callbacks=[metrics_callback(out / METRICS), *filter(None, callbacks)],
+            output_dir=out, callbacks=[checkpoints.CompleteCheckpoints(mirror), metrics_callback(out / METRICS),
+                                       *filter(None, callbacks)],
             extras=dict(extras or {}),
         )
         stage.prepare(ctx)
         trainer = stage.make_trainer(ctx)
+        if os.environ.get(TEST_HOOKS):  # tests only: record batches, stop after a save (tests/resume_hooks.py)
+            importlib.import_module(os.environ[TEST_HOOKS]).install(trainer)
         if config.lora.enabled:
             modeling.check_only_adapter_trainable(trainer.model)
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
-        trainer.train(resume_from_checkpoint=config.resume_from_checkpoint)
+        trainer.train(resume_from_checkpoint=resume)
         save_final(trainer, tokenizer, config, out)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         moved = weight_update.measure(trainer.model, config.lora.enabled, before)
@@ -238,6 +261,8 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
             "dtype": weights_dtype,  # of the trained weights (a merge uses it)
             "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes
             "global_step": trainer.state.global_step,
+            "resumed_from": resume,
+            "checkpoint_mirror": mirror.report() if mirror else None,
             "trainable_params": trainable,
             "total_params": total,
             "final_metrics": metrics[-1] if metrics else {},

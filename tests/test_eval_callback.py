@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -122,6 +123,35 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, tiny_model, dat
     assert proc.returncode != 0 and "planned failure at step 1" in proc.stderr
     job = json.loads((tmp_path / "run" / "eval_logs" / "step-0" / "job.json").read_text())
     assert not (tmp_path / "run" / "eval_logs" / "step-0" / "results.json").exists()  # stopped mid-way
+    assert group_members(job["pgid"]) == []
+
+
+KILLED_TRAINER = """
+import json, sys, time
+from types import SimpleNamespace
+from rufus_eval.callback import CheckpointEvalCallback
+out = sys.argv[1]
+evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
+evaluator.eval_command = lambda output_dir, step, staged: ([sys.executable, "-c", "import time; time.sleep(120)"], {})
+evaluator._start(SimpleNamespace(output_dir=out), 2, out)
+print(json.dumps(evaluator.jobs[0]), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.spawn
+def test_a_sigkilled_trainer_leaves_no_evaluation_running(tmp_path):
+    """SIGKILL runs no atexit hook: Linux stops the evaluation with its parent (PR_SET_PDEATHSIG),
+    so a killed job leaves neither an evaluation (nor its vLLM server) behind."""
+    trainer = subprocess.Popen([sys.executable, "-c", KILLED_TRAINER, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                               cwd=REPO)
+    job = json.loads(trainer.stdout.readline())
+    assert group_members(job["pgid"]) == [job["pid"]]  # the evaluation runs, in its own process group
+    trainer.kill()
+    trainer.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while group_members(job["pgid"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert group_members(job["pgid"]) == []
 
 
@@ -254,6 +284,34 @@ def test_baseline_is_the_starting_model_folder_and_a_resumed_run_has_none(tmp_pa
     save_checkpoint(tmp_path / "run", 6)
     resumed.on_save(args, *train_state(6))
     assert resumed.wait(30) and [j["step"] for j in resumed.jobs] == [6]  # the first evaluation: its real step
+
+
+def test_a_resumed_run_keeps_its_eval_curve_up_to_the_resumed_step(tmp_path, monkeypatch):
+    """After a kill, resumed at step 4: eval_logs/metrics.jsonl keeps the evaluations up to step
+    4 and drops step 6 (evaluated again when the run gets there); step 3's evaluation, finished
+    after the killed job's last log, is logged; step 4's, started and never finished, runs again."""
+    out = tmp_path / "run"
+    logs = out / "eval_logs"
+    logs.mkdir(parents=True)
+    (logs / "metrics.jsonl").write_text("".join(json.dumps({"eval/nocomma": 0.5, "eval/step": step}) + "\n"
+                                                for step in (0, 2, 6)))
+    (logs / "step-3").mkdir()
+    (logs / "step-3" / "results.json").write_text(json.dumps({"tasks": {"nocomma": {"value": 0.25}}}))
+    (logs / "step-4").mkdir()
+    (logs / "step-4" / "job.json").write_text("{}")
+    save_checkpoint(out, 4)
+    evaluator = quick_evaluator(tmp_path, monkeypatch)
+    results = json.dumps({"tasks": {"nocomma": {"value": 0.75}}})
+    write_results = f"import pathlib; pathlib.Path({str(logs / 'step-4' / 'results.json')!r}).write_text({results!r})"
+    monkeypatch.setattr(evaluator, "eval_command", lambda output_dir, step, staged: (
+        [sys.executable, "-c", write_results], dict(os.environ)))
+    state, control = train_state(4)
+    evaluator.on_train_begin(SimpleNamespace(output_dir=str(out), report_to=[]), state, control, model=None)
+    assert [(j["step"], Path(j["model"]).name) for j in evaluator.jobs] == [(4, "checkpoint-4")]  # no baseline
+    assert evaluator.wait(30)
+    evaluator.drain(state)
+    curve = [json.loads(line) for line in (logs / "metrics.jsonl").read_text().splitlines()]
+    assert [(c["eval/step"], c["eval/nocomma"]) for c in curve] == [(0, 0.5), (2, 0.5), (3, 0.25), (4, 0.75)]
 
 
 def test_staged_checkpoint_removed_once_evaluated_and_its_disk_reported(tmp_path, monkeypatch):

@@ -68,7 +68,7 @@ class VLLMServer:
                 env=self.environment(),
                 start_new_session=True,
                 # only prctl(); launch() runs before the generators start their threads
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
+                preexec_fn=die_with_parent(),  # noqa: PLW1509
             )
         except OSError as err:
             self._log.close()
@@ -175,12 +175,16 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: ask Linux to SIGTERM it when the parent dies (even by SIGKILL)."""
+def die_with_parent():
+    """A `preexec_fn` that asks Linux to SIGTERM the child when its parent dies (even by SIGKILL);
+    None elsewhere. prctl is looked up here, in the parent, so that the child, forked from a
+    process that may run threads, only calls it."""
     if sys.platform != "linux":
-        return
-    with contextlib.suppress(Exception):
+        return None
+    try:
         import ctypes
 
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
