@@ -54,36 +54,45 @@ class ExactIndex:
 
 
 def build_exact_index(texts: EvalTexts, config: DecontamConfig) -> ExactIndex:
+    """Vectorised over all eval texts at once: every problem's n-grams (a text shorter than n
+    words is one gram of all its words), every answer's from `min_answer_words` words on (only
+    grams with at least 3 words of letters), each text's grams distinct."""
     n = config.ngram
-    parts: list[tuple[np.ndarray, int, bool, int]] = []  # (distinct grams, item, is answer, gram length)
-    item_grams = np.zeros(len(texts.items), dtype=np.int64)
-    answer_grams = np.zeros(len(texts.items), dtype=np.int64)
+    lengths = np.diff(texts.offsets)
+    is_answer = np.asarray([kind != PROBLEM for _, kind in texts.owners], dtype=bool)
+    item_of = np.asarray([i for i, _ in texts.owners], dtype=np.int64)
+    indexed = (lengths > 0) & (~is_answer | (lengths >= config.min_answer_words))
     short_answers: dict[int, list[np.ndarray]] = {}
-
-    def add(text_ids: np.ndarray, item: int, is_answer: bool, alpha: np.ndarray | None = None) -> int:
-        size = min(n, len(text_ids))
-        grams = gram_hashes(text_ids, size)
-        if alpha is not None and len(text_ids) >= n:  # answers: only grams with >= 3 words of letters
-            letters = np.convolve(alpha.astype(np.int64), np.ones(n, dtype=np.int64), mode="valid")
-            grams = grams[letters >= 3]
-        grams = np.unique(grams)
-        parts.append((grams, item, is_answer, size))
-        return len(grams)
-
-    flat = texts.tokens
-    alpha_all = (pc.utf8_is_alpha(pc.utf8_slice_codeunits(flat, 0, 1)).to_numpy(zero_copy_only=False)
-                 if len(flat) else np.zeros(0, bool))
-    for t, (i, kind) in enumerate(texts.owners):
-        ids = texts.text_ids(t)
-        if not len(ids):
-            continue
-        if kind == PROBLEM:
-            item_grams[i] += add(ids, i, False)
-        elif len(ids) >= config.min_answer_words:
-            answer_grams[i] += add(ids, i, True, alpha_all[texts.offsets[t] : texts.offsets[t + 1]])
-        else:
-            short_answers.setdefault(i, []).append(ids)
-    postings, key_arrays, n_boiler = _gram_postings(parts, config.max_items_per_gram, texts.family)
+    for t in np.flatnonzero((lengths > 0) & ~indexed).tolist():
+        short_answers.setdefault(int(item_of[t]), []).append(texts.text_ids(t))
+    # full n-grams: one rolling hash over the concatenation, kept where the gram stays in its text
+    text_of = np.repeat(np.arange(len(lengths)), lengths)
+    grams = gram_hashes(texts.ids, n)
+    start = np.arange(len(grams))
+    owner = text_of[start]
+    keep = indexed[owner] & (start + n <= texts.offsets[1:][owner])
+    alpha = (pc.utf8_is_alpha(pc.utf8_slice_codeunits(texts.tokens, 0, 1)).to_numpy(zero_copy_only=False)
+             if len(texts.tokens) else np.zeros(0, bool))
+    letters = np.concatenate(([0], np.cumsum(alpha, dtype=np.int64)))  # answers: only grams with >= 3 words of letters
+    keep &= ~is_answer[owner] | (letters[start + n] - letters[start] >= 3)
+    gram_text, grams = owner[keep], grams[keep]
+    # texts shorter than n words: one gram of all their words
+    short = np.flatnonzero(indexed & (lengths < n))
+    short_grams = np.asarray([gram_hashes(texts.text_ids(t), int(lengths[t]))[0] for t in short.tolist()], dtype=np.uint64)
+    gram_text = np.concatenate((gram_text, short))
+    grams = np.concatenate((grams, short_grams))
+    gram_length = np.where(lengths[gram_text] < n, lengths[gram_text], n)
+    # each text's grams distinct
+    order = np.lexsort((grams, gram_text))
+    gram_text, grams, gram_length = gram_text[order], grams[order], gram_length[order]
+    first = np.ones(len(grams), dtype=bool)
+    first[1:] = (grams[1:] != grams[:-1]) | (gram_text[1:] != gram_text[:-1])
+    gram_text, grams, gram_length = gram_text[first], grams[first], gram_length[first]
+    per_text = np.bincount(gram_text, minlength=len(lengths))
+    item_grams = np.bincount(item_of, weights=per_text * ~is_answer, minlength=len(texts.items)).astype(np.int64)
+    answer_grams = np.bincount(item_of, weights=per_text * is_answer, minlength=len(texts.items)).astype(np.int64)
+    postings, key_arrays, n_boiler = _gram_postings(grams, item_of[gram_text], is_answer[gram_text], gram_length,
+                                                    config.max_items_per_gram, texts.family)
     bitmap_mask = np.uint64((1 << BITMAP_BITS) - 1)
     bitmap = np.zeros(1 << BITMAP_BITS, dtype=bool)
     for arr in key_arrays.values():
@@ -92,19 +101,15 @@ def build_exact_index(texts: EvalTexts, config: DecontamConfig) -> ExactIndex:
                       answer_grams, short_answers, n_boiler)
 
 
-def _gram_postings(parts, max_items: int, item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
+def _gram_postings(grams: np.ndarray, items: np.ndarray, is_answer: np.ndarray, lengths: np.ndarray, max_items: int,
+                   item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
     """Vectorised: one entry per (gram, item), problem before answer; grams in more than
     `max_items` distinct eval item families (`item_family[item]`: perturbations of one seed
     question are one family, other items their own) are boilerplate and left out. Returns the
     postings, the sorted keys per gram length, and how many grams were boilerplate."""
-    if not parts:
+    if not len(grams):
         empty = np.empty(0, np.uint64)
         return Postings(empty, np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, bool)), {}, 0
-    grams = np.concatenate([p[0] for p in parts])
-    sizes = [len(p[0]) for p in parts]
-    items = np.repeat([p[1] for p in parts], sizes).astype(np.int64)
-    is_answer = np.repeat([p[2] for p in parts], sizes).astype(bool)
-    lengths = np.repeat([p[3] for p in parts], sizes).astype(np.int64)
     order = np.lexsort((is_answer, items, grams))
     grams, items, is_answer, lengths = grams[order], items[order], is_answer[order], lengths[order]
     first = np.ones(len(grams), dtype=bool)
