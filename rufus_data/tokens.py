@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rufus_data.chat_render import ChatRenderer
 from rufus_data.errors import RufusError
 from rufus_data.models import resolve_model
 from rufus_data.shards import Kind
@@ -50,17 +51,12 @@ class TokenCounter:
         self.has_generation_markers = GENERATION_MARKER.search(self.template) is not None
         self.backend = self.tokenizer.backend_tokenizer
         self.template_kwargs = dict(self.tokenizer.special_tokens_map)
+        self.renderer = ChatRenderer(self.template, self.has_generation_markers)
 
     def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False):
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        return render_jinja_template(
-            conversations=conversations,
-            chat_template=self.template,
-            return_assistant_tokens_mask=self.has_generation_markers,
-            add_generation_prompt=add_generation_prompt,
-            **self.template_kwargs,
-        )
+        """(rendered texts, assistant spans of each), as transformers renders them (many conversations
+        per template call: rufus_data/chat_render.py)."""
+        return self.renderer.render(conversations, add_generation_prompt=add_generation_prompt, **self.template_kwargs)
 
     def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
         return self._encode(*self.render(conversations, add_generation_prompt))
@@ -88,7 +84,7 @@ class TokenCounter:
         return self.render([list(r["prompt"]) + list(r["chosen"]) for r in rows])
 
     def _encode(self, rendered: list[str], spans) -> Counts:
-        if not spans:
+        if spans is None or not any(spans):
             encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False)
             return Counts([len(e) for e in encodings], [0] * len(encodings))
         encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
