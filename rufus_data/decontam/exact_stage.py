@@ -16,7 +16,7 @@ from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
 from rufus_data.ngram_hash import gram_hashes, rolling_gram_hashes, sorted_member
 
-BITMAP_BITS = 22
+FILTER_BITS = 22
 
 
 @dataclass
@@ -44,8 +44,9 @@ class ExactIndex:
 
     gram_lengths: list[int]  # n, plus the lengths of short whole-text grams, longest first
     keys: dict[int, np.ndarray]  # length -> sorted gram hashes
-    bitmap: np.ndarray  # bool[2^22]: a cheap first filter, True where some key's low bits point
-    bitmap_mask: np.uint64
+    # length -> (bool filter, mask): True where some key's low bits point; a cheap first filter,
+    # one per length (the few short whole-text grams get a small, sparse one)
+    filters: dict[int, tuple[np.ndarray, np.uint64]]
     postings: Postings  # gram hash -> (item index, problem or answer), as flat numpy arrays
     item_grams: np.ndarray  # per item: distinct problem grams (containment denominator)
     answer_grams: np.ndarray  # per item: distinct indexed answer grams
@@ -93,12 +94,19 @@ def build_exact_index(texts: EvalTexts, config: DecontamConfig) -> ExactIndex:
     answer_grams = np.bincount(item_of, weights=per_text * is_answer, minlength=len(texts.items)).astype(np.int64)
     postings, key_arrays, n_boiler = _gram_postings(grams, item_of[gram_text], is_answer[gram_text], gram_length,
                                                     config.max_items_per_gram, texts.family)
-    bitmap_mask = np.uint64((1 << BITMAP_BITS) - 1)
-    bitmap = np.zeros(1 << BITMAP_BITS, dtype=bool)
-    for arr in key_arrays.values():
-        bitmap[(arr & bitmap_mask).astype(np.int64)] = True
-    return ExactIndex(sorted(key_arrays, reverse=True), key_arrays, bitmap, bitmap_mask, postings, item_grams,
+    filters = {length: _low_bits_filter(keys) for length, keys in key_arrays.items()}
+    return ExactIndex(sorted(key_arrays, reverse=True), key_arrays, filters, postings, item_grams,
                       answer_grams, short_answers, n_boiler)
+
+
+def _low_bits_filter(keys: np.ndarray) -> tuple[np.ndarray, np.uint64]:
+    """A bool array over the keys' low bits, about 64 slots a key (2^12 to 2^22 slots): with one
+    filter for all lengths, the 8-grams' keys made every short length's filter pass 1 gram in 20."""
+    bits = int(np.clip(np.ceil(np.log2(max(1, len(keys)) * 64)), 12, FILTER_BITS))
+    mask = np.uint64((1 << bits) - 1)
+    filter_ = np.zeros(1 << bits, dtype=bool)
+    filter_[(keys & mask).astype(np.int64)] = True
+    return filter_, mask
 
 
 def _gram_postings(grams: np.ndarray, items: np.ndarray, is_answer: np.ndarray, lengths: np.ndarray, max_items: int,
@@ -137,9 +145,11 @@ def _gram_postings(grams: np.ndarray, items: np.ndarray, is_answer: np.ndarray, 
 
 def scan_exact(batch: FieldBatch, index: ExactIndex, found: Candidates) -> None:
     """Exact n-grams (and short whole-text grams), vectorised over the batch: one rolling pass
-    for all gram lengths, a bitmap to discard almost every gram, a binary search for the rest."""
+    for all gram lengths, a filter on the low bits to discard almost every gram, a binary
+    search for the rest."""
     for length, grams in rolling_gram_hashes(batch.ids, index.gram_lengths):
-        maybe = np.flatnonzero(index.bitmap[(grams & index.bitmap_mask).astype(np.int64)])
+        filter_, mask = index.filters[length]
+        maybe = np.flatnonzero(filter_[(grams & mask).astype(np.int64)])
         if not len(maybe):
             continue
         hit = maybe[sorted_member(grams[maybe], index.keys[length])]
