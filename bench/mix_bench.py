@@ -5,10 +5,15 @@
      alone, no rendering, offsets or masks; also the usual `tokenizer(texts)` call);
   3. a naive loop of per-row `apply_chat_template(tokenize=True, return_assistant_tokens_mask=True)`.
 
-Targets: (1) >= 0.6x (2), and (1) >= 3x (3). Then the peak RSS of a 200k-row synthetic mix,
-measured in a child process.
+The paths run `--runs` times (5), interleaved, so a burst of load elsewhere on the machine hits
+all of them (on a shared 2-core machine the raw path alone swung from 2.1M to 1.2M tok/s between
+two runs); each ratio is taken run by run and its median printed with its range, in wall time
+and per CPU-second (this process's threads: the Rust tokenizer's included).
 
-    python bench/mix_bench.py [--rows 20000] [--mix-rows 200000]
+Targets: (1) >= 0.9x (2) (issue 26), and (1) >= 3x (3). Then the peak RSS of a 200k-row
+synthetic mix, measured in a child process.
+
+    python bench/mix_bench.py [--rows 20000] [--runs 5] [--mix-rows 200000]
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,13 +40,14 @@ def gsm8k_conversations(limit: int) -> list[list[dict]]:
     return (convs * (limit // len(convs) + 1))[:limit]
 
 
-def timed(fn) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
+def timed(fn) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process, all its threads) of fn()."""
+    start, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
-def counting_bench(rows: int, naive_rows: int) -> dict:
+def counting_bench(rows: int, naive_rows: int, runs: int) -> dict:
     from rufus_data.tokens import TokenCounter
 
     convs = gsm8k_conversations(rows)
@@ -49,31 +56,41 @@ def counting_bench(rows: int, naive_rows: int) -> dict:
     counter.count_conversations(convs[:256])  # warm-up (template compile, thread pool)
 
     batches = [[{"messages": c} for c in convs[i:i + 1024]] for i in range(0, rows, 1024)]
-    t_rufus, counted = timed(lambda: list(counter.count_batches(batches, "sft")))  # mix's own call
-    counts = [c for _, c in counted]
+    counts = [c for _, c in counter.count_batches(batches, "sft")]  # mix's own call
     tokens = sum(sum(c.total) for c in counts)
     rendered, _ = counter.render(convs)
     backend = tokenizer.backend_tokenizer
-    # the floor: the Rust batch encoder alone (no offsets, no Python lists); and the usual HF call
-    t_raw, _ = timed(lambda: [backend.encode_batch_fast(rendered[i:i + 1024], add_special_tokens=False)
-                              for i in range(0, rows, 1024)])
-    t_call, _ = timed(lambda: [tokenizer(rendered[i:i + 1024], add_special_tokens=False) for i in range(0, rows, 1024)])
     sample = convs[:naive_rows]
-    t_naive, naive = timed(lambda: [
-        tokenizer.apply_chat_template(c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True) for c in sample
-    ])
+    naive = [tokenizer.apply_chat_template(c, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+             for c in sample]
     naive_tokens = sum(len(o["input_ids"]) for o in naive)
     # the two paths must agree before their speeds mean anything
     flat = [n for c in counts for n in c.trainable][:naive_rows]
     assert flat == [sum(o["assistant_masks"]) for o in naive], "Rufus's trainable counts differ from transformers'"
-    return {
-        "rows": rows,
-        "tokens": tokens,
-        "rufus_tok_s": tokens / t_rufus,
-        "raw_tok_s": tokens / t_raw,
-        "call_tok_s": tokens / t_call,
-        "naive_tok_s": naive_tokens / t_naive,
+    paths = {
+        "rufus": (tokens, lambda: list(counter.count_batches(batches, "sft"))),
+        # the floor: the Rust batch encoder alone (no offsets, no Python lists); and the usual HF call
+        "raw": (tokens, lambda: [backend.encode_batch_fast(rendered[i:i + 1024], add_special_tokens=False)
+                                 for i in range(0, rows, 1024)]),
+        "call": (tokens, lambda: [tokenizer(rendered[i:i + 1024], add_special_tokens=False) for i in range(0, rows, 1024)]),
+        "naive": (naive_tokens, lambda: [tokenizer.apply_chat_template(c, tokenize=True, return_dict=True,
+                                                                       return_assistant_tokens_mask=True) for c in sample]),
     }
+    speeds: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}  # (tok/s wall, tok per CPU-s)
+    for _ in range(runs):
+        for name, (n, fn) in paths.items():
+            wall, cpu = timed(fn)
+            speeds[name].append((n / wall, n / cpu))
+    return {"rows": rows, "tokens": tokens, "runs": runs, "speeds": speeds}
+
+
+def ratio(speeds: dict, a: str, b: str, unit: int) -> list[float]:
+    """a's speed over b's, run by run (unit 0: wall, 1: per CPU-second), sorted."""
+    return sorted(x[unit] / y[unit] for x, y in zip(speeds[a], speeds[b], strict=True))
+
+
+def spread(values: list[float], digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f}x ({values[0]:.{digits}f}-{values[-1]:.{digits}f})"
 
 
 def synthetic_source(path: Path, rows: int) -> None:
@@ -110,24 +127,32 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=20000)
     parser.add_argument("--naive-rows", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--mix-rows", type=int, default=200000)
     args = parser.parse_args()
-    r = counting_bench(args.rows, args.naive_rows)
-    vs_raw = r["rufus_tok_s"] / r["raw_tok_s"]
-    vs_naive = r["rufus_tok_s"] / r["naive_tok_s"]
-    print(f"counting {r['rows']:,} GSM8K chats ({r['tokens']:,} tokens), threads={os.cpu_count()}")
-    print(f"  rufus counter (render + tokenize + masks): {r['rufus_tok_s']:>12,.0f} tok/s")
-    print(f"  raw batch tokenizer, pre-rendered:         {r['raw_tok_s']:>12,.0f} tok/s   rufus/raw   = {vs_raw:.2f}x (target >= 0.6x)")
-    print(f"    (the same through tokenizer(...):        {r['call_tok_s']:>12,.0f} tok/s   rufus/call  = "
-          f"{r['rufus_tok_s'] / r['call_tok_s']:.2f}x)")
-    print(f"  naive per-row apply_chat_template:         {r['naive_tok_s']:>12,.0f} tok/s   rufus/naive = {vs_naive:.1f}x (target >= 3x)")
+    r = counting_bench(args.rows, args.naive_rows, args.runs)
+    speeds = r["speeds"]
+    print(f"counting {r['rows']:,} GSM8K chats ({r['tokens']:,} tokens), threads={os.cpu_count()}, "
+          f"median of {r['runs']} interleaved runs (range)")
+    labels = {"rufus": "rufus counter (render + tokenize + masks)", "raw": "raw batch tokenizer, pre-rendered",
+              "call": "  (the same through tokenizer(...))", "naive": "naive per-row apply_chat_template"}
+    print(f"  {'path':<44}{'tok/s':>12}{'tok per CPU-s':>16}")
+    for name, label in labels.items():
+        print(f"  {label:<44}{statistics.median(s[0] for s in speeds[name]):>12,.0f}"
+              f"{statistics.median(s[1] for s in speeds[name]):>16,.0f}")
+    vs_raw, vs_naive = ratio(speeds, "rufus", "raw", 0), ratio(speeds, "rufus", "naive", 0)
+    print(f"  rufus/raw   = {spread(vs_raw)} wall (target >= 0.9x), {spread(ratio(speeds, 'rufus', 'raw', 1))} per CPU-second")
+    print(f"  rufus/call  = {spread(ratio(speeds, 'rufus', 'call', 0))} wall")
+    print(f"  rufus/naive = {spread(vs_naive, 1)} wall (target >= 3x), {spread(ratio(speeds, 'rufus', 'naive', 1), 1)} "
+          "per CPU-second")
     # any path that tokenizes every row is bounded by the raw tokenizer: on few cores the
     # raw/naive ratio itself can sit under 3x (the naive loop runs on one core, Rayon on all)
-    print(f"  ceiling: raw tokenizer / naive loop = {r['raw_tok_s'] / r['naive_tok_s']:.1f}x on {os.cpu_count()} cores")
+    print(f"  ceiling: raw tokenizer / naive loop = {spread(ratio(speeds, 'raw', 'naive', 0), 1)} on {os.cpu_count()} cores")
+    print(f"  load average while running: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     m = peak_rss_of_mix(args.mix_rows)
     print(f"mix of {m['rows_in']:,} synthetic rows -> {m['rows_out']:,} rows in {m['seconds']:.1f} s, "
           f"peak RSS {m['peak_rss_mb']:,.0f} MB")
-    ok = vs_raw >= 0.6 and vs_naive >= 3
+    ok = statistics.median(vs_raw) >= 0.9 and statistics.median(vs_naive) >= 3
     print("targets met" if ok else "TARGETS MISSED")
 
 

@@ -118,7 +118,8 @@ def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
     if not path.exists():
         raise RufusError(f"benchmark registry {path} does not exist: pass --benchmarks FILE (see catalogs/benchmarks.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text())
+        # libyaml's parser where PyYAML has it: read by every decontam command, 15x faster than pure Python
+        raw = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         raise RufusError(f"benchmark registry {path} is not valid YAML: {err}") from None
     try:

@@ -76,7 +76,8 @@ class BandIndex:
         self.b, self.r = _optimal_param(threshold, num_perm, *weights)
         self.keys = np.empty(0, dtype=np.uint64)
         self.bitmap = np.zeros(1 << 22, dtype=bool)  # first filter on the low bits of band keys
-        self.postings: dict[int, list[int]] = {}
+        self.starts = np.zeros(1, dtype=np.int64)  # keys[i]'s indexed keys are owners[starts[i]:starts[i+1]]
+        self.owners = np.empty(0, dtype=np.int64)  # (flat arrays: built, pickled and read back in milliseconds)
 
     def band_keys(self, sigs: np.ndarray) -> np.ndarray:
         """(n, b) uint64 keys: each band's r values folded together with the band number."""
@@ -89,28 +90,31 @@ class BandIndex:
         return acc
 
     def build(self, sigs: np.ndarray, keys: list[int]) -> None:
-        postings: dict[int, list[int]] = {}
-        for key, row in zip(keys, self.band_keys(sigs).tolist()):
-            for band in row:
-                postings.setdefault(band, []).append(key)
-        self.postings = postings
-        self.keys = np.fromiter(postings, dtype=np.uint64, count=len(postings))
-        self.keys.sort()
+        bands = self.band_keys(sigs).ravel()
+        owners = np.repeat(np.asarray(keys, dtype=np.int64), self.b)
+        order = np.lexsort((owners, bands))
+        bands, self.owners = bands[order], owners[order]
+        first = np.flatnonzero(np.concatenate(([True], bands[1:] != bands[:-1]))) if len(bands) else np.empty(0, np.int64)
+        self.keys = bands[first]
+        self.starts = np.append(first, len(bands))
         self.bitmap[(self.keys & self._LOW).astype(np.int64)] = True
 
-    def candidates(self, sigs: np.ndarray) -> list[tuple[int, int]]:
-        """(segment index, indexed key) pairs that share at least one band."""
+    def candidates(self, sigs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct (segment index, indexed key) pairs that share at least one band, as two arrays."""
         if not len(sigs) or not len(self.keys):
-            return []
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         bands = self.band_keys(sigs)
         seg, band = np.nonzero(self.bitmap[(bands & self._LOW).astype(np.int64)])
-        found = sorted_member(bands[seg, band], self.keys)
-        seg, band = seg[found], band[found]
-        out = set()
-        for s, key in zip(seg.tolist(), bands[seg, band].tolist()):
-            for item in self.postings[key]:
-                out.add((s, item))
-        return list(out)  # order does not matter: the caller keeps the best score per pair
+        values = bands[seg, band]
+        found = sorted_member(values, self.keys)
+        seg, where = seg[found], np.searchsorted(self.keys, values[found])
+        lo, counts = self.starts[where], np.diff(self.starts)[where]
+        entry = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
+        pairs = (np.repeat(seg, counts).astype(np.uint64) << np.uint64(32)) | self.owners[entry].astype(np.uint64)
+        pairs.sort()
+        if len(pairs):
+            pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
+        return (pairs >> np.uint64(32)).astype(np.int64), (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
 def lean(minhashes: list[MinHash]) -> list[LeanMinHash]:

@@ -4,9 +4,14 @@ catalogs the repository ships."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
-from collections.abc import Iterator
+import pickle
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import TypeVar
 
 from rufus_data.errors import RufusError
 
@@ -42,6 +47,31 @@ def atomic_file(path: Path) -> Iterator[Path]:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+T = TypeVar("T")
+
+
+def cached_pickle(name: str, key: object, code: Iterable[ModuleType], compute: Callable[[], T]) -> T:
+    """`compute()`, kept in `$RUFUS_CACHE/<name>-<hash>.pkl` for the next command: keyed by `key`
+    (anything JSON can write: the inputs, the settings, library versions) and the source of the
+    `code` modules that compute it, so a change to either is a new entry. An unreadable entry (a
+    crashed writer, an old layout) is computed again and replaced; a new one is written under a
+    temporary name and renamed (atomic_file)."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
+    for module in code:
+        digest.update(Path(module.__file__).read_bytes())
+    stored = cache_dir() / f"{name}-{digest.hexdigest()[:32]}.pkl"
+    if stored.exists():
+        try:
+            with stored.open("rb") as f:
+                return pickle.load(f)
+        except Exception:  # noqa: BLE001, S110 - an unreadable entry is only a cache miss
+            pass
+    found = compute()
+    with atomic_file(stored) as tmp, tmp.open("wb") as f:
+        pickle.dump(found, f, protocol=pickle.HIGHEST_PROTOCOL)
+    return found
 
 
 def data_root(required: bool = True) -> Path | None:

@@ -7,16 +7,19 @@ trainable when it overlaps an assistant span: the same rule transformers applies
 
 from __future__ import annotations
 
+import json
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rufus_data.chat_render import ChatRenderer
 from rufus_data.errors import RufusError
 from rufus_data.models import resolve_model
 from rufus_data.shards import Kind
 
+FIRST_TRAINABLE_BATCH = 1024
 GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
@@ -26,21 +29,26 @@ class Counts:
     trainable: list[int]
 
 
+def _load_tokenizer(tokenizer_ref: str):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))
+    except RufusError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any load failure becomes one clear message
+        raise RufusError(
+            f"could not load tokenizer {tokenizer_ref!r} ({type(err).__name__}: {str(err)[:200]}); "
+            "give a local model folder, a reachable hub id, or the built-in 'smollm2-135m'"
+        ) from None
+
+
 class TokenCounter:
     """Counts total and trainable tokens of canonical rows of one kind."""
 
-    def __init__(self, tokenizer_ref: str, chat_template: str | None = None):
-        from transformers import AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))
-        except RufusError:
-            raise
-        except Exception as err:  # noqa: BLE001 - any load failure becomes one clear message
-            raise RufusError(
-                f"could not load tokenizer {tokenizer_ref!r} ({type(err).__name__}: {str(err)[:200]}); "
-                "give a local model folder, a reachable hub id, or the built-in 'smollm2-135m'"
-            ) from None
+    def __init__(self, tokenizer_ref, chat_template: str | None = None):
+        """`tokenizer_ref`: a model reference (loaded here) or an already loaded tokenizer (a trainer's)."""
+        self.tokenizer = tokenizer_ref if not isinstance(tokenizer_ref, str) else _load_tokenizer(tokenizer_ref)
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
         self.template = self.tokenizer.chat_template
@@ -50,17 +58,13 @@ class TokenCounter:
         self.has_generation_markers = GENERATION_MARKER.search(self.template) is not None
         self.backend = self.tokenizer.backend_tokenizer
         self.template_kwargs = dict(self.tokenizer.special_tokens_map)
+        self.renderer = ChatRenderer(self.template, self.has_generation_markers)
 
-    def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False):
-        from transformers.utils.chat_template_utils import render_jinja_template
-
-        return render_jinja_template(
-            conversations=conversations,
-            chat_template=self.template,
-            return_assistant_tokens_mask=self.has_generation_markers,
-            add_generation_prompt=add_generation_prompt,
-            **self.template_kwargs,
-        )
+    def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False, tools: list | None = None):
+        """(rendered texts, assistant spans of each) of conversations that share the tool schemas
+        `tools`, as transformers renders them (many per template call: rufus_data/chat_render.py)."""
+        return self.renderer.render(conversations, add_generation_prompt=add_generation_prompt, tools=tools,
+                                    **self.template_kwargs)
 
     def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
         return self._encode(*self.render(conversations, add_generation_prompt))
@@ -87,8 +91,29 @@ class TokenCounter:
             return self.render([r["prompt"] for r in rows], add_generation_prompt=True)[0], None
         return self.render([list(r["prompt"]) + list(r["chosen"]) for r in rows])
 
+    def first_trainable(self, conversations: list[list[dict]], tools: list | None = None) -> list[int | None]:
+        """Per conversation, the position of its first trainable token (None: it has none), in batches:
+        a token is trainable by the rule of the counts, so it is the first 1 of TRL's
+        `assistant_masks`. `tools`: per conversation, its tool schemas (a list, its JSON, or None),
+        rendered into the system turn as SFTTrainer renders them; rows are rendered in groups of
+        the same schemas."""
+        if not self.has_generation_markers:  # no {% generation %} blocks: TRL's masks are all 0
+            return [None] * len(conversations)
+        groups: dict[str, list[int]] = {}
+        for i, schemas in enumerate(tools or [None] * len(conversations)):
+            groups.setdefault(schemas if isinstance(schemas, str) else json.dumps(schemas), []).append(i)
+        first: list[int | None] = [None] * len(conversations)
+        for schemas, rows in groups.items():
+            for lo in range(0, len(rows), FIRST_TRAINABLE_BATCH):
+                part = rows[lo : lo + FIRST_TRAINABLE_BATCH]
+                rendered, spans = self.render([conversations[i] for i in part], tools=json.loads(schemas) or None)
+                encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
+                for i, encoding, row_spans in zip(part, encodings, spans, strict=True):
+                    first[i] = _first_overlapping_token(encoding, row_spans)
+        return first
+
     def _encode(self, rendered: list[str], spans) -> Counts:
-        if not spans:
+        if spans is None or not any(spans):
             encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False)
             return Counts([len(e) for e in encodings], [0] * len(encodings))
         encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
@@ -111,6 +136,21 @@ def _overlapping_tokens(encoding, spans: list[tuple[int, int]]) -> int:
             return _overlapping_by_offsets(encoding.offsets, spans)
         count += last - first + 1
     return count
+
+
+def _first_overlapping_token(encoding, spans: list[tuple[int, int]]) -> int | None:
+    """The first token overlapping a span (spans are in order): the token holding the first
+    character of the first non-empty span, or from the offsets when that character has none."""
+    spans = [(start, end) for start, end in spans if end > start]
+    if not spans:
+        return None
+    first = encoding.char_to_token(spans[0][0])
+    if first is not None:
+        return first
+    for position, (token_start, token_end) in enumerate(encoding.offsets):
+        if any(token_start < end and token_end > start for start, end in spans):
+            return position
+    return None
 
 
 def _overlapping_by_offsets(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> int:

@@ -218,6 +218,41 @@ def test_batch_signatures_equal_datasketch_bulk():
     assert all(np.array_equal(batch[i], m.hashvalues) for i, m in enumerate(reference))
 
 
+def test_eval_index_is_kept_in_the_cache_by_items_and_settings(data_root, tmp_path, monkeypatch):
+    """A new decontam command reads the exact and MinHash indexes from $RUFUS_CACHE instead of
+    building them; other eval items or n-gram settings are another entry (settings of the run or
+    of the semantic stage are not), and a truncated entry is built again."""
+    from rufus_data.decontam import index as eval_index
+
+    def arrays(index) -> list[np.ndarray]:
+        return [index.exact.postings.keys, index.exact.postings.items, index.exact.item_grams,
+                index.minhash.lsh.keys, index.minhash.lsh.owners, index.minhash.shingles, index.minhash.bounds]
+
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path))
+    monkeypatch.setattr(eval_index, "_CACHE", {})  # nothing in this process's memory: a new command
+    loaded = load_benchmarks(["gsm8k"])
+    built = eval_index.cached_eval_index(loaded, DecontamConfig())
+    [stored] = (tmp_path / "decontam").glob("ngrams-*.pkl")
+    size = stored.stat().st_size
+    leak = to_table([{"source": "leak", "messages": [{"role": "user", "content": loaded.items[5].problems[0]}]}])
+    write_shards(leak, tmp_path / "mix")
+    with monkeypatch.context() as m:
+        m.setattr(eval_index, "_CACHE", {})
+        m.setattr(eval_index, "build_exact_index", lambda *a: pytest.fail("built again instead of read"))
+        read = eval_index.build_eval_index(loaded.items, DecontamConfig(workers=3, semantic_min_cosine=0.9), cache=True)
+        assert all(np.array_equal(a, b) for a, b in zip(arrays(read), arrays(built), strict=True))
+        result = decontaminate(tmp_path / "mix", ["gsm8k"], dry_run=True, show_progress=False)
+        assert result.hits.column("eval_item_id").to_pylist() == [loaded.items[5].item_id]
+    for items, config in ((loaded.items[:-1], DecontamConfig()), (loaded.items, DecontamConfig(ngram=7)),
+                          (loaded.items, DecontamConfig(shingle=3))):
+        eval_index.build_eval_index(items, config, cache=True)
+    assert len(list((tmp_path / "decontam").glob("ngrams-*.pkl"))) == 4
+    stored.write_bytes(stored.read_bytes()[: size // 2])
+    rebuilt = eval_index.build_eval_index(loaded.items, DecontamConfig(), cache=True)
+    assert all(np.array_equal(a, b) for a, b in zip(arrays(rebuilt), arrays(built), strict=True))
+    assert stored.stat().st_size == size
+
+
 def test_normalisation_is_shared_and_keeps_numbers_and_latex():
     assert words("Natalia  SOLD clips,\nto 48 friends.") == ["natalia", "sold", "clips", "to", "48", "friends"]
     assert words("It costs $1,000.50 (or 3.5%)!") == ["it", "costs", "$1,000.50", "or", "3.5%"]

@@ -139,6 +139,32 @@ def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(tiny
     assert len(get_stage("sft").build_dataset(everything, rows, tiny_tokenizer)) == 4
 
 
+def test_sft_drop_is_batched_and_keeps_the_rows_trl_masks_keep(tiny_tokenizer, data_root, monkeypatch):
+    """The drop reads mix's batched counter (rows rendered and tokenised a batch at a time, never
+    apply_chat_template row by row) and keeps exactly the rows whose TRL assistant mask has a 1
+    within max_length: GSM8K chats and calculator tool-use traces (schemas in the system turn)."""
+    from rufus_train.agent_examples import tool_call, tool_schemas, trace
+    from rufus_train.grpo.tools import calculator
+    from rufus_train.stages.sft import rows_with_loss
+
+    gsm8k = [json.loads(line) for line in (data_root / "gsm8k" / "train.jsonl").read_text().splitlines()[:60]]
+    conversations = [[{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}]
+                     for r in gsm8k]
+    tools = [None] * len(conversations)
+    for a in range(101, 111):
+        conversations.append(trace(f"What is {a} * 7?", tool_call("calculator", expression=f"{a} * 7"),
+                                   calculator(f"{a} * 7"), f"The answer is {a * 7}."))
+        tools.append(tool_schemas(calculator))
+    conversations = [[{k: v for k, v in m.items() if v is not None} for m in c] for c in conversations]
+    lengths = (40, 80, 120, 300)
+    expected = {n: [i for i, (c, t) in enumerate(zip(conversations, tools))
+                    if loss_mask(tiny_tokenizer, c, True, n, tools=json.loads(t) if t else None).trained_tokens]
+                for n in lengths}
+    assert 0 < len(expected[80]) < len(conversations) and expected[300] != expected[40]  # the lengths cut between rows
+    monkeypatch.setattr(tiny_tokenizer, "apply_chat_template", lambda *a, **k: pytest.fail("a row rendered alone"))
+    assert {n: rows_with_loss(tiny_tokenizer, conversations, tools, n) for n in lengths} == expected
+
+
 def test_dpo_apo_zero_trains_chosen_up(train_shards, tiny_model, tmp_path):
     """APO-zero (anchored preference optimisation): two steps on the same two pairs move the loss
     and raise the chosen answers' log-probabilities (logged before each step's update)."""

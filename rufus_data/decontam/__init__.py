@@ -11,7 +11,7 @@ The package is a pipeline of small steps, one job per module:
     semantic_stage.py stage 3 (--semantic): embedding retrieval, decided by the evidence a paraphrase keeps
     semantic_evidence.py  that evidence: quantities, rare content words, entities
     semantic_judge.py the optional LLM judge of stage 3, run in the parent
-    index.py          the eval side: one index per stage, built once per process
+    index.py          the eval side: one index per stage, kept in $RUFUS_CACHE and in the process
     candidates.py     what a stage reports: (training row, eval item) candidates and their evidence
     scan.py           one batch of rows through every stage
     engines.py        tasks over a shard folder, run in-process, in a process pool or on Ray

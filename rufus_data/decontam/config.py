@@ -54,3 +54,5 @@ class DecontamConfig(StrictModel):
 
 # settings that do not change the eval index
 RUN_ONLY = frozenset({"batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model"})
+# settings only the semantic stage reads: the exact and MinHash indexes do not depend on them
+SEMANTIC_ONLY = frozenset(name for name in DecontamConfig.model_fields if name.startswith(("semantic", "judge")))

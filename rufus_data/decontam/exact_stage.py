@@ -16,7 +16,7 @@ from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
 from rufus_data.ngram_hash import gram_hashes, rolling_gram_hashes, sorted_member
 
-BITMAP_BITS = 22
+FILTER_BITS = 22
 
 
 @dataclass
@@ -44,8 +44,9 @@ class ExactIndex:
 
     gram_lengths: list[int]  # n, plus the lengths of short whole-text grams, longest first
     keys: dict[int, np.ndarray]  # length -> sorted gram hashes
-    bitmap: np.ndarray  # bool[2^22]: a cheap first filter, True where some key's low bits point
-    bitmap_mask: np.uint64
+    # length -> (bool filter, mask): True where some key's low bits point; a cheap first filter,
+    # one per length (the few short whole-text grams get a small, sparse one)
+    filters: dict[int, tuple[np.ndarray, np.uint64]]
     postings: Postings  # gram hash -> (item index, problem or answer), as flat numpy arrays
     item_grams: np.ndarray  # per item: distinct problem grams (containment denominator)
     answer_grams: np.ndarray  # per item: distinct indexed answer grams
@@ -54,57 +55,69 @@ class ExactIndex:
 
 
 def build_exact_index(texts: EvalTexts, config: DecontamConfig) -> ExactIndex:
+    """Vectorised over all eval texts at once: every problem's n-grams (a text shorter than n
+    words is one gram of all its words), every answer's from `min_answer_words` words on (only
+    grams with at least 3 words of letters), each text's grams distinct."""
     n = config.ngram
-    parts: list[tuple[np.ndarray, int, bool, int]] = []  # (distinct grams, item, is answer, gram length)
-    item_grams = np.zeros(len(texts.items), dtype=np.int64)
-    answer_grams = np.zeros(len(texts.items), dtype=np.int64)
+    lengths = np.diff(texts.offsets)
+    is_answer = np.asarray([kind != PROBLEM for _, kind in texts.owners], dtype=bool)
+    item_of = np.asarray([i for i, _ in texts.owners], dtype=np.int64)
+    indexed = (lengths > 0) & (~is_answer | (lengths >= config.min_answer_words))
     short_answers: dict[int, list[np.ndarray]] = {}
-
-    def add(text_ids: np.ndarray, item: int, is_answer: bool, alpha: np.ndarray | None = None) -> int:
-        size = min(n, len(text_ids))
-        grams = gram_hashes(text_ids, size)
-        if alpha is not None and len(text_ids) >= n:  # answers: only grams with >= 3 words of letters
-            letters = np.convolve(alpha.astype(np.int64), np.ones(n, dtype=np.int64), mode="valid")
-            grams = grams[letters >= 3]
-        grams = np.unique(grams)
-        parts.append((grams, item, is_answer, size))
-        return len(grams)
-
-    flat = texts.tokens
-    alpha_all = (pc.utf8_is_alpha(pc.utf8_slice_codeunits(flat, 0, 1)).to_numpy(zero_copy_only=False)
-                 if len(flat) else np.zeros(0, bool))
-    for t, (i, kind) in enumerate(texts.owners):
-        ids = texts.text_ids(t)
-        if not len(ids):
-            continue
-        if kind == PROBLEM:
-            item_grams[i] += add(ids, i, False)
-        elif len(ids) >= config.min_answer_words:
-            answer_grams[i] += add(ids, i, True, alpha_all[texts.offsets[t] : texts.offsets[t + 1]])
-        else:
-            short_answers.setdefault(i, []).append(ids)
-    postings, key_arrays, n_boiler = _gram_postings(parts, config.max_items_per_gram, texts.family)
-    bitmap_mask = np.uint64((1 << BITMAP_BITS) - 1)
-    bitmap = np.zeros(1 << BITMAP_BITS, dtype=bool)
-    for arr in key_arrays.values():
-        bitmap[(arr & bitmap_mask).astype(np.int64)] = True
-    return ExactIndex(sorted(key_arrays, reverse=True), key_arrays, bitmap, bitmap_mask, postings, item_grams,
+    for t in np.flatnonzero((lengths > 0) & ~indexed).tolist():
+        short_answers.setdefault(int(item_of[t]), []).append(texts.text_ids(t))
+    # full n-grams: one rolling hash over the concatenation, kept where the gram stays in its text
+    text_of = np.repeat(np.arange(len(lengths)), lengths)
+    grams = gram_hashes(texts.ids, n)
+    start = np.arange(len(grams))
+    owner = text_of[start]
+    keep = indexed[owner] & (start + n <= texts.offsets[1:][owner])
+    alpha = (pc.utf8_is_alpha(pc.utf8_slice_codeunits(texts.tokens, 0, 1)).to_numpy(zero_copy_only=False)
+             if len(texts.tokens) else np.zeros(0, bool))
+    letters = np.concatenate(([0], np.cumsum(alpha, dtype=np.int64)))  # answers: only grams with >= 3 words of letters
+    keep &= ~is_answer[owner] | (letters[start + n] - letters[start] >= 3)
+    gram_text, grams = owner[keep], grams[keep]
+    # texts shorter than n words: one gram of all their words
+    short = np.flatnonzero(indexed & (lengths < n))
+    short_grams = np.asarray([gram_hashes(texts.text_ids(t), int(lengths[t]))[0] for t in short.tolist()], dtype=np.uint64)
+    gram_text = np.concatenate((gram_text, short))
+    grams = np.concatenate((grams, short_grams))
+    gram_length = np.where(lengths[gram_text] < n, lengths[gram_text], n)
+    # each text's grams distinct
+    order = np.lexsort((grams, gram_text))
+    gram_text, grams, gram_length = gram_text[order], grams[order], gram_length[order]
+    first = np.ones(len(grams), dtype=bool)
+    first[1:] = (grams[1:] != grams[:-1]) | (gram_text[1:] != gram_text[:-1])
+    gram_text, grams, gram_length = gram_text[first], grams[first], gram_length[first]
+    per_text = np.bincount(gram_text, minlength=len(lengths))
+    item_grams = np.bincount(item_of, weights=per_text * ~is_answer, minlength=len(texts.items)).astype(np.int64)
+    answer_grams = np.bincount(item_of, weights=per_text * is_answer, minlength=len(texts.items)).astype(np.int64)
+    postings, key_arrays, n_boiler = _gram_postings(grams, item_of[gram_text], is_answer[gram_text], gram_length,
+                                                    config.max_items_per_gram, texts.family)
+    filters = {length: _low_bits_filter(keys) for length, keys in key_arrays.items()}
+    return ExactIndex(sorted(key_arrays, reverse=True), key_arrays, filters, postings, item_grams,
                       answer_grams, short_answers, n_boiler)
 
 
-def _gram_postings(parts, max_items: int, item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
+def _low_bits_filter(keys: np.ndarray) -> tuple[np.ndarray, np.uint64]:
+    """A bool array over the keys' low bits, about 64 slots a key (2^12 to 2^22 slots): with one
+    filter for all lengths, the 8-grams' keys made every short length's filter pass 1 gram in 20."""
+    bits = int(np.clip(np.ceil(np.log2(max(1, len(keys)) * 64)), 12, FILTER_BITS))
+    mask = np.uint64((1 << bits) - 1)
+    filter_ = np.zeros(1 << bits, dtype=bool)
+    filter_[(keys & mask).astype(np.int64)] = True
+    return filter_, mask
+
+
+def _gram_postings(grams: np.ndarray, items: np.ndarray, is_answer: np.ndarray, lengths: np.ndarray, max_items: int,
+                   item_family: np.ndarray) -> tuple[Postings, dict[int, np.ndarray], int]:
     """Vectorised: one entry per (gram, item), problem before answer; grams in more than
     `max_items` distinct eval item families (`item_family[item]`: perturbations of one seed
     question are one family, other items their own) are boilerplate and left out. Returns the
     postings, the sorted keys per gram length, and how many grams were boilerplate."""
-    if not parts:
+    if not len(grams):
         empty = np.empty(0, np.uint64)
         return Postings(empty, np.zeros(1, np.int64), np.empty(0, np.int64), np.empty(0, bool)), {}, 0
-    grams = np.concatenate([p[0] for p in parts])
-    sizes = [len(p[0]) for p in parts]
-    items = np.repeat([p[1] for p in parts], sizes).astype(np.int64)
-    is_answer = np.repeat([p[2] for p in parts], sizes).astype(bool)
-    lengths = np.repeat([p[3] for p in parts], sizes).astype(np.int64)
     order = np.lexsort((is_answer, items, grams))
     grams, items, is_answer, lengths = grams[order], items[order], is_answer[order], lengths[order]
     first = np.ones(len(grams), dtype=bool)
@@ -132,9 +145,11 @@ def _gram_postings(parts, max_items: int, item_family: np.ndarray) -> tuple[Post
 
 def scan_exact(batch: FieldBatch, index: ExactIndex, found: Candidates) -> None:
     """Exact n-grams (and short whole-text grams), vectorised over the batch: one rolling pass
-    for all gram lengths, a bitmap to discard almost every gram, a binary search for the rest."""
+    for all gram lengths, a filter on the low bits to discard almost every gram, a binary
+    search for the rest."""
     for length, grams in rolling_gram_hashes(batch.ids, index.gram_lengths):
-        maybe = np.flatnonzero(index.bitmap[(grams & index.bitmap_mask).astype(np.int64)])
+        filter_, mask = index.filters[length]
+        maybe = np.flatnonzero(filter_[(grams & mask).astype(np.int64)])
         if not len(maybe):
             continue
         hit = maybe[sorted_member(grams[maybe], index.keys[length])]

@@ -20,11 +20,7 @@ The thresholds are the ones measured by bench/decontam_semantic_bench.py (docs/d
 
 from __future__ import annotations
 
-import hashlib
-import json
-import pickle
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -48,7 +44,7 @@ from rufus_data.decontam.semantic_evidence import (
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.embedding import Embedder, load_embedder
 from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import atomic_file, cache_dir
+from rufus_data.paths import cached_pickle
 from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
@@ -115,20 +111,8 @@ def eval_side(texts: list[str], model: str) -> tuple[np.ndarray, list[ItemEviden
     version = getattr(embedder, "version", None)
     if version is None:
         return embedder.embed(texts), EvidenceModel(texts).items(texts)
-    key = hashlib.sha256(json.dumps([model, version, texts]).encode())
-    for module in _CACHED_CODE:
-        key.update(Path(module.__file__).read_bytes())
-    stored = cache_dir() / "decontam" / f"semantic-{key.hexdigest()[:32]}.pkl"
-    if stored.exists():
-        try:
-            with stored.open("rb") as f:
-                return pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
-            pass  # unreadable (a crashed writer, an old layout): computed again and replaced below
-    found = embedder.embed(texts), EvidenceModel(texts).items(texts)
-    with atomic_file(stored) as tmp, tmp.open("wb") as f:
-        pickle.dump(found, f, protocol=pickle.HIGHEST_PROTOCOL)
-    return found
+    return cached_pickle("decontam/semantic", [model, version, texts], _CACHED_CODE,
+                         lambda: (embedder.embed(texts), EvidenceModel(texts).items(texts)))
 
 
 @dataclass

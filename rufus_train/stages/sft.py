@@ -9,7 +9,6 @@ train.log), as Open Instruct's SFT filter does."""
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any, ClassVar, Literal
 
@@ -19,8 +18,8 @@ from pydantic import Field
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.shards import KIND_COLUMNS
+from rufus_data.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
-from rufus_train.mask import loss_mask
 from rufus_train.stages.base import Stage, StageContext, conversational
 
 log = logging.getLogger("rufus_train")
@@ -29,15 +28,10 @@ log = logging.getLogger("rufus_train")
 def rows_with_loss(tokenizer, conversations: list[list[dict]], tools: list | None, max_length: int) -> list[int]:
     """Indices of the conversations with at least one assistant token among their first
     `max_length` tokens (Open Instruct's SFT filter: an example whose labels are all masked after
-    truncation trains nothing and only dilutes the batch). The mask is the one TRL trains with."""
-    keep = []
-    for i, messages in enumerate(conversations):
-        schemas = tools[i] if tools else None
-        if isinstance(schemas, str):
-            schemas = json.loads(schemas)
-        if loss_mask(tokenizer, messages, True, max_length, tools=schemas).trained_tokens:
-            keep.append(i)
-    return keep
+    truncation trains nothing and only dilutes the batch). The mask is the one TRL trains with,
+    found by mix's batched counter (rendered and tokenised a batch at a time, not row by row)."""
+    first = TokenCounter(tokenizer).first_trainable(conversations, tools)
+    return [i for i, position in enumerate(first) if position is not None and position < max_length]
 
 
 class SFTStageConfig(StageConfig):
