@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -89,7 +89,7 @@ class OutputStep:
         (Path(folder) / REPORT).write_text(report)
         write_manifest(folder, manifest)
 
-    def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: set[int], *,
+    def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
                            counts: dict | None = None, **own) -> None:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
