@@ -68,10 +68,11 @@ class TaskWorker:
     called once per task; what it returns travels back to the parent (keep it small)."""
 
     def setup(self, one_cpu: bool) -> None:
-        """`one_cpu` in a pool or cluster worker: there is one per CPU, so BLAS gets one thread,
-        not one per core spinning against the others."""
+        """`one_cpu` in a pool or cluster worker: there is one per CPU, so BLAS and Arrow get one
+        thread each, not one per core spinning against the others."""
         if one_cpu:
             threadpool_limits(1)
+            pa.set_cpu_count(1)
 
     def __call__(self, task: Any) -> Any:
         raise NotImplementedError

@@ -111,6 +111,18 @@ def shingle32(token_ids: np.ndarray, k: int) -> np.ndarray:
     return np.unique(fold32(grams))
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values: np.unique by one sort. numpy 2.4's np.unique of integers
+    takes a hash-table path that is 50-100x slower than sorting on arrays of a million values."""
+    if not len(values):
+        return np.sort(values)
+    ordered = np.sort(values)
+    first = np.empty(len(ordered), bool)
+    first[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=first[1:])
+    return ordered[first]
+
+
 def sorted_member(values: np.ndarray, sorted_keys: np.ndarray) -> np.ndarray:
     """np.isin for a sorted key array, by binary search (no sort of `values`)."""
     if not len(sorted_keys):

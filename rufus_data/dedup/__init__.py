@@ -35,6 +35,7 @@ dropped each row."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -52,12 +53,15 @@ from rufus_data.dedup.report import (
     source_tokens,
     summary_table,
 )
-from rufus_data.dedup.rows import ids_at, rows_at, task_of
-from rufus_data.dedup.semantic import SemanticPair, semantic_stage
+from rufus_data.dedup.rows import ids_at, rows_at, shard_copier, task_of
 from rufus_data.dedup.work import remove_work, work_folder, work_key
 from rufus_data.engines import RowGroupTask, auto_workers, plan_row_groups
+from rufus_data.ngram_hash import distinct
 from rufus_data.output_step import OutputStep
 from rufus_data.shards import read_manifest, shard_row_counts, split_files
+
+if TYPE_CHECKING:
+    from rufus_data.dedup.semantic import SemanticPair
 
 __all__ = ["CLUSTER_SCHEMA", "SHARE_SHIFT_PP", "DedupConfig", "DedupResult", "deduplicate", "share_shifts"]
 
@@ -69,7 +73,8 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
     step = OutputStep("rufus-data dedup", out, overwrite=overwrite, dry_run=dry_run)
-    rows_in = sum(shard_row_counts(files))
+    counts = shard_row_counts(files)
+    rows_in = sum(counts)
     tasks, _ = plan_row_groups(files, config.batch_rows)
     token_column = _token_column(shards)
     train_paths = frozenset(str(p) for p in by_split["train"])
@@ -95,6 +100,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
                 report=dedup_report(result, config), counts={"clusters": result.n_clusters},
                 splits={split: [p.name for p in paths] for split, paths in by_split.items()},
                 shares=result.shares, share_warnings=result.warnings,
+                copy=shard_copier(counts, workers, config.engine),
             )
             result.out = step.out
             remove_work(folder)  # the output is in place: nothing left to resume
@@ -107,6 +113,8 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
 def _semantic(tasks: list[RowGroupTask], minhash: MinHashOutcome, config: DedupConfig) -> tuple[list[SemanticPair], Drops, np.ndarray]:
     """The second stage over the rows MinHash kept (with words, no repeats): its pairs, the rows
     it drops (each duplicate and the repeats of it, which go with it) and the pair of each."""
+    from rufus_data.dedup.semantic import semantic_stage  # heavy: the decontam package, the embedder
+
     compared = minhash.has_words.copy()
     compared[minhash.drops.rows] = False
     repeat_rows, repeat_first = minhash.repeats
@@ -128,7 +136,7 @@ def _cluster_table(tasks: list[RowGroupTask], by_split: dict[str, list[Path]], d
     method = "minhash" if semantic is None else "semantic"
     order = np.argsort(drops.rows, kind="stable")
     rows, kept = drops.rows[order], drops.kept[order]
-    ids = ids_at(tasks, np.unique(np.concatenate((rows, kept))))
+    ids = ids_at(tasks, distinct(np.concatenate((rows, kept))))
     split_of = {str(p): split for split, paths in by_split.items() for p in paths}
     splits = np.asarray([split_of[t.path] for t in tasks], dtype=object)
     columns = {

@@ -13,6 +13,7 @@ import numpy as np
 from rufus_data.dedup.shuffle import KEYED, PAIRS, pair_partition, partitioned_file, read_partition
 from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import TaskWorker
+from rufus_data.ngram_hash import distinct, sorted_member
 
 # A bucket of up to this many rows gives every pair of them. A larger one (a template filled in
 # thousands of times) gives its first row with each other row and each row with the next: linear
@@ -21,7 +22,12 @@ ALL_PAIRS_UP_TO = 10
 
 
 def _sorted(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows sorted by key then row, and whether each starts a run of its key."""
+    """The rows whose key another row has too, sorted by key then row, and whether each starts a
+    run of its key. Most keys are a single row's: one plain sort finds the others, and only
+    those are sorted by (key, row)."""
+    ordered = np.sort(keys)
+    shared = sorted_member(keys, distinct(ordered[1:][ordered[1:] == ordered[:-1]]))
+    keys, rows = keys[shared], rows[shared]
     order = np.lexsort((rows, keys))
     keys = keys[order]
     starts = np.ones(len(keys), bool)
@@ -42,7 +48,7 @@ def bucket_pairs(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nda
     starts = np.flatnonzero(run_starts)
     sizes = np.diff(np.append(starts, len(rows)))
     firsts, seconds = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
-    for size in np.unique(sizes[sizes >= 2]).tolist():  # buckets of one size in one step each
+    for size in distinct(sizes[sizes >= 2]).tolist():  # buckets of one size in one step each
         at = starts[sizes == size]
         if size <= ALL_PAIRS_UP_TO:
             i, j = np.triu_indices(size, 1)
@@ -51,7 +57,7 @@ def bucket_pairs(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nda
             j = np.concatenate((np.arange(1, size), np.arange(2, size)))
         firsts.append(rows[(at[:, None] + i[None, :]).ravel()])
         seconds.append(rows[(at[:, None] + j[None, :]).ravel()])
-    packed = np.unique((np.concatenate(firsts).astype(np.uint64) << np.uint64(32)) | np.concatenate(seconds).astype(np.uint64))
+    packed = distinct((np.concatenate(firsts).astype(np.uint64) << np.uint64(32)) | np.concatenate(seconds).astype(np.uint64))
     return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from rufus_data.dedup.verify import ShingleStore, jaccard
+from rufus_data.ngram_hash import distinct
 
 
 def cluster_roots(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(every row in a pair, the first row of its cluster), by union-find over numpy arrays:
     each round hooks every cluster's root under the smallest root it shares a pair with, then
     compresses every path to its root, until no pair joins two clusters."""
-    nodes = np.unique(np.concatenate((a, b)))
+    nodes = distinct(np.concatenate((a, b)))
     ia, ib = np.searchsorted(nodes, a), np.searchsorted(nodes, b)
     parent = np.arange(len(nodes))
     while True:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -12,8 +13,10 @@ import pyarrow.compute as pc
 from rich.table import Table
 
 from rufus_data.dedup.config import DedupConfig
-from rufus_data.dedup.semantic import SemanticPair
 from rufus_data.report import markdown_table
+
+if TYPE_CHECKING:
+    from rufus_data.dedup.semantic import SemanticPair
 
 CLUSTER_SCHEMA = pa.schema([
     ("kept_id", pa.string()), ("kept_row", pa.int64()), ("duplicate_id", pa.string()), ("duplicate_row", pa.int64()),

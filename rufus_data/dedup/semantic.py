@@ -34,6 +34,7 @@ from rufus_data.decontam.semantic_evidence import content_words, item_quantities
 from rufus_data.dedup.rows import rows_at
 from rufus_data.embedding import load_embedder
 from rufus_data.engines import RowGroupTask
+from rufus_data.ngram_hash import distinct
 from rufus_data.text_fields import text_fields
 from rufus_data.vector_search import ClusteredSearch, top_k_above
 
@@ -169,8 +170,7 @@ def texts_at(tasks: list[RowGroupTask], rows: np.ndarray) -> list[str]:
     """The texts of some global rows, read again from the shards (only the rows of candidate
     pairs are read, so no text is held for the whole run)."""
     found: dict[int, str] = {}
-    distinct = np.unique(rows)
-    for wanted, table in rows_at(tasks, distinct):
+    for wanted, table in rows_at(tasks, distinct(rows)):
         found.update(zip(wanted.tolist(), row_texts(table)))
     return [found[r] for r in rows.tolist()]
 

@@ -16,14 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rufus_data.decontam.texts import FieldBatch
 from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
 from rufus_data.dedup.shuffle import KEYED, key_partition, partitioned_file
 from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import RowGroupTask, TaskWorker
 from rufus_data.minhash_lsh import BatchMinHasher, band_keys, band_params
-from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, fold32, whole_text_hashes
+from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, distinct, fold32, whole_text_hashes
 from rufus_data.shards import ORIGIN_COLUMN
+from rufus_data.text_fields import text_arrays
+from rufus_data.textnorm import tokenize_unordered
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 KEY_KINDS = ("bands", "sets", "origins")
@@ -41,7 +42,8 @@ class RowShingles:
         return np.diff(self.offsets)
 
     def set_hashes(self, rows: np.ndarray) -> np.ndarray:
-        """A 64-bit hash of each of these (non-empty) rows' whole set: equal sets, equal hashes."""
+        """A 64-bit hash of each of these (non-empty) rows' whole set of shingles (each shingle as
+        many times as it is held): rows with the same shingles, the same hash."""
         sums = np.add.reduceat(_mix64(self.shingles.astype(np.uint64)), self.offsets[rows]) if len(rows) else np.empty(0, np.uint64)
         return _mix64(sums ^ self.sizes()[rows].astype(np.uint64))
 
@@ -54,21 +56,28 @@ def _mix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
-def row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher) -> RowShingles:
+def row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher, sets: bool = True) -> RowShingles:
     """Every row's set of `shingle`-word shingles (32-bit, MinHash's input), over all its text
-    fields; a field shorter than a shingle is one shingle of all its words."""
-    batch = FieldBatch.of(table, hasher)
-    if batch is None:
+    fields; a field shorter than a shingle is one shingle of all its words. `sets=False` keeps a
+    shingle that a row holds twice twice: its MinHash is the same, and it saves a sort."""
+    texts, row_of = text_arrays(table)
+    if not len(texts):
         return RowShingles(np.empty(0, np.uint32), np.zeros(table.num_rows + 1, np.int64))
-    grams, field = batch_gram_hashes(batch.ids, batch.offsets, shingle)
-    lengths = np.diff(batch.offsets)
+    words, offsets, order = tokenize_unordered(texts)  # the texts' order does not matter: rows are regrouped
+    row_of = row_of[order]
+    ids = hasher(words)
+    grams, field = batch_gram_hashes(ids, offsets, shingle)
+    lengths = np.diff(offsets)
     short = np.flatnonzero((lengths > 0) & (lengths < shingle))
-    hashes = np.concatenate((grams, whole_text_hashes(batch.ids, batch.offsets, short)))
-    rows = batch.row_of[np.concatenate((field, short))].astype(np.uint64)
-    # one sort gives every row's distinct shingles, row by row
-    tagged = np.unique((rows << np.uint64(32)) | fold32(hashes).astype(np.uint64))
-    offsets = np.searchsorted((tagged >> np.uint64(32)).astype(np.int64), np.arange(table.num_rows + 1))
-    return RowShingles((tagged & _LOW32).astype(np.uint32), offsets.astype(np.int64))
+    shingles = fold32(np.concatenate((grams, whole_text_hashes(ids, offsets, short))))
+    rows = row_of[np.concatenate((field, short))]
+    if sets:  # one sort gives every row's distinct shingles, row by row
+        tagged = distinct((rows.astype(np.uint64) << np.uint64(32)) | shingles.astype(np.uint64))
+        rows, shingles = (tagged >> np.uint64(32)).astype(np.int64), (tagged & _LOW32).astype(np.uint32)
+    else:  # grouped by row: a few sorted runs (one per text column, and the short fields), merged
+        order = np.argsort(rows, kind="stable")
+        rows, shingles = rows[order], shingles[order]
+    return RowShingles(shingles, np.searchsorted(rows, np.arange(table.num_rows + 1)).astype(np.int64))
 
 
 @dataclass(frozen=True)
@@ -112,7 +121,7 @@ class SketchWorker(TaskWorker):
                 add[kind](key_partition(keys, plan.parts[kind]), key=keys, row=rows)
 
             for first, table in task.batches():
-                sets = row_shingles(table, self.config.shingle, self.hasher)
+                sets = row_shingles(table, self.config.shingle, self.hasher, sets=False)
                 has = sets.sizes() > 0
                 has_words.append(has)
                 filled = np.flatnonzero(has)

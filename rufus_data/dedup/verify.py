@@ -21,7 +21,7 @@ from rufus_data.dedup.shuffle import PAIRS, read_partition
 from rufus_data.dedup.signatures import row_shingles
 from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_atomic
 from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.ngram_hash import TokenHasher
+from rufus_data.ngram_hash import TokenHasher, distinct
 
 EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("jaccard", pa.float64())])
 CHUNK_SHINGLES = 4_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)
@@ -87,7 +87,7 @@ class ShingleStore:
         """(task, start, end) in the spill of each of these rows."""
         tasks = np.searchsorted(self.task_starts, rows, side="right") - 1
         starts, ends = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
-        for task in np.unique(tasks).tolist():
+        for task in distinct(tasks).tolist():
             at = np.flatnonzero(tasks == task)
             index_rows, offsets = self._task_index(task)
             pos = np.searchsorted(index_rows, rows[at])
@@ -103,7 +103,7 @@ class ShingleStore:
         tasks, starts, ends = self._where(rows)
         offsets = np.concatenate(([0], np.cumsum(ends - starts)))
         out = np.empty(int(offsets[-1]), np.uint32)
-        for task in np.unique(tasks).tolist():
+        for task in distinct(tasks).tolist():
             at = np.flatnonzero(tasks == task)
             with open(shingle_files(self.folder, int(self.task_starts[task]))[0], "rb") as fh:
                 for lo, hi in _coalesced(starts[at], ends[at]):
@@ -129,7 +129,7 @@ def jaccard(store: ShingleStore, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty(len(a), np.float64)
     if not len(a):
         return out
-    needed = np.unique(np.concatenate((a, b)))
+    needed = distinct(np.concatenate((a, b)))
     size = store.sizes(needed)
     volume = size[np.searchsorted(needed, a)] + size[np.searchsorted(needed, b)]
     cuts = np.flatnonzero(np.diff(np.cumsum(volume) // CHUNK_SHINGLES)) + 1
@@ -140,7 +140,7 @@ def jaccard(store: ShingleStore, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _chunk_jaccard(store: ShingleStore, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    rows = np.unique(np.concatenate((a, b)))
+    rows = distinct(np.concatenate((a, b)))
     shingles, offsets = store.load(rows)
     pa_, pb = np.searchsorted(rows, a), np.searchsorted(rows, b)
     size_a, size_b = offsets[pa_ + 1] - offsets[pa_], offsets[pb + 1] - offsets[pb]
@@ -187,7 +187,7 @@ class VerifyWorker(TaskWorker):
     def __call__(self, part: int) -> int:
         plan = self.plan
         found = read_partition(list(plan.inputs), PAIRS, part, plan.parts)
-        packed = np.unique((found["a"].astype(np.uint64) << np.uint64(32)) | found["b"].astype(np.uint64))
+        packed = distinct((found["a"].astype(np.uint64) << np.uint64(32)) | found["b"].astype(np.uint64))
         a, b = (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
         score = jaccard(ShingleStore(plan.folder, plan.task_starts), a, b)
         keep = score >= plan.threshold
