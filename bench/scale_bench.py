@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from rufus_data.jsonl import read_jsonl
 from rufus_data.paths import data_root
+from rufus_data.report import pyplot
 from rufus_data.shards import write_shard
 
 STEPS = ("mix", "decontam", "dedup")
@@ -161,7 +162,10 @@ def measure(command: list[str], env: dict, work: Path) -> dict:
     """Run a command: wall seconds, CPU seconds (all its processes), the largest process's peak
     RSS (what /usr/bin/time reports) and the peak of the RSS summed over it and its worker
     processes (sampled every 0.2 s)."""
-    import psutil  # a dependency of the bench only
+    try:
+        import psutil  # comes with the train extra; without it the sum over workers is not sampled
+    except ImportError:
+        psutil = None
 
     usage_file = work / "usage.json"
     start = time.perf_counter()
@@ -172,6 +176,8 @@ def measure(command: list[str], env: dict, work: Path) -> dict:
 
     def sample() -> None:
         nonlocal peak_tree
+        if psutil is None:
+            return
         try:
             launcher = psutil.Process(proc.pid)
             while not stop.is_set():
@@ -206,11 +212,7 @@ def exponent(sizes: list[int], values: list[float]) -> float:
 
 
 def plot(results: dict, sizes: list[int], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     peaks = []
     for step, runs in results.items():
@@ -230,6 +232,7 @@ def plot(results: dict, sizes: list[int], path: Path) -> None:
         ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main() -> None:

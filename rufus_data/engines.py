@@ -6,6 +6,7 @@ they compute the same results."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import multiprocessing as mp
@@ -113,6 +114,8 @@ def run_tasks(tasks: Sequence, worker: TaskWorker, on_done: OnDone, *, workers: 
 
 def _run_pool(tasks: Sequence, worker: TaskWorker, workers: int, on_done: OnDone) -> None:
     global _WORKER
+    with contextlib.suppress(ImportError):
+        import pandas  # noqa: F401 - pyarrow's to_numpy imports it on first use: once here, not in every worker
     if "fork" in mp.get_all_start_methods():  # workers inherit the worker's state: nothing to pickle
         _WORKER, ctx, initargs = worker, mp.get_context("fork"), (None, True)
     else:

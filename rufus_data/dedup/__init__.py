@@ -80,7 +80,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
     train_paths = frozenset(str(p) for p in by_split["train"])
     workers = auto_workers(config.workers, rows_in, len(tasks))
     key = work_key(files, config.model_dump(exclude=RUN_ONLY))
-    with work_folder(None if dry_run else step.out, key) as (folder, _):
+    with work_folder(None if dry_run else step.out, key) as folder:
         minhash = MinHashStages(config, tasks, rows_in, folder, train_paths, token_column, workers, show_progress).run()
         semantic: list[SemanticPair] = []
         clusters = _cluster_table(tasks, by_split, minhash.drops)

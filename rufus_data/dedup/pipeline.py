@@ -58,14 +58,14 @@ class MinHashStages:
         self.parts = {"bands": partitions_for(rows * bands), "sets": partitions_for(rows), "origins": partitions_for(rows)}
         self.pair_parts = self.parts["bands"]
         self.sketch = SketchPlan(folder, self.parts, train_paths, token_column)
-        self.resumed = 0  # tasks found done by an earlier run
 
     def run(self) -> MinHashOutcome:
+        sketched = sum(sketch_file(self.folder, t, "meta").exists() for t in self.tasks)
+        if sketched:
+            console.print(f"dedup: resuming the work of an earlier run in {self.folder} "
+                          f"({sketched} of {len(self.tasks)} row groups were sketched)", highlight=False)
         self._stage("sketch", self.tasks, SketchWorker(self.config, self.sketch),
                     lambda t: sketch_file(self.folder, t, "meta"), lambda t: t.rows, unit="rows")
-        if self.resumed:
-            console.print(f"dedup: resuming the work of an earlier run in {self.folder} "
-                          f"({self.resumed} of {len(self.tasks)} row groups were sketched)", highlight=False)
         metas = [load_arrays(sketch_file(self.folder, t, "meta")) for t in self.tasks]
         has_words = np.concatenate([m["has_words"] for m in metas]) if metas else np.zeros(0, bool)
         tokens: dict[str, int] = {}
@@ -137,7 +137,6 @@ class MinHashStages:
                size: Callable[[object], int] = lambda _: 1, unit: str = "parts") -> None:
         """Run the tasks whose output is not there yet (a killed run's finished tasks are kept)."""
         pending = [t for t in tasks if not done_file(t).exists()]
-        self.resumed += len(tasks) - len(pending) if name == "sketch" else 0
         with progress(unit) as bar:
             job = bar.add_task(f"dedup: {name}", total=sum(size(t) for t in tasks)) if self.show_progress else None
             if job is not None:

@@ -34,15 +34,15 @@ def work_key(files: list[Path], settings: dict) -> str:
 
 
 @contextlib.contextmanager
-def work_folder(out: Path | None, key: str) -> Iterator[tuple[Path, bool]]:
-    """(the work folder, whether it holds an earlier run's work to resume), locked for the block.
-    A dry run (no `out`) works in a temporary folder, removed at the end; a real run leaves its
-    folder for the caller to remove once the output is in place (`remove_work`)."""
+def work_folder(out: Path | None, key: str) -> Iterator[Path]:
+    """The work folder, locked for the block: with an earlier run's work in it when that run had
+    the same key. A dry run (no `out`) works in a temporary folder, removed at the end; a real
+    run leaves its folder for the caller to remove once the output is in place (`remove_work`)."""
     if out is None:
         folder = Path(tempfile.mkdtemp(prefix="rufus-dedup-"))
         try:
             with _locked(folder):
-                yield folder, False
+                yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return
@@ -53,13 +53,12 @@ def work_folder(out: Path | None, key: str) -> Iterator[tuple[Path, bool]]:
             leftover.unlink(missing_ok=True)
         for leftover in out.parent.glob(f".{out.name}.tmp-*"):  # its output, killed while being written
             shutil.rmtree(leftover, ignore_errors=True)
-        resumed = _read_key(folder) == key
-        if not resumed:  # other inputs or settings, or a folder of an older layout: start afresh
+        if _read_key(folder) != key:  # other inputs or settings, or a folder of an older layout: start afresh
             for path in folder.iterdir():
                 if path.name != ".lock":
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             write_atomic(folder / KEY_FILE, lambda tmp: tmp.write_text(json.dumps({"key": key})))
-        yield folder, resumed
+        yield folder
 
 
 def remove_work(folder: Path) -> None:
