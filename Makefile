@@ -12,7 +12,7 @@ TORCH_VERSION = 2.13.0
 CONSTRAINTS = constraints.txt
 EXTRAS = train,eval,ray,dev,track
 
-.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published lint check-resolve upgrade-deps
+.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published bench-scale lint check-resolve upgrade-deps
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -56,8 +56,9 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 
 # Every bench/*.py (see README for how long), each printing its speed as a ratio against a
 # baseline measured in the same run; generate_bench.py starts vLLM's CPU build from .venv-vllm.
-# The published-number check is slow and opt-in: `make bench-published`.
-BENCH_OPT_IN = bench/eval_published.py
+# The published-number check and the scale bench are slow and opt-in: `make bench-published`,
+# `make bench-scale`.
+BENCH_OPT_IN = bench/eval_published.py bench/scale_bench.py
 bench: $(VENV)/.bench-installed
 	-$(MAKE) vllm-venv
 	for b in $(filter-out $(BENCH_OPT_IN),$(wildcard bench/*.py)); do echo "== $$b"; $(BIN)/python $$b || exit 1; done
@@ -66,6 +67,11 @@ bench: $(VENV)/.bench-installed
 # take hours): about 18 minutes on 2 cores.
 bench-published: $(VENV)/.bench-installed vllm-venv
 	$(BIN)/python bench/eval_published.py --backend vllm --max-tokens 384
+
+# mix, decontam and dedup at 0.25M, 1M and 2M rows, each step its own process (rows/s, peak RSS,
+# growth exponents, a plot in outputs/scale_bench): about 30 minutes and 4 GB of disk on 2 cores.
+bench-scale: venv
+	$(BIN)/python bench/scale_bench.py
 
 lint: venv
 	$(BIN)/ruff check rufus_data rufus_train rufus_eval tests bench scripts

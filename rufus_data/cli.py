@@ -231,6 +231,8 @@ def dedup_command(
     config_file: Path = typer.Option(None, "--config", help="YAML of DedupConfig keys (docs/decontam.md); --threshold overrides it"),
     semantic: bool = typer.Option(None, "--semantic", help="also drop rows that restate an earlier row in other words (embeddings; docs/decontam.md)"),
     semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
+    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
+    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
     overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
 ) -> None:
@@ -238,6 +240,7 @@ def dedup_command(
     from rufus_data.dedup import DedupConfig, deduplicate  # heavy: arrow, datasketch
 
     config = config_from_cli(DedupConfig, config_file, {"threshold": threshold, "semantic": semantic,
-                                                        "semantic_model": semantic_model})
+                                                        "semantic_model": semantic_model, "engine": engine,
+                                                        "workers": workers})
     result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")

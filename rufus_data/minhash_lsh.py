@@ -1,11 +1,11 @@
 """MinHash signatures over word shingles and LSH banding, for decontam's MinHash stage and dedup:
-datasketch's `MinHash.bulk` (kept as `LeanMinHash` where signatures are stored), a batch hasher
-bit-identical to it, and a vectorised band index."""
+datasketch's `MinHash.bulk`, a batch hasher bit-identical to it, band keys, and a vectorised
+band index (decontam's eval side; dedup groups its band keys by sorting instead)."""
 
 from __future__ import annotations
 
 import numpy as np
-from datasketch import LeanMinHash, MinHash
+from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 from datasketch.minhash import _fmix
 
@@ -63,31 +63,44 @@ class BatchMinHasher:
         return out.T
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def band_params(threshold: float, num_perm: int, weights: tuple[float, float]) -> tuple[int, int]:
+    """(b bands, r rows per band) for a Jaccard threshold, chosen by datasketch's own optimiser
+    (`weights`: false positives, false negatives), as its `MinHashLSH` chooses them."""
+    return _optimal_param(threshold, num_perm, *weights)
+
+
+def band_keys(sigs: np.ndarray, b: int, r: int) -> np.ndarray:
+    """(n, b) uint64 keys of (n, num_perm) signatures: each band's r values folded together with
+    the band number, so two rows share a key when they agree on all r values of that band."""
+    n = len(sigs)
+    bands = sigs[:, : b * r].astype(np.uint64).reshape(n, b, r)
+    with np.errstate(over="ignore"):
+        acc = np.broadcast_to(np.arange(1, b + 1, dtype=np.uint64), (n, b)).copy()
+        for j in range(r):
+            acc = acc * _MIX + bands[:, :, j]
+    return acc
+
+
 class BandIndex:
     """LSH banding over MinHash signatures: b bands of r rows, (b, r) chosen by datasketch's own
     optimiser for a Jaccard threshold with false negatives weighted heavier (every candidate is
     re-checked exactly afterwards, so a false positive costs little). Lookups are vectorised:
     all windows of a batch are banded and matched with one `np.isin`."""
 
-    _MIX = np.uint64(0x9E3779B97F4A7C15)
     _LOW = np.uint64((1 << 22) - 1)
 
     def __init__(self, threshold: float, num_perm: int, weights: tuple[float, float] = (0.2, 0.8)):
-        self.b, self.r = _optimal_param(threshold, num_perm, *weights)
+        self.b, self.r = band_params(threshold, num_perm, weights)
         self.keys = np.empty(0, dtype=np.uint64)
         self.bitmap = np.zeros(1 << 22, dtype=bool)  # first filter on the low bits of band keys
         self.starts = np.zeros(1, dtype=np.int64)  # keys[i]'s indexed keys are owners[starts[i]:starts[i+1]]
         self.owners = np.empty(0, dtype=np.int64)  # (flat arrays: built, pickled and read back in milliseconds)
 
     def band_keys(self, sigs: np.ndarray) -> np.ndarray:
-        """(n, b) uint64 keys: each band's r values folded together with the band number."""
-        n = len(sigs)
-        bands = sigs[:, : self.b * self.r].astype(np.uint64).reshape(n, self.b, self.r)
-        with np.errstate(over="ignore"):
-            acc = np.broadcast_to(np.arange(1, self.b + 1, dtype=np.uint64), (n, self.b)).copy()
-            for j in range(self.r):
-                acc = acc * self._MIX + bands[:, :, j]
-        return acc
+        return band_keys(sigs, self.b, self.r)
 
     def build(self, sigs: np.ndarray, keys: list[int]) -> None:
         bands = self.band_keys(sigs).ravel()
@@ -116,6 +129,3 @@ class BandIndex:
             pairs = pairs[np.concatenate(([True], pairs[1:] != pairs[:-1]))]
         return (pairs >> np.uint64(32)).astype(np.int64), (pairs & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
-
-def lean(minhashes: list[MinHash]) -> list[LeanMinHash]:
-    return [LeanMinHash(m) for m in minhashes]

@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -89,15 +89,16 @@ class OutputStep:
         (Path(folder) / REPORT).write_text(report)
         write_manifest(folder, manifest)
 
-    def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: set[int], *,
+    def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
-                           counts: dict | None = None, **own) -> None:
+                           counts: dict | None = None, copy: Callable[[list[Path], Collection[int], Path], None] = write_without_rows,
+                           **own) -> None:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
-        the `drop` rows (global row numbers over `files`, `rows_in` in all), `why` (file name,
-        table: which rows went and why), and the manifest, whose counts start with rows in, out
-        and dropped."""
+        the `drop` rows (global row numbers over `files`, `rows_in` in all; `copy` writes them,
+        e.g. over many processes), `why` (file name, table: which rows went and why), and the
+        manifest, whose counts start with rows in, out and dropped."""
         with self.folder() as tmp:
-            write_without_rows(files, drop, tmp)
+            copy(files, drop, tmp)
             pq.write_table(why[1], tmp / why[0])
             manifest = self.manifest(
                 config=config, inputs=[folder_fingerprint(shards, files)],

@@ -15,7 +15,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from importlib import metadata
 from pathlib import Path
 from typing import Literal
@@ -145,11 +145,13 @@ def shard_row_counts(files: list[Path]) -> list[int]:
     return counts
 
 
-def write_without_rows(files: list[Path], drop: set[int], folder: Path) -> None:
+def write_without_rows(files: list[Path], drop: Collection[int], folder: Path) -> None:
     """Copy `files` into folder/data/ under their own names, without the rows whose global
-    number (counted over all `files` in order) is in `drop`: decontam and dedup drop whole rows."""
+    number (counted over all `files` in order) is in `drop` (a set, or an array of row numbers):
+    decontam and dedup drop whole rows."""
     (Path(folder) / DATA_DIR).mkdir(parents=True, exist_ok=True)
-    dropped = np.asarray(sorted(drop), dtype=np.int64)
+    dropped = np.unique(np.fromiter(drop, np.int64, len(drop)) if isinstance(drop, (set, frozenset))
+                        else np.asarray(drop, dtype=np.int64))
     first = 0
     for path in files:
         table = pq.read_table(path)

@@ -4,12 +4,47 @@ rejected, and string or list-of-string columns such as solution or tests)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 # Columns that describe a row rather than hold its text.
 NON_TEXT_COLUMNS = frozenset({"id", "source", "label", "origin_id"})
+
+
+def _columns(table: pa.Table) -> Iterator[tuple[pa.Array, np.ndarray, Callable[[np.ndarray], list[str]]]]:
+    """Per text column: its strings (flat, nulls and "" included), the row of each, and a
+    function that names the fields at some positions of the flat strings."""
+    for name in table.column_names:
+        if name in NON_TEXT_COLUMNS:
+            continue
+        col = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
+        typ = col.type
+        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+            yield col, np.arange(len(col), dtype=np.int64), lambda keep, name=name: [name] * len(keep)
+        elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and len(col):
+            inner = typ.value_type
+            parents = pc.list_parent_indices(col).to_numpy().astype(np.int64)
+            flat = pc.list_flatten(col)
+            offsets = col.offsets.to_numpy()
+            position = np.arange(len(parents)) - offsets[parents] + offsets[0]
+            if pa.types.is_struct(inner) and inner.get_field_index("content") >= 0:
+                roles = flat.field("role") if inner.get_field_index("role") >= 0 else None
+
+                def labels(keep: np.ndarray, name=name, roles=roles, position=position) -> list[str]:
+                    found = roles.take(pa.array(keep)).to_pylist() if roles is not None else ["turn"] * len(keep)
+                    return [f"{name}[{p}].{r}" for p, r in zip(position[keep].tolist(), found)]
+
+                yield flat.field("content"), parents, labels
+            elif pa.types.is_string(inner) or pa.types.is_large_string(inner):
+                yield flat, parents, lambda keep, name=name, position=position: [f"{name}[{p}]" for p in position[keep].tolist()]
+
+
+def _filled(values: pa.Array) -> np.ndarray:
+    """The positions of the strings that are neither null nor empty."""
+    return np.flatnonzero(pc.fill_null(pc.greater(pc.binary_length(values), 0), False).to_numpy(zero_copy_only=False))
 
 
 def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
@@ -20,36 +55,23 @@ def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
     texts: list[str] = []
     rows: list[np.ndarray] = []
     names: list[str] = []
-    for name in table.column_names:
-        if name in NON_TEXT_COLUMNS:
-            continue
-        col = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
-        typ = col.type
-        if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-            values = col.to_pylist()
-            keep = [i for i, v in enumerate(values) if v]
-            texts += [values[i] for i in keep]
-            rows.append(np.asarray(keep, dtype=np.int64))
-            names += [name] * len(keep)
-        elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and len(col):
-            inner = typ.value_type
-            parents = pc.list_parent_indices(col).to_numpy()
-            flat = pc.list_flatten(col)
-            offsets = col.offsets.to_numpy()
-            position = np.arange(len(parents)) - offsets[parents] + offsets[0]
-            if pa.types.is_struct(inner) and inner.get_field_index("content") >= 0:
-                contents = flat.field("content").to_pylist()
-                roles = (flat.field("role").to_pylist() if inner.get_field_index("role") >= 0
-                         else ["turn"] * len(contents))
-                labels = [f"{name}[{p}].{r}" for p, r in zip(position.tolist(), roles)]
-            elif pa.types.is_string(inner) or pa.types.is_large_string(inner):
-                contents = flat.to_pylist()
-                labels = [f"{name}[{p}]" for p in position.tolist()]
-            else:
-                continue
-            keep = [i for i, v in enumerate(contents) if v]
-            texts += [contents[i] for i in keep]
-            rows.append(parents[keep].astype(np.int64))
-            names += [labels[i] for i in keep]
+    for values, parents, labels in _columns(table):
+        keep = _filled(values)
+        texts += values.take(pa.array(keep)).to_pylist()
+        rows.append(parents[keep])
+        names += labels(keep)
     row_of = np.concatenate(rows) if rows else np.empty(0, dtype=np.int64)
     return texts, row_of, names
+
+
+def text_arrays(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
+    """The texts of `text_fields` as one Arrow array (no Python strings made), and the row of each."""
+    texts: list[pa.Array] = []
+    rows: list[np.ndarray] = []
+    for values, parents, _ in _columns(table):
+        keep = _filled(values)
+        texts.append(pc.cast(values.take(pa.array(keep)), pa.large_string()))
+        rows.append(parents[keep])
+    if not texts:
+        return pa.array([], pa.large_string()), np.empty(0, dtype=np.int64)
+    return pa.concat_arrays(texts), np.concatenate(rows)

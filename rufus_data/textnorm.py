@@ -30,7 +30,35 @@ def normalise_array(texts: pa.Array) -> pa.Array:
 
 def tokenize_array(texts: pa.Array) -> tuple[pa.Array, np.ndarray]:
     """All words of all texts as one flat string array, and each text's start offset (len + 1)."""
-    lists = pc.utf8_split_whitespace(normalise_array(texts))
+    return _flat_words(pc.utf8_split_whitespace(normalise_array(texts)))
+
+
+# ASCII control characters that the Unicode split takes for whitespace and the ASCII split does not
+_CONTROL_SEPARATORS = "\\x1c-\\x1f"
+_SENTENCE_PUNCT_OR_SEPARATOR = _SENTENCE_PUNCT[:-1] + _CONTROL_SEPARATORS + "]"
+
+
+def tokenize_unordered(texts: pa.Array) -> tuple[pa.Array, np.ndarray, np.ndarray]:
+    """The words of `tokenize_array`, with the texts in an order of its own: ASCII texts first,
+    for which NFKC changes nothing and the ASCII kernels are about twice as fast. Returns the
+    words, each output text's start offset, and `order`: output text i is input text order[i].
+    For callers that group words by something other than the texts' order (dedup's row sets)."""
+    is_ascii = pc.fill_null(pc.string_is_ascii(texts), False).to_numpy(zero_copy_only=False)
+    plain, other = np.flatnonzero(is_ascii), np.flatnonzero(~is_ascii)
+    lists = []
+    if len(plain):
+        ascii_texts = pc.ascii_lower(texts if not len(other) else texts.take(pa.array(plain)))
+        ascii_texts = pc.replace_substring_regex(ascii_texts, _SEPARATOR_NOT_IN_NUMBER, r" \1")
+        ascii_texts = pc.replace_substring_regex(ascii_texts, _SENTENCE_PUNCT_OR_SEPARATOR, " ")
+        lists.append(pc.ascii_split_whitespace(ascii_texts))
+    if len(other) or not len(plain):
+        lists.append(pc.utf8_split_whitespace(normalise_array(texts if not len(plain) else texts.take(pa.array(other)))))
+    flat, offsets = _flat_words(pa.concat_arrays(lists) if len(lists) > 1 else lists[0])
+    return flat, offsets, np.concatenate((plain, other))
+
+
+def _flat_words(lists: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """The words of split texts, flat, and each text's start offset (without the "" a split keeps)."""
     flat = pc.list_flatten(lists)
     offsets = lists.offsets.to_numpy().astype(np.int64)
     offsets -= offsets[0]

@@ -1,6 +1,6 @@
 """`rufus-data dedup --semantic`: rows that say the same thing in other words.
 
-MinHash (rufus_data/dedup.py) finds rows that share most of their word shingles; a reworded
+MinHash (rufus_data/dedup/) finds rows that share most of their word shingles; a reworded
 row shares almost none. This second stage runs over the rows MinHash kept, with the embedder of
 the semantic decontam stage (rufus_data/embedding.py, offline) and its paraphrase evidence
 (rufus_data/decontam/semantic_evidence.py):
@@ -28,9 +28,14 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import pyarrow as pa
 
 from rufus_data.decontam.semantic_evidence import content_words, item_quantities, normalised_words
+from rufus_data.dedup.rows import rows_at
 from rufus_data.embedding import load_embedder
+from rufus_data.engines import RowGroupTask
+from rufus_data.ngram_hash import distinct
+from rufus_data.text_fields import text_fields
 from rufus_data.vector_search import ClusteredSearch, top_k_above
 
 SMALL_INTEGERS = 12  # quantities 0..12 (integers) say little about which problem a row is
@@ -150,3 +155,40 @@ def semantic_duplicates(texts_of: Callable[[list[int]], list[str]], vectors: np.
 def embed_rows(texts: list[str], model: str) -> np.ndarray:
     """One unit vector per row text."""
     return load_embedder(model).embed(texts)
+
+
+def row_texts(table: pa.Table) -> list[str]:
+    """One text per row: its text fields, one per line (what the semantic stage embeds)."""
+    texts, row_of, _ = text_fields(table)
+    parts: list[list[str]] = [[] for _ in range(table.num_rows)]
+    for text, row in zip(texts, np.asarray(row_of).tolist()):
+        parts[row].append(text)
+    return ["\n".join(p) for p in parts]
+
+
+def texts_at(tasks: list[RowGroupTask], rows: np.ndarray) -> list[str]:
+    """The texts of some global rows, read again from the shards (only the rows of candidate
+    pairs are read, so no text is held for the whole run)."""
+    found: dict[int, str] = {}
+    for wanted, table in rows_at(tasks, distinct(rows)):
+        found.update(zip(wanted.tolist(), row_texts(table)))
+    return [found[r] for r in rows.tolist()]
+
+
+def semantic_stage(tasks: list[RowGroupTask], compared: np.ndarray, config) -> tuple[np.ndarray, list[SemanticPair]]:
+    """(the rows compared, the pairs found among them, as positions into those rows): every row
+    whose `compared` flag is set (kept by MinHash, with words, no repeat) is embedded, in input order."""
+    vectors: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
+    for task in tasks:
+        for first, table in task.batches():
+            local = np.flatnonzero(compared[first : first + table.num_rows])
+            if len(local):
+                vectors.append(embed_rows(row_texts(table.take(pa.array(local))), config.semantic_model))
+                rows.append(first + local)
+    if not rows:
+        return np.empty(0, np.int64), []
+    stage_rows = np.concatenate(rows)
+    pairs = semantic_duplicates(lambda positions: texts_at(tasks, stage_rows[np.asarray(positions, dtype=np.int64)]),
+                                np.vstack(vectors), config)
+    return stage_rows, pairs

@@ -1,0 +1,118 @@
+"""Stage 2 of dedup, grouping by sorting: one partition of every task's keys is read, sorted by
+(key, row), and each run of equal keys is a group (`GroupWorker` says what a group of each kind
+of key means). Candidate pairs (earlier row first) are written out by partition for
+verification; no LSH index is held anywhere."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rufus_data.dedup.shuffle import KEYED, PAIRS, pair_partition, partitioned_file, read_partition
+from rufus_data.dedup.work import save_arrays
+from rufus_data.engines import TaskWorker
+from rufus_data.ngram_hash import distinct, sorted_member
+
+# A bucket of up to this many rows gives every pair of them. A larger one (a template filled in
+# thousands of times) gives its first row with each other row and each row with the next: linear
+# in its size, and still enough to link its duplicates into one cluster.
+ALL_PAIRS_UP_TO = 10
+
+
+def _sorted(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows whose key another row has too, sorted by key then row, and whether each starts a
+    run of its key. Most keys are a single row's: one plain sort finds the others, and only
+    those are sorted by (key, row)."""
+    ordered = np.sort(keys)
+    shared = sorted_member(keys, distinct(ordered[1:][ordered[1:] == ordered[:-1]]))
+    keys, rows = keys[shared], rows[shared]
+    order = np.lexsort((rows, keys))
+    keys = keys[order]
+    starts = np.ones(len(keys), bool)
+    starts[1:] = keys[1:] != keys[:-1]
+    return rows[order], starts
+
+
+def repeats_of(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(later row, first row) for every row whose key an earlier row has."""
+    rows, starts = _sorted(keys, rows)
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(rows)), 0))
+    return rows[~starts], rows[first[~starts]]
+
+
+def bucket_pairs(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct candidate pairs (a < b) of rows that share a key."""
+    rows, run_starts = _sorted(keys, rows)
+    starts = np.flatnonzero(run_starts)
+    sizes = np.diff(np.append(starts, len(rows)))
+    firsts, seconds = [np.empty(0, np.int64)], [np.empty(0, np.int64)]
+    for size in distinct(sizes[sizes >= 2]).tolist():  # buckets of one size in one step each
+        at = starts[sizes == size]
+        if size <= ALL_PAIRS_UP_TO:
+            i, j = np.triu_indices(size, 1)
+        else:
+            i = np.concatenate((np.zeros(size - 1, np.int64), np.arange(1, size - 1)))
+            j = np.concatenate((np.arange(1, size), np.arange(2, size)))
+        firsts.append(rows[(at[:, None] + i[None, :]).ravel()])
+        seconds.append(rows[(at[:, None] + j[None, :]).ravel()])
+    packed = distinct((np.concatenate(firsts).astype(np.uint64) << np.uint64(32)) | np.concatenate(seconds).astype(np.uint64))
+    return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+KINDS = ("origins", "sets", "bands")  # the keys sketched, grouped in this order
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    folder: Path  # the work folder
+    kind: str  # one of KINDS
+    inputs: tuple[Path, ...]  # every sketch task's file of these keys
+    parts: int  # partitions of the inputs
+    pair_parts: int  # partitions of the candidate pairs written
+    skip_mask: Path | None  # rows left out (bool per row): for sets the repeats, for bands also the copies
+
+
+def group_file(folder: Path, kind: str, part: int) -> Path:
+    """A partition's followers (origins: repeats; sets: exact copies) as (rows, first); written last."""
+    return Path(folder) / "groups" / f"{kind}-{part:05d}.npz"
+
+
+def pairs_file(folder: Path, kind: str, part: int) -> Path:
+    return Path(folder) / "pairs" / f"{kind}-{part:05d}.arrow"
+
+
+class GroupWorker(TaskWorker):
+    """One partition of one kind of key, grouped by sorting:
+
+    origins  each group's later rows are a mix's repeats of its first row (never compared);
+    sets     rows with the same shingle set: each later row is a candidate duplicate of the
+             first (verified like any pair) and is left out of the bands, where it would only
+             repeat the first row's pairs (a row copied 10,000 times is 9,999 pairs, not 50 million);
+    bands    each LSH bucket's candidate pairs."""
+
+    def __init__(self, plan: GroupPlan):
+        self.plan = plan
+
+    def done_file(self, part: int) -> Path:
+        plan = self.plan
+        return pairs_file(plan.folder, plan.kind, part) if plan.kind == "bands" else group_file(plan.folder, plan.kind, part)
+
+    def __call__(self, part: int) -> int:
+        plan = self.plan
+        found = read_partition(list(plan.inputs), KEYED, part, plan.parts)
+        keys, rows = found["key"], found["row"]
+        if plan.skip_mask is not None and len(rows):
+            keep = ~np.load(plan.skip_mask, mmap_mode="r")[rows]
+            keys, rows = keys[keep], rows[keep]
+        if plan.kind == "bands":
+            a, b = bucket_pairs(keys, rows)
+        else:
+            b, a = repeats_of(keys, rows)
+        if plan.kind != "origins":
+            with partitioned_file(pairs_file(plan.folder, plan.kind, part), PAIRS, plan.pair_parts) as add:
+                add(pair_partition(a, b, plan.pair_parts), a=a, b=b)
+        if plan.kind != "bands":
+            save_arrays(group_file(plan.folder, plan.kind, part), rows=b, first=a)
+        return len(b)

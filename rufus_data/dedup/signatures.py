@@ -1,0 +1,159 @@
+"""Stage 1 of dedup, a batch of rows at a time: each row's shingle set (all its text fields,
+normalised as decontam normalises them, shingled apart), its MinHash signature by decontam's
+`BatchMinHasher` (bit-identical to datasketch's `MinHash.bulk`) and its LSH band keys, written
+out by partition for the grouping stage (rufus_data/dedup/shuffle.py); beside them a hash of
+each row's whole shingle set (exact copies share one) and of its `origin_id` (a mix's repeats
+share one), and, for the share report, each source's train tokens. Nothing of a row stays in
+memory after its batch."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
+from rufus_data.dedup.shuffle import KEYED, key_partition, partitioned_file
+from rufus_data.dedup.work import save_arrays
+from rufus_data.engines import RowGroupTask, TaskWorker
+from rufus_data.minhash_lsh import BatchMinHasher, band_keys, band_params
+from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, distinct, fold32, whole_text_hashes
+from rufus_data.shards import ORIGIN_COLUMN
+from rufus_data.text_fields import text_arrays
+from rufus_data.textnorm import tokenize_unordered
+
+_LOW32 = np.uint64(0xFFFFFFFF)
+KEY_KINDS = ("bands", "sets", "origins")
+
+
+@dataclass
+class RowShingles:
+    """The shingle sets of a batch of rows: row i's sorted distinct shingles are
+    shingles[offsets[i]:offsets[i + 1]] (empty for a row without words)."""
+
+    shingles: np.ndarray  # uint32
+    offsets: np.ndarray  # int64, rows + 1
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def set_hashes(self, rows: np.ndarray) -> np.ndarray:
+        """A 64-bit hash of each of these (non-empty) rows' whole set of shingles (each shingle as
+        many times as it is held): rows with the same shingles, the same hash."""
+        sums = np.add.reduceat(_mix64(self.shingles.astype(np.uint64)), self.offsets[rows]) if len(rows) else np.empty(0, np.uint64)
+        return _mix64(sums ^ self.sizes()[rows].astype(np.uint64))
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """A 64-bit finaliser (splitmix64's): every input bit moves every output bit."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
+
+
+def row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher, sets: bool = True) -> RowShingles:
+    """Every row's set of `shingle`-word shingles (32-bit, MinHash's input), over all its text
+    fields; a field shorter than a shingle is one shingle of all its words. `sets=False` keeps a
+    shingle that a row holds twice twice: its MinHash is the same, and it saves a sort."""
+    texts, row_of = text_arrays(table)
+    if not len(texts):
+        return RowShingles(np.empty(0, np.uint32), np.zeros(table.num_rows + 1, np.int64))
+    words, offsets, order = tokenize_unordered(texts)  # the texts' order does not matter: rows are regrouped
+    row_of = row_of[order]
+    ids = hasher(words)
+    grams, field = batch_gram_hashes(ids, offsets, shingle)
+    lengths = np.diff(offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < shingle))
+    shingles = fold32(np.concatenate((grams, whole_text_hashes(ids, offsets, short))))
+    rows = row_of[np.concatenate((field, short))]
+    if sets:  # one sort gives every row's distinct shingles, row by row
+        tagged = distinct((rows.astype(np.uint64) << np.uint64(32)) | shingles.astype(np.uint64))
+        rows, shingles = (tagged >> np.uint64(32)).astype(np.int64), (tagged & _LOW32).astype(np.uint32)
+    else:  # grouped by row: a few sorted runs (one per text column, and the short fields), merged
+        order = np.argsort(rows, kind="stable")
+        rows, shingles = rows[order], shingles[order]
+    return RowShingles(shingles, np.searchsorted(rows, np.arange(table.num_rows + 1)).astype(np.int64))
+
+
+@dataclass(frozen=True)
+class SketchPlan:
+    """What every sketch task needs to know besides its rows."""
+
+    folder: Path  # the work folder
+    parts: dict[str, int]  # partitions of each kind of key
+    train_paths: frozenset[str]  # the shards of the train split (their tokens make the share report)
+    token_column: str  # the column a mix's shares count
+
+
+def sketch_file(folder: Path, task: RowGroupTask, kind: str) -> Path:
+    """A task's file of one kind of key (KEY_KINDS), or its `meta`, written last: the task is done."""
+    return Path(folder) / "sketch" / f"{task.first_row:012d}.{kind}.{'npz' if kind == 'meta' else 'arrow'}"
+
+
+class SketchWorker(TaskWorker):
+    """Stage 1 over one row group: band keys and origin keys out by partition, and the meta."""
+
+    def __init__(self, config: DedupConfig, plan: SketchPlan):
+        self.config, self.plan = config, plan
+        self.b, self.r = band_params(config.lsh_threshold, config.num_perm, LSH_WEIGHTS)
+
+    def setup(self, one_cpu: bool) -> None:
+        super().setup(one_cpu)
+        self.hasher = TokenHasher()
+        self.minhasher = BatchMinHasher(self.config.num_perm, self.config.seed)
+
+    def __call__(self, task: RowGroupTask) -> int:
+        plan = self.plan
+        has_words: list[np.ndarray] = []
+        tokens: dict[str, int] = {}
+        counted = task.path in plan.train_paths
+        column_seen = False  # whether these train rows carry the token column (else rows are counted)
+        with contextlib.ExitStack() as files:
+            add = {kind: files.enter_context(partitioned_file(sketch_file(plan.folder, task, kind), KEYED, plan.parts[kind]))
+                   for kind in KEY_KINDS}
+
+            def out(kind: str, keys: np.ndarray, rows: np.ndarray) -> None:
+                add[kind](key_partition(keys, plan.parts[kind]), key=keys, row=rows)
+
+            for first, table in task.batches():
+                sets = row_shingles(table, self.config.shingle, self.hasher, sets=False)
+                has = sets.sizes() > 0
+                has_words.append(has)
+                filled = np.flatnonzero(has)
+                sigs = self.minhasher.segments(sets.shingles, sets.offsets[filled])
+                out("bands", band_keys(sigs, self.b, self.r).ravel(), np.repeat(first + filled, self.b))
+                out("sets", sets.set_hashes(filled), first + filled)
+                rows, origin_keys = self._origins(table)
+                out("origins", origin_keys, first + rows)
+                if counted:
+                    column_seen |= plan.token_column in table.column_names
+                    for source, count in _source_tokens(table, plan.token_column).items():
+                        tokens[source] = tokens.get(source, 0) + count
+        save_arrays(sketch_file(plan.folder, task, "meta"), has_words=np.concatenate(has_words) if has_words else np.zeros(0, bool),
+                    sources=np.asarray(list(tokens), dtype=str), tokens=np.asarray(list(tokens.values()), dtype=np.int64),
+                    column_seen=np.asarray(column_seen))
+        return task.rows
+
+    def _origins(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """(row in the batch, hash of its origin_id) of the rows that have one."""
+        if ORIGIN_COLUMN not in table.column_names:
+            return np.empty(0, np.int64), np.empty(0, np.uint64)
+        column = pc.cast(table.column(ORIGIN_COLUMN), pa.large_string())
+        rows = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
+        return rows, self.hasher(column.drop_null().combine_chunks() if rows.size else pa.array([], pa.large_string()))
+
+
+def _source_tokens(table: pa.Table, column: str) -> dict[str, int]:
+    """Each source's tokens in these rows (`column`; one a row where the rows have no such column)."""
+    n = table.num_rows
+    sources = (pc.cast(table.column("source"), pa.large_string()).fill_null("None") if "source" in table.column_names
+               else pa.array(["?"] * n, pa.large_string()))
+    tokens = (pc.cast(table.column(column), pa.int64()).fill_null(0) if column in table.column_names
+              else pa.array(np.ones(n, np.int64)))
+    sums = pa.table({"source": sources, "tokens": tokens}).group_by("source").aggregate([("tokens", "sum")])
+    return dict(zip(sums.column("source").to_pylist(), sums.column("tokens_sum").to_pylist()))

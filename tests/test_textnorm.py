@@ -1,0 +1,32 @@
+"""The shared normalisation (rufus_data/textnorm.py): the order-free tokenizer dedup uses (ASCII
+texts through ASCII kernels) gives every text exactly the words of `tokenize_array`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from conftest import read_jsonl
+
+from rufus_data.textnorm import tokenize_array, tokenize_unordered
+
+
+def per_text(words: pa.Array, offsets: np.ndarray) -> list[list[str]]:
+    flat = words.to_pylist()
+    return [flat[offsets[i] : offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+def test_unordered_tokenizer_gives_each_text_its_words(data_root):
+    texts = [r["question"] + "\n" + r["answer"] for r in read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=300)]
+    texts += [r["instruction"] + "\n" + r["output"] for r in read_jsonl(data_root / "code_alpaca_2k" / "code_alpaca_2k.jsonl", limit=300)]
+    texts += [r["chosen"] for r in read_jsonl(data_root / "hh_rlhf_harmless_base" / "test.jsonl", limit=300)]
+    texts += ["", " ", "a\x1cb\x1dc\x1ed\x1fe", "Ｆｕｌｌ－ｗｉｄｔｈ ３.５", "non\u00a0breaking\u2028line", "“quoted,” she said...",
+              "1,000.5 and 3.14, then 2. Done", "tab\tsep\rcr\x0bvt\x0cff", "ÉCOLE école", "ﬁne ligature", "end. "]
+    array = pa.array(texts, pa.large_string())
+    expected = per_text(*tokenize_array(array))
+    words, offsets, order = tokenize_unordered(array)
+    assert sorted(order.tolist()) == list(range(len(texts)))
+    got = per_text(words, offsets)
+    assert [got[i] for i in np.argsort(order)] == expected
+    assert expected[texts.index("a\x1cb\x1dc\x1ed\x1fe")] == ["a", "b", "c", "d", "e"]
+    one = tokenize_unordered(pa.array(["Hello, World."], pa.large_string()))
+    assert one[0].to_pylist() == ["hello", "world"] and one[2].tolist() == [0]
