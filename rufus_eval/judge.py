@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import httpx
 
+from rufus_data.benchmarks.suite import Scorer
 from rufus_data.errors import RufusError
 from rufus_data.rewards.llm_judge import judge_connection
-from rufus_eval.suite import Scorer
 
 
 def api_base(base_url: str) -> str:

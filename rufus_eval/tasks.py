@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.errors import RufusError
-from rufus_eval.suite import Suite, Task
 from rufus_eval.task_data import source_rows
 
 ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")

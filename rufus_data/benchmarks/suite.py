@@ -8,7 +8,7 @@ A suite is a list of tasks. Each task says what it is (`kind`):
   config Rufus writes around it so that reasoning is stripped before its own filters score.
 Where the data comes from is the benchmark registry's business (catalogs/benchmarks.yaml): a task
 names its `benchmark`, loaded path -> local -> hub at the pinned revision and converted by Rufus
-(rufus_eval/task_data.py). A suite of your own may give `data:` inline instead (a dataset source:
+(rows.py). A suite of your own may give `data:` inline instead (a dataset source:
 `path` relative to the suite file, `local` under $RUFUS_DATA_ROOT, or `hub`)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from rufus_data.benchmarks import load_registry, suite_path
+from rufus_data.benchmarks.registry import CATALOGS, load_registry
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
@@ -28,6 +28,7 @@ from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
+SUITES_DIR = CATALOGS / "suites"
 
 
 class Sampling(StrictModel):
@@ -165,6 +166,18 @@ class Suite(StrictModel):
     def selected(self, final: bool) -> list[Task]:
         """Validation tasks always; test tasks only for a final evaluation."""
         return [t for t in self.tasks if t.role == "validation" or final]
+
+
+def suite_path(name: str) -> Path:
+    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path
+    found = SUITES_DIR / f"{name}.yaml"
+    if not found.exists():
+        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+        raise RufusError(f"no suite named {name!r}: known suites are {known}, or give a path to a suite YAML")
+    return found
 
 
 def load_suite(name: str) -> Suite:
