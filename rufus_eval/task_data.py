@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rufus_data.benchmarks.registry import BenchmarkSpec, benchmark_spec
-from rufus_data.benchmarks.rows import benchmark_rows, haystack_files
+from rufus_data.benchmarks.rows import haystack_files, task_source_rows
 from rufus_data.benchmarks.suite import Task
-from rufus_data.dataset_source import DatasetUnavailable, load_rows
+from rufus_data.dataset_source import DatasetUnavailable
 from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.jsonl import read_jsonl
 
@@ -41,14 +41,10 @@ def fetch_command(suite_name: str, task_name: str) -> str:
     return f"rufus-eval data pull {suite_name} --task {task_name} --to {target}"
 
 
-def source_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
-    """The rows of a Rufus task; TaskDataMissing (with the fetch command) when they are not here."""
+def source_rows(task: Task, suite_name: str = "SUITE") -> tuple[list[dict], list[str]]:
+    """(rows, their ids) of a Rufus task; TaskDataMissing (with the fetch command) when they are not here."""
     try:
-        if task.benchmark:
-            return benchmark_rows(task.benchmark, f"task {task.name}")[0]
-        return list(load_rows(task.data, f"task {task.name}").rows)
-    except TaskDataMissing:
-        raise
+        return task_source_rows(task)
     except DatasetUnavailable as err:
         fetch = fetch_command(suite_name, task.name) if task.benchmark else "give the task's `data:` a file that exists"
         raise TaskDataMissing(str(err), fetch) from None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rufus_data.benchmarks.against import resolve_names, resolve_suite
 from rufus_data.benchmarks.registry import BenchmarkSpec, load_registry
-from rufus_data.benchmarks.rows import locate
+from rufus_data.benchmarks.rows import locate, row_ids
 from rufus_data.dataset_source import DatasetUnavailable
 from rufus_data.errors import RufusError
 
@@ -41,17 +41,6 @@ def _decontam_rows(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple
             "it with --benchmarks; `rufus-eval data pull SUITE --to DIR` fetches every set a suite names into a "
             "folder to use as RUFUS_DATA_ROOT; or pass --skip-missing to go on without it (the report lists it)") from None
     return list(loaded.rows), loaded.provenance
-
-
-def _item_id(name: str, spec: BenchmarkSpec, row: dict, index: int) -> str:
-    if spec.id_field is None:
-        return str(index)
-    keys = [spec.id_field] if isinstance(spec.id_field, str) else spec.id_field
-    missing = [k for k in keys if k not in row]
-    if missing:
-        raise RufusError(f"benchmark `{name}` row {index}: id field {missing[0]!r} is missing "
-                         f"(fields seen: {', '.join(sorted(row))}); fix `id_field` in the registry")
-    return "/".join(str(row[k]) for k in keys)
 
 
 def _texts(value) -> list[str]:
@@ -92,13 +81,7 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
             missing[name] = str(err)
             continue
         _check_fields(name, spec, rows, source, path)
-        seen: set[str] = set()
-        for index, row in enumerate(rows):
-            item_id = _item_id(name, spec, row, index)
-            if item_id in seen:
-                raise RufusError(f"benchmark `{name}`: eval item id {item_id!r} repeats (row {index}); "
-                                 f"choose a unique `id_field` or leave it null for row indices")
-            seen.add(item_id)
+        for row, item_id in zip(rows, row_ids(name, spec, rows)):
             problems = tuple(t for f in spec.problem_fields for t in _texts(row.get(f)))
             answers = tuple(t for f in spec.answer_fields for t in _texts(row.get(f)))
             family = row.get(spec.group_field) if spec.group_field else None

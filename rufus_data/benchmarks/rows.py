@@ -1,6 +1,8 @@
-"""A benchmark's rows: the one reader of registry benchmarks. A set loads path -> local -> hub
-through the shared loader (rufus_data.dataset_source) and is converted (convert.py); BFCL reads
-the bfcl-eval wheel (bfcl.py). DatasetUnavailable, naming every place tried, when none loads.
+"""A benchmark's rows: the one reader of registry benchmarks, for eval and decontam alike. A set
+loads path -> local -> hub through the shared loader (rufus_data.dataset_source) and is converted
+(convert.py); BFCL reads the bfcl-eval wheel (bfcl.py). DatasetUnavailable, naming every place
+tried, when none loads. Each row has one id (`row_ids`): eval names its samples by it and decontam
+its items, so a flagged item is the evaluated one.
 
 RULER's haystacks are files, not rows: `haystack_files` finds the copies `data pull` kept under
 $RUFUS_DATA_ROOT."""
@@ -12,11 +14,15 @@ from pathlib import Path
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.benchmarks.convert import convert_rows
 from rufus_data.benchmarks.registry import DEFAULT_REGISTRY, BenchmarkSpec, benchmark_spec
+from rufus_data.benchmarks.suite import Task
 from rufus_data.dataset_source import DatasetUnavailable, IdRange, LoadedRows, load_rows
 from rufus_data.errors import RufusError
 from rufus_data.paths import data_root
 from rufus_data.rewards.bfcl import wheel_path
 from rufus_data.shards import file_sha256
+
+# the id of a row of a task's inline data (no registry `id_field`): the first of these it has, else its index
+INLINE_ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
 
 
 def locate(name: str, spec: BenchmarkSpec, registry_path: Path = DEFAULT_REGISTRY, what: str | None = None) -> LoadedRows:
@@ -55,6 +61,41 @@ def benchmark_rows(name: str, what: str | None = None) -> tuple[list[dict], dict
         raise DatasetUnavailable(f"{err}.{gated}") from None
     rows = list(convert_rows(spec.convert, loaded.rows))
     return rows, {**loaded.provenance, **({"converted": spec.convert} if spec.convert else {})}
+
+
+def row_ids(name: str, spec: BenchmarkSpec, rows: list[dict]) -> list[str]:
+    """Each row's stable id: its `id_field` value(s) joined by '/', else its 0-based index. A missing
+    field or a repeated id is an error naming the row."""
+    if spec.id_field is None:
+        return [str(index) for index in range(len(rows))]
+    keys = [spec.id_field] if isinstance(spec.id_field, str) else spec.id_field
+    ids: list[str] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise RufusError(f"benchmark `{name}` row {index}: id field {missing[0]!r} is missing "
+                             f"(fields seen: {', '.join(sorted(row))}); fix `id_field` in the registry")
+        item_id = "/".join(str(row[k]) for k in keys)
+        if item_id in seen:
+            raise RufusError(f"benchmark `{name}`: eval item id {item_id!r} repeats (row {index}); "
+                             f"choose a unique `id_field` or leave it null for row indices")
+        seen.add(item_id)
+        ids.append(item_id)
+    return ids
+
+
+def task_source_rows(task: Task) -> tuple[list[dict], list[str]]:
+    """(rows, their ids) of a suite task: its benchmark's converted rows, or its inline `data:`.
+    DatasetUnavailable when they are not here."""
+    what = f"task {task.name}"
+    if task.benchmark:
+        rows = benchmark_rows(task.benchmark, what)[0]
+        return rows, row_ids(task.benchmark, benchmark_spec(task.benchmark)[0], rows)
+    rows = list(load_rows(task.data, what).rows)
+    ids = [next((str(row[f]) for f in INLINE_ID_FIELDS if row.get(f) is not None), str(index))
+           for index, row in enumerate(rows)]
+    return rows, ids
 
 
 def haystack_files(spec: BenchmarkSpec) -> dict[str, Path]:
