@@ -255,12 +255,13 @@ def test_registry_sets_and_missing_benchmarks(tmp_path, monkeypatch, data_root):
         load_benchmarks(["gpqa_diamond"])
     loaded = load_benchmarks(["smollm3"], skip_missing=True)
     assert set(loaded.missing) == {"gpqa_diamond", "livecodebench", "mixeval_hard", "global_mmlu"}  # hub-only here
-    assert {i.benchmark for i in loaded.items} == {"aime25", "ifeval", "gsm_plus"}
+    assert {i.benchmark for i in loaded.items} == {"aime25", "ifeval", "gsm_plus", "bfcl_simple_python", "bfcl_multiple"}
     assert next(i for i in loaded.items if i.benchmark == "aime25").item_id == "aime_2025_I/1"
     # a local file of one's own through --benchmarks
     gpqa = tmp_path / "gpqa.jsonl"
     gpqa.write_text(json.dumps({"Record ID": "rec1", "Question": "Which gas is most abundant in air?",
-                                "Correct Answer": "Nitrogen"}) + "\n")
+                                "Correct Answer": "Nitrogen", "Incorrect Answer 1": "Oxygen",
+                                "Incorrect Answer 2": "Argon", "Incorrect Answer 3": "Helium"}) + "\n")
     text = (Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml").read_text()
     mine = tmp_path / "benchmarks.yaml"
     mine.write_text(text.replace("local: gpqa/gpqa_diamond.jsonl", f"path: {gpqa}"))

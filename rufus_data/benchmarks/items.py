@@ -1,5 +1,6 @@
 """Decontam's view of the benchmarks: every eval item (its id, problem and answer texts) of the
-benchmarks and suites named, with where each set was read from."""
+benchmarks and suites named, with where each set was read from. The items come from the rows eval
+scores (rows.py: converted, BFCL's from its wheel), so what is checked is what is evaluated."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from rufus_data.benchmarks.against import resolve_names, resolve_suite
 from rufus_data.benchmarks.registry import BenchmarkSpec, load_registry
-from rufus_data.benchmarks.rows import locate, row_ids
+from rufus_data.benchmarks.rows import benchmark_rows, row_ids
 from rufus_data.dataset_source import DatasetUnavailable
 from rufus_data.errors import RufusError
 
@@ -32,15 +33,15 @@ class LoadedBenchmarks:
     not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task (or benchmark) -> why
 
 
-def _decontam_rows(name: str, spec: BenchmarkSpec, registry_path: Path) -> tuple[list[dict], dict]:
+def _decontam_rows(name: str, registry_path: Path) -> tuple[list[dict], dict]:
+    """The benchmark's rows as eval reads them (converted; BFCL's from its wheel), or why not, with what to do."""
     try:
-        loaded = locate(name, spec, registry_path)
+        return benchmark_rows(name, registry_file=registry_path)
     except DatasetUnavailable as err:
         raise RufusError(
-            f"{err}. To use a copy of your own, set `path:` for `{name}` in a copy of {registry_path.name} and pass "
+            f"{str(err).rstrip('.')}. To use a copy of your own, set `path:` for `{name}` in a copy of {registry_path.name} and pass "
             "it with --benchmarks; `rufus-eval data pull SUITE --to DIR` fetches every set a suite names into a "
             "folder to use as RUFUS_DATA_ROOT; or pass --skip-missing to go on without it (the report lists it)") from None
-    return list(loaded.rows), loaded.provenance
 
 
 def _texts(value) -> list[str]:
@@ -74,7 +75,7 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
             not_checked[name] = spec.not_decontaminable
             continue
         try:
-            rows, source = _decontam_rows(name, spec, path)
+            rows, source = _decontam_rows(name, path)
         except RufusError as err:
             if not skip_missing:
                 raise

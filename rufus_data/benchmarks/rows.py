@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.benchmarks.convert import convert_rows
-from rufus_data.benchmarks.registry import DEFAULT_REGISTRY, BenchmarkSpec, benchmark_spec
+from rufus_data.benchmarks.registry import BenchmarkSpec, benchmark_spec, load_registry
 from rufus_data.benchmarks.suite import Task
 from rufus_data.dataset_source import DatasetUnavailable, IdRange, LoadedRows, load_rows
 from rufus_data.errors import RufusError
@@ -25,24 +25,23 @@ from rufus_data.shards import file_sha256
 INLINE_ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
 
 
-def locate(name: str, spec: BenchmarkSpec, registry_path: Path = DEFAULT_REGISTRY, what: str | None = None) -> LoadedRows:
-    """The rows of one benchmark (its `id_range` applied) and where they came from, through the shared
+def _locate(name: str, spec: BenchmarkSpec, registry_path: Path, what: str) -> LoadedRows:
+    """The raw rows of one benchmark (its `id_range` applied) and where they came from, through the shared
     loader: `path`, then `local`, then `hub`. DatasetUnavailable (naming every place tried) when none loads;
-    `what` names the reader in messages (default: the benchmark)."""
-    if spec.wheel:
-        raise RufusError(f"benchmark `{name}` comes from the wheel {spec.wheel}: read it with benchmark_rows")
+    `what` names the reader in messages."""
     source = spec
     if spec.id_range:
         if not isinstance(spec.id_field, str):
             raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {registry_path}")
         source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=[tuple(spec.id_range)])})
-    return load_rows(source, what or f"benchmark `{name}`", base=registry_path.parent,
-                     pin_hint=f" in {registry_path.name}")
+    return load_rows(source, what, base=registry_path.parent, pin_hint=f" in {registry_path.name}")
 
 
-def benchmark_rows(name: str, what: str | None = None) -> tuple[list[dict], dict]:
-    """(converted rows, provenance) of a registry benchmark; DatasetUnavailable when none of its places loads."""
-    spec, registry_path = benchmark_spec(name)
+def benchmark_rows(name: str, what: str | None = None, registry_file: str | Path | None = None) -> tuple[list[dict], dict]:
+    """(converted rows, provenance) of a benchmark of the registry (default catalogs/benchmarks.yaml);
+    DatasetUnavailable when none of its places loads."""
+    registry, registry_path = load_registry(registry_file)
+    spec = registry.benchmarks[name]
     what = what or f"benchmark `{name}`"
     if spec.wheel:
         try:
@@ -54,7 +53,7 @@ def benchmark_rows(name: str, what: str | None = None) -> tuple[list[dict], dict
                       "sha256": digest, "fingerprint": f"sha256:{digest}"}
         return bfcl_rows(spec.wheel, spec.category), provenance
     try:
-        loaded = locate(name, spec, registry_path, what)
+        loaded = _locate(name, spec, registry_path, what)
     except DatasetUnavailable as err:
         gated = (f" {spec.hub.id} is gated: accept its terms on https://huggingface.co/datasets/{spec.hub.id} "
                  "and set HF_TOKEN to a token of that account." if spec.gated and spec.hub else "")
