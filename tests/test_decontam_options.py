@@ -17,7 +17,8 @@ from conftest import read_jsonl
 from decontam_planting import no_ngram_survives, shared_ngrams
 from typer.testing import CliRunner
 
-from rufus_data.benchmarks import load_benchmarks
+from rufus_data.benchmarks import load_benchmarks, load_registry
+from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.cli import app
 from rufus_data.decontam import DecontamConfig, decontaminate
@@ -95,6 +96,36 @@ def test_against_smollm3_checks_bfcl_from_its_wheel(data_root, tmp_path, monkeyp
     wheel = manifest["benchmarks"]["bfcl_simple_python"]
     assert wheel["origin"] == "wheel" and wheel["rows"] == 400 and wheel["sha256"]
     assert not any("bfcl" in name for name in manifest["not_decontaminable"])
+    assert manifest["against"] == ["smollm3"] and manifest["against_suites"] == ["smollm3"]  # the suite, resolved
+    assert manifest["not_decontaminable"] == {"smollm3/ruler": load_registry()[0].benchmarks["ruler"].not_decontaminable}
+
+
+def test_against_resolves_suites_and_refuses_a_set_that_shadows_one(tmp_path):
+    """A registry copy that still lists a suite's benchmarks as a set is refused with what to do; a
+    suite task whose data is inline in the suite is listed as not checked."""
+    text = REGISTRY.read_text()
+    old = tmp_path / "old.yaml"
+    old.write_text(text.replace("sets:\n", "sets:\n  smollm3: [aime25, ifeval]\n", 1))
+    registry, path = load_registry(old)
+    with pytest.raises(RufusError, match=r"`smollm3` is both a set of .*old.yaml and the eval suite .*remove the set"):
+        resolve_against(registry, ["smollm3"], registry_path=path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("sets:\n", "sets:\n  all: [aime25]\n", 1))
+    with pytest.raises(RufusError, match=r"set `all` has the name of every benchmark"):
+        load_registry(bad)
+    rows = tmp_path / "mine.jsonl"
+    rows.write_text(json.dumps({"q": "What is 2 + 2?", "a": "4"}) + "\n")
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(yaml.safe_dump({"name": "mine", "samples": 1, "tasks": [
+        {"name": "gsm8k", "kind": "rufus", "role": "validation", "benchmark": "gsm8k", "prompt": "{question}",
+         "gold_fields": ["answer"], "scorer": "string_match:last_number"},
+        {"name": "own", "kind": "rufus", "role": "validation", "data": {"path": str(rows)}, "prompt": "{q}",
+         "gold_fields": ["a"], "scorer": "string_match:last_number"}]}))
+    resolved = resolve_against(load_registry()[0], [str(suite)], ["quick"])
+    assert resolved.benchmarks == ["gsm8k", "math500", "ifeval", "humaneval"] and resolved.suites == [str(suite), "quick"]
+    assert list(resolved.not_checked) == ["mine/own"] and "inline" in resolved.not_checked["mine/own"]
+    with pytest.raises(RufusError, match=r"unknown benchmark or set `smolm3`.*did you mean `smollm3`.*suites: quick, smollm3"):
+        resolve_against(load_registry()[0], ["smolm3"])
 
 
 def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):

@@ -1,63 +1,77 @@
-"""What `rufus-data decontam --against NAME` and `--against-suite SUITE` name: benchmarks, sets of
-the registry, and the benchmarks an eval suite's tasks name."""
+"""What decontam's `--against NAME` names: a benchmark of the registry, a set of them (`sets:`;
+`all` is every benchmark), or an eval suite (catalogs/suites/NAME.yaml, or a suite YAML path),
+read through the suite schema (suite.py): its tasks name their benchmarks, so what is checked is
+what the suite scores. `--against-suite NAME` takes suites only. What cannot be checked (a set
+with no fixed problem text, a task whose data is inline in its suite) is listed with the reason,
+never left out silently."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.benchmarks.registry import DEFAULT_REGISTRY, Registry, nearest
-from rufus_data.benchmarks.suite import suite_path
+from rufus_data.benchmarks.registry import ALL, DEFAULT_REGISTRY, Registry, nearest
+from rufus_data.benchmarks.suite import find_suite, known_suites, load_suite
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import read_yaml
 
 
-def suite_benchmarks(suite: str) -> tuple[str, list[tuple[str, str | None]]]:
-    """(suite name, [(task, the benchmark it names or None)]) read from the suite YAML itself: what
-    decontam needs, without the eval package (which validates the rest when it runs the suite)."""
-    path = suite_path(suite)
-    data, _ = read_yaml(path)
-    tasks = data.get("tasks") if isinstance(data, dict) else None
-    if not isinstance(tasks, list) or not all(isinstance(t, dict) and t.get("name") for t in tasks):
-        raise RufusError(f"suite {path}: expected `tasks:`, a list of tasks each with a `name` (see catalogs/suites/)")
-    return str(data.get("name") or path.stem), [(str(t["name"]), t.get("benchmark")) for t in tasks]
+@dataclass
+class Against:
+    benchmarks: list[str] = field(default_factory=list)  # in the order named, without repeats
+    suites: list[str] = field(default_factory=list)  # the suites named, as given
+    not_checked: dict[str, str] = field(default_factory=dict)  # suite/task -> why it cannot be checked
+
+    def add(self, names: list[str]) -> None:
+        self.benchmarks += [n for n in names if n not in self.benchmarks]
 
 
-def resolve_suite(registry: Registry, suite: str, registry_path: Path | None = None) -> tuple[list[str], dict[str, str]]:
-    """The benchmarks an eval suite's tasks name (catalogs/suites/NAME.yaml, or a suite YAML path),
-    and the tasks that cannot be checked, each with its reason. A task that names no registry
-    benchmark (and is not named like one) is an error: decontam would otherwise pass it unchecked."""
-    suite_name, tasks = suite_benchmarks(suite)
-    names: list[str] = []
-    not_checked: dict[str, str] = {}
-    where = registry_path or DEFAULT_REGISTRY
-    for task, benchmark in tasks:
-        benchmark = benchmark or (task if task in registry.benchmarks else None)
+def resolve_against(registry: Registry, against: list[str], suites: list[str] = (),
+                    registry_path: Path = DEFAULT_REGISTRY) -> Against:
+    """Expand the names given with --against (benchmarks, sets, suites) and --against-suite (suites)."""
+    if not against and not suites:
+        raise RufusError("no benchmarks to check against: pass --against NAME (a benchmark, a set or an eval suite, "
+                         "e.g. quick or smollm3)")
+    resolved = Against()
+    for name in against:
+        if name in registry.benchmarks:
+            resolved.add([name])
+        elif name == ALL:
+            resolved.add(list(registry.benchmarks))
+        elif (path := find_suite(name)) is not None:
+            if name in registry.sets:
+                raise RufusError(f"`{name}` is both a set of {registry_path} and the eval suite {path}: --against "
+                                 f"{name} checks the suite's tasks; remove the set `{name}` from the registry")
+            _add_suite(registry, name, registry_path, resolved)
+        elif name in registry.sets:
+            resolved.add(registry.sets[name])
+        else:
+            known = sorted(registry.benchmarks) + sorted(registry.sets) + [ALL]
+            raise RufusError(f"unknown benchmark or set `{name}` in --against{nearest(name, known + known_suites())}, "
+                             f"and no eval suite of that name: known benchmarks and sets: {', '.join(known)} "
+                             f"(registry {registry_path}); suites: {', '.join(known_suites())} (or a suite YAML path)")
+    for name in suites:
+        _add_suite(registry, name, registry_path, resolved)
+    return resolved
+
+
+def _add_suite(registry: Registry, name: str, registry_path: Path, resolved: Against) -> None:
+    """The benchmarks a suite's tasks name. A task that names no registry benchmark (and is not named
+    like one) is an error: decontam would otherwise pass it unchecked."""
+    suite = load_suite(name, registry_path)
+    resolved.suites.append(name)
+    for task in suite.tasks:
+        where = f"{suite.name}/{task.name}"
+        if task.data is not None:
+            resolved.not_checked[where] = "its data is inline in the suite (`data:`), not a benchmark of the registry"
+            continue
+        benchmark = task.benchmark or (task.name if task.name in registry.benchmarks else None)
         if benchmark is None:
             raise RufusError(
-                f"suite `{suite_name}` task `{task}` names no benchmark of {where}: give it `benchmark: NAME` (an "
-                f"entry of the registry; a set with no problem text to check says why under `not_decontaminable:`)")
-        if benchmark not in registry.benchmarks:
-            raise RufusError(f"suite `{suite_name}` task `{task}` names unknown benchmark `{benchmark}`"
-                             f"{nearest(benchmark, registry.benchmarks)}; add it to {where}")
+                f"suite `{suite.name}` task `{task.name}` names no benchmark of {registry_path}: give it `benchmark: "
+                f"NAME` (an entry of the registry; a set with no problem text to check says why under "
+                f"`not_decontaminable:`)")
         reason = registry.benchmarks[benchmark].not_decontaminable
         if reason:
-            not_checked[f"{suite_name}/{task}"] = reason
-        elif benchmark not in names:
-            names.append(benchmark)
-    return names, not_checked
-
-
-def resolve_names(registry: Registry, against: list[str], registry_path: Path | None = None) -> list[str]:
-    """Expand benchmark and set names (in the order given, without repeats)."""
-    if not against:
-        raise RufusError("no benchmarks to check against: pass --against NAME (a benchmark or a set, e.g. quick) "
-                         "or --against-suite SUITE")
-    names: list[str] = []
-    for name in against:
-        members = registry.sets.get(name) or ([name] if name in registry.benchmarks else None)
-        if members is None:
-            known = sorted(registry.benchmarks) + sorted(registry.sets)
-            raise RufusError(f"unknown benchmark or set `{name}` in --against{nearest(name, known)}; "
-                             f"known: {', '.join(known)} (registry {registry_path or DEFAULT_REGISTRY})")
-        names += [m for m in members if m not in names]
-    return names
+            resolved.not_checked[where] = reason
+        else:
+            resolved.add([benchmark])

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.benchmarks.against import resolve_names, resolve_suite
+from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.registry import BenchmarkSpec, load_registry
 from rufus_data.benchmarks.rows import benchmark_rows, row_ids
 from rufus_data.dataset_source import DatasetUnavailable
@@ -31,6 +31,7 @@ class LoadedBenchmarks:
     sources: dict[str, dict]  # name -> {"from": ..., "fingerprint": ..., "rows": ...}
     missing: dict[str, str] = field(default_factory=dict)  # name -> why (with --skip-missing)
     not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task (or benchmark) -> why
+    suites: list[str] = field(default_factory=list)  # the eval suites whose tasks were resolved
 
 
 def _decontam_rows(name: str, registry_path: Path) -> tuple[list[dict], dict]:
@@ -56,22 +57,19 @@ def _texts(value) -> list[str]:
 
 def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
                     skip_missing: bool = False, suites: list[str] = ()) -> LoadedBenchmarks:
-    """Eval items of every benchmark named (sets expanded) and of every eval suite's tasks. A
-    benchmark that cannot be loaded is an error, unless `skip_missing`, which records it in
-    `missing` instead; suite tasks with nothing to check are listed in `not_decontaminable`."""
+    """Eval items of every benchmark `against` names (benchmarks, sets, eval suites: against.py) and
+    of every eval suite in `suites`. A benchmark that cannot be loaded is an error, unless
+    `skip_missing`, which records it in `missing` instead; what has nothing to check is listed in
+    `not_decontaminable`."""
     registry, path = load_registry(registry_file)
-    names = resolve_names(registry, against, path) if against or not suites else []
-    not_checked: dict[str, str] = {}
-    for suite in suites:
-        members, skipped = resolve_suite(registry, suite, path)
-        names += [m for m in members if m not in names]
-        not_checked.update(skipped)
+    resolved = resolve_against(registry, against, suites, path)
+    not_checked = dict(resolved.not_checked)
     items: list[EvalItem] = []
     sources: dict[str, dict] = {}
     missing: dict[str, str] = {}
-    for name in names:
+    for name in resolved.benchmarks:
         spec = registry.benchmarks[name]
-        if spec.not_decontaminable:  # named with --against (or in a set): said, never checked silently
+        if spec.not_decontaminable:  # a benchmark or set member named: said, never checked silently
             not_checked[name] = spec.not_decontaminable
             continue
         try:
@@ -91,7 +89,7 @@ def load_benchmarks(against: list[str], registry_file: str | Path | None = None,
                 items.append(EvalItem(name, item_id, problems, answers, group))
         # how the rows were read is part of the fingerprint: the same file with other fields is another index
         sources[name] = {**source, "rows": len(rows), "spec": spec.model_dump(exclude={"description"}, exclude_none=True)}
-    return LoadedBenchmarks(items, sources, missing, not_checked)
+    return LoadedBenchmarks(items, sources, missing, not_checked, resolved.suites)
 
 
 def _check_fields(name: str, spec: BenchmarkSpec, rows: list[dict], source: dict, path: Path) -> None:

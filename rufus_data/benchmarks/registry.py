@@ -18,6 +18,7 @@ from rufus_data.yaml_config import StrictModel
 
 CATALOGS = Path(__file__).resolve().parents[2] / "catalogs"
 DEFAULT_REGISTRY = CATALOGS / "benchmarks.yaml"
+ALL = "all"  # `--against all`: every benchmark of the registry
 
 
 class Haystack(StrictModel):
@@ -74,6 +75,8 @@ class BenchmarkSpec(DatasetSource):
 class Registry(StrictModel):
     version: int = 1
     benchmarks: dict[str, BenchmarkSpec]
+    # groups of benchmarks for `decontam --against NAME`; an eval suite's benchmarks are its tasks'
+    # (`--against SUITE`), never listed here again
     sets: dict[str, list[str]] = Field(default_factory=dict)
 
 
@@ -104,6 +107,9 @@ def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
             hint = nearest(key, model.model_fields)
         raise RufusError(f"benchmark registry {path}: `{loc}`: {first['msg']}{hint}") from None
     for set_name, members in registry.sets.items():
+        if set_name == ALL or set_name in registry.benchmarks:
+            raise RufusError(f"benchmark registry {path}: set `{set_name}` has the name of "
+                             f"{'every benchmark' if set_name == ALL else 'a benchmark'}; give it another name")
         for member in members:
             if member not in registry.benchmarks:
                 raise RufusError(f"benchmark registry {path}: set `{set_name}` names unknown benchmark `{member}`"

@@ -168,22 +168,33 @@ class Suite(StrictModel):
         return [t for t in self.tasks if t.role == "validation" or final]
 
 
-def suite_path(name: str) -> Path:
-    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+def find_suite(name: str) -> Path | None:
+    """A suite name from catalogs/suites/, or a path to a suite YAML; None when `name` is neither."""
     path = Path(name)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or path.is_file():
         return path
     found = SUITES_DIR / f"{name}.yaml"
-    if not found.exists():
-        known = sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
-        raise RufusError(f"no suite named {name!r}: known suites are {known}, or give a path to a suite YAML")
-    return found
+    return found if found.exists() else None
 
 
-def load_suite(name: str) -> Suite:
+def known_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def suite_path(name: str) -> Path:
+    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+    path = find_suite(name)
+    if path is None:
+        raise RufusError(f"no suite named {name!r}: known suites are {known_suites()}, or give a path to a suite YAML")
+    return path
+
+
+def load_suite(name: str, registry_file: str | Path | None = None) -> Suite:
+    """The suite, validated, its tasks' benchmarks checked against the registry (default
+    catalogs/benchmarks.yaml) and inline data paths made relative to the suite file."""
     path = suite_path(name)
     suite = load_yaml_model(path, Suite)
-    registry, registry_path = load_registry()
+    registry, registry_path = load_registry(registry_file)
     for task in suite.tasks:
         if task.benchmark is not None and task.benchmark not in registry.benchmarks:
             close = difflib.get_close_matches(task.benchmark, list(registry.benchmarks), n=1)
