@@ -11,12 +11,14 @@ import json
 import pickle
 import threading
 import zlib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
+from rufus_data.benchmarks import load_benchmarks
 from rufus_data.benchmarks import registry as benchmark_registry
 from rufus_data.benchmarks.convert import LCB_PRELUDE, convert_rows, decode_test_cases
 from rufus_data.benchmarks.pull import PULL_MANIFEST, pull_suite
@@ -161,6 +163,31 @@ def test_pull_converts_hub_shaped_data_and_the_suite_reads_it_offline(hub_regist
     assert mix[0]["prompt"] == "Question: when was the last time ku won the championship\nAnswer the question shortly."
     assert mix[1]["prompt"].startswith("Question: Paris is the capital of France.\nWhat is the capital?\nAnswer the question. ")
     assert json.loads(mix[1]["gold"])["reference"] == "<answer 1> Paris <answer 2> paris, France"
+
+
+def test_eval_and_decontam_read_the_same_rows(hub_registry, data_root):
+    """Decontam checks the rows eval scores: for every task whose data is here (hub rows converted,
+    BFCL's from its wheel, local copies) decontam's items carry the ids of eval's samples, and each
+    item's problem text is in the prompt eval sends."""
+    checked = set()
+    for suite_name in ("quick", "smollm3"):
+        loaded = load_benchmarks([suite_name], skip_missing=True)
+        items: dict[str, dict] = defaultdict(dict)
+        for item in loaded.items:
+            items[item.benchmark][item.item_id] = item
+        for task in load_suite(suite_name).tasks:
+            if task.kind != "rufus" or task.benchmark in loaded.missing:
+                continue
+            rows = task_rows(task, suite_name)
+            ids = {row["rufus_id"] for row in rows}
+            assert ids <= set(items[task.benchmark]), task.name
+            assert task.skip_rows or ids == set(items[task.benchmark]), task.name  # skip_rows: GSM-Plus
+            for row in rows:
+                problems = items[task.benchmark][row["rufus_id"]].problems
+                assert problems and all(text in row["prompt"] for text in problems), (task.name, row["rufus_id"])
+            checked.add(task.name)
+    assert checked == {"gsm8k", "math500", "ifeval", "humaneval", "aime25", "livecodebench", "gpqa_diamond",
+                       "mixeval_hard", "bfcl_simple_python", "bfcl_multiple", "gsm_plus"}  # global_mmlu: hub only
 
 
 def test_pull_cli_reports_what_it_could_not_fetch(hub_registry, tmp_path, data_root):
