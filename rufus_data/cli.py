@@ -187,8 +187,9 @@ def pairs_command(
 @cli_errors
 def decontam_command(
     shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
-    against: list[str] = typer.Option(None, "--against", help="benchmark or set name from the registry, repeatable"),
-    against_suite: list[str] = typer.Option(None, "--against-suite", help="eval suite (catalogs/suites/NAME.yaml): its tasks' benchmarks, repeatable"),
+    against: list[str] = typer.Option(None, "--against", help="a benchmark or set of the registry, or an eval suite "
+                                      "(catalogs/suites/NAME.yaml or a path: its tasks' benchmarks), repeatable"),
+    against_suite: list[str] = typer.Option(None, "--against-suite", help="an eval suite only (as --against SUITE), repeatable"),
     out: Path = typer.Option(None, "--out", help="output folder, required unless --dry-run: clean shards, "
                              "contaminated.parquet, report.md"),
     benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),

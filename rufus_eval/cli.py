@@ -82,8 +82,9 @@ def data_pull(
     task: list[str] = typer.Option(None, "--task", help="only this task's data (repeatable)"),
 ) -> None:
     """Download and convert every task's data of a suite, with a manifest of revisions and sha256s."""
-    # the suite model builds reward specs (about 1.7 s of imports): not for --help or compare
-    from rufus_eval.pull import pull_suite  # arrow, httpx and the registry: only when data is pulled
+    # the suite model builds reward specs (about 1.7 s of imports), and arrow, httpx and the registry:
+    # only when data is pulled, not for --help or compare
+    from rufus_data.benchmarks.pull import pull_suite
 
     pull_suite(name, to, task or None)
 

@@ -11,10 +11,10 @@ judged by exactly the model that was recorded."""
 
 from __future__ import annotations
 
+from rufus_data.benchmarks.suite import Scorer
 from rufus_data.errors import RufusError
 from rufus_data.openai_api import served_models, server_version
 from rufus_data.rewards.llm_judge import judge_connection
-from rufus_eval.suite import Scorer
 
 
 def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:

@@ -22,6 +22,8 @@ from lm_eval.api.registry import get_model
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
 
+from rufus_data.benchmarks.registry import benchmark_spec
+from rufus_data.benchmarks.suite import Suite, Task, load_suite
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
@@ -34,8 +36,7 @@ from rufus_eval.judge import pin_judge
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_results
-from rufus_eval.suite import Suite, Task, load_suite
-from rufus_eval.task_data import TaskDataMissing, benchmark_spec, check_native_ready, local_haystacks
+from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
 
 STEP_RE = re.compile(r"checkpoint-(\d+)$")

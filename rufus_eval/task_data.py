@@ -1,10 +1,10 @@
 """Where a suite task's rows come from, and what to do when they are not here.
 
-A task names a registry benchmark (catalogs/benchmarks.yaml), loaded path -> local -> hub through
-the shared loader (rufus_data.dataset_source) and converted by Rufus (rufus_eval/convert.py); BFCL
-reads the bfcl-eval wheel; a suite of your own may give its data inline. Data that is not here
-(offline, gated, not pulled) raises `TaskDataMissing`: the runner skips that task and names the
-command that fetches it, `rufus-eval data pull SUITE --task TASK --to DIR`.
+A task names a registry benchmark (catalogs/benchmarks.yaml), read by rufus_data.benchmarks
+(path -> local -> hub, converted; BFCL from the bfcl-eval wheel); a suite of your own may give
+its data inline. Data that is not here (offline, gated, not pulled) raises `TaskDataMissing`: the
+runner skips that task and names the command that fetches it,
+`rufus-eval data pull SUITE --task TASK --to DIR`.
 
 RULER (an lm-eval native task) fetches its haystacks while it runs; `local_haystacks` points
 lm-eval's RULER readers at the copies `data pull` keeps under $RUFUS_DATA_ROOT."""
@@ -19,17 +19,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from rufus_data.benchmarks import BenchmarkSpec, load_registry, locate
-from rufus_data.dataset_source import DatasetUnavailable, load_rows
-from rufus_data.errors import RufusError
+from rufus_data.benchmarks.registry import BenchmarkSpec, benchmark_spec
+from rufus_data.benchmarks.rows import haystack_files, task_source_rows
+from rufus_data.benchmarks.suite import Task
+from rufus_data.dataset_source import DatasetUnavailable
 from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.jsonl import read_jsonl
-from rufus_data.paths import data_root
-from rufus_data.rewards.bfcl import wheel_path
-from rufus_data.shards import file_sha256
-from rufus_eval.bfcl import bfcl_rows
-from rufus_eval.convert import convert_rows
-from rufus_eval.suite import Task
 
 
 class TaskDataMissing(DatasetUnavailable):
@@ -46,56 +41,16 @@ def fetch_command(suite_name: str, task_name: str) -> str:
     return f"rufus-eval data pull {suite_name} --task {task_name} --to {target}"
 
 
-def benchmark_spec(name: str) -> tuple[BenchmarkSpec, Path]:
-    registry, path = load_registry()
-    return registry.benchmarks[name], path
-
-
-def benchmark_rows(name: str, what: str | None = None) -> tuple[list[dict], dict]:
-    """(converted rows, provenance) of a registry benchmark; DatasetUnavailable when none of its places loads."""
-    spec, registry_path = benchmark_spec(name)
-    what = what or f"benchmark `{name}`"
-    if spec.wheel:
-        try:
-            wheel = wheel_path(spec.wheel)
-        except RufusError as err:
-            raise DatasetUnavailable(f"{what}: the wheel {spec.wheel} is not here: {err}") from None
-        digest = file_sha256(wheel)
-        provenance = {"origin": "wheel", "from": str(wheel), "wheel": spec.wheel, "category": spec.category,
-                      "sha256": digest, "fingerprint": f"sha256:{digest}"}
-        return bfcl_rows(spec.wheel, spec.category), provenance
+def source_rows(task: Task, suite_name: str = "SUITE") -> tuple[list[dict], list[str]]:
+    """(rows, their ids) of a Rufus task; TaskDataMissing (with the fetch command) when they are not here."""
     try:
-        loaded = locate(name, spec, registry_path, what)
-    except DatasetUnavailable as err:
-        gated = (f" {spec.hub.id} is gated: accept its terms on https://huggingface.co/datasets/{spec.hub.id} "
-                 "and set HF_TOKEN to a token of that account." if spec.gated and spec.hub else "")
-        raise DatasetUnavailable(f"{err}.{gated}") from None
-    rows = list(convert_rows(spec.convert, loaded.rows))
-    return rows, {**loaded.provenance, **({"converted": spec.convert} if spec.convert else {})}
-
-
-def source_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
-    """The rows of a Rufus task; TaskDataMissing (with the fetch command) when they are not here."""
-    try:
-        if task.benchmark:
-            return benchmark_rows(task.benchmark, f"task {task.name}")[0]
-        return list(load_rows(task.data, f"task {task.name}").rows)
-    except TaskDataMissing:
-        raise
+        return task_source_rows(task)
     except DatasetUnavailable as err:
         fetch = fetch_command(suite_name, task.name) if task.benchmark else "give the task's `data:` a file that exists"
         raise TaskDataMissing(str(err), fetch) from None
 
 
 # ---------------------------------------------------------------- lm-eval native tasks (RULER)
-
-
-def haystack_files(spec: BenchmarkSpec) -> dict[str, Path]:
-    """The haystacks `data pull` kept under $RUFUS_DATA_ROOT (only those that are there)."""
-    root = data_root(required=False)
-    if root is None:
-        return {}
-    return {name: root / h.local for name, h in spec.haystacks.items() if (root / h.local).is_file()}
 
 
 def check_native_ready(task: Task, suite_name: str = "SUITE") -> None:

@@ -14,28 +14,21 @@ from pathlib import Path
 
 import yaml
 
+from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.errors import RufusError
-from rufus_eval.suite import Suite, Task
 from rufus_eval.task_data import source_rows
-
-ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")
 
 
 def lm_eval_task_name(suite: Suite, task: Task) -> str:
     return f"rufus_{suite.name}_{task.name}".replace("-", "_")
 
 
-def row_id(row: dict, index: int) -> str:
-    for field in ID_FIELDS:
-        if row.get(field) is not None:
-            return str(row[field])
-    return str(index)
-
-
 def task_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
-    """Rows as lm-eval will see them: `rufus_id`, `prompt` (the user turn) and `gold` (JSON)."""
+    """Rows as lm-eval will see them: `rufus_id` (the row's id, as decontam names the item), `prompt`
+    (the user turn) and `gold` (JSON)."""
     out = []
-    for index, row in enumerate(source_rows(task, suite_name)):
+    rows, ids = source_rows(task, suite_name)
+    for index, (row, row_id) in enumerate(zip(rows, ids)):
         if any(str(row.get(field)) in values for field, values in task.skip_rows.items()):
             continue
         try:
@@ -50,7 +43,7 @@ def task_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
             raise RufusError(f"task {task.name}: row {index} has no gold field(s) {missing} (fields: {sorted(row)})")
         gold = {field: row[field] for field in task.gold_fields}
         gold["rufus_prompt"] = prompt
-        out.append({"rufus_id": row_id(row, index), "prompt": prompt, "gold": json.dumps(gold, ensure_ascii=False)})
+        out.append({"rufus_id": row_id, "prompt": prompt, "gold": json.dumps(gold, ensure_ascii=False)})
     if not out:
         raise RufusError(f"task {task.name}: no rows left after skip_rows {task.skip_rows}")
     return out

@@ -21,12 +21,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
 from rufus_data.paths import shipped_path
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
-from rufus_eval.suite import load_suite
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
 from rufus_train.modeling import export_merged, is_adapter_folder
 from rufus_train.runner import check_config, run_stage

@@ -18,6 +18,7 @@ from conftest import read_jsonl
 from decontam_planting import KINDS, no_ngram_survives, shared_ngrams
 
 from rufus_data.benchmarks import load_benchmarks, load_registry
+from rufus_data.benchmarks.against import resolve_against
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.errors import RufusError
 from rufus_data.minhash_lsh import BatchMinHasher, signatures
@@ -278,24 +279,32 @@ def test_registry_sets_and_missing_benchmarks(tmp_path, monkeypatch, data_root):
             continue
         pinned = re.fullmatch(r"[0-9a-f]{40}", spec.hub.revision) if spec.hub else None
         assert bool(pinned) == (name not in UNPINNED), f"{name}: revision {spec.hub and spec.hub.revision}"
-    assert {"smollm3", "quick"} <= set(registry.sets)
-    assert set(registry.sets["quick"]) == {"gsm8k", "math500", "ifeval", "humaneval"}
-    for suite in ("quick", "smollm3"):  # the sets follow the eval suites' task lists
+    # `--against quick` and `--against smollm3` resolve the eval suites' own task lists (no set mirrors them)
+    assert not {"smollm3", "quick"} & set(registry.sets)
+    assert set(resolve_against(registry, ["quick"]).benchmarks) == {"gsm8k", "math500", "ifeval", "humaneval"}
+    for suite in ("quick", "smollm3"):
         suite_file = Path(__file__).resolve().parents[1] / "catalogs" / "suites" / f"{suite}.yaml"
         tasks = [t.get("benchmark") or t["name"] for t in yaml.safe_load(suite_file.read_text())["tasks"]]
-        assert registry.sets[suite] == [t for t in tasks if t in registry.benchmarks
-                                        and not registry.benchmarks[t].not_decontaminable], suite
+        resolved = resolve_against(registry, [suite])
+        assert resolved.benchmarks == [t for t in tasks if not registry.benchmarks[t].not_decontaminable], suite
+        assert resolved.not_checked == {f"{suite}/{t}": registry.benchmarks[t].not_decontaminable
+                                        for t in tasks if registry.benchmarks[t].not_decontaminable}, suite
+        assert resolved.suites == [suite]
+    smollm3 = resolve_against(registry, ["smollm3"])
+    assert {"bfcl_simple_python", "bfcl_multiple"} <= set(smollm3.benchmarks) and set(smollm3.not_checked) == {"smollm3/ruler"}
+    assert resolve_against(registry, ["all"]).benchmarks == list(registry.benchmarks)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RufusError, match=r"gpqa_diamond.*(path:|--skip-missing)"):
         load_benchmarks(["gpqa_diamond"])
     loaded = load_benchmarks(["smollm3"], skip_missing=True)
     assert set(loaded.missing) == {"gpqa_diamond", "livecodebench", "mixeval_hard", "global_mmlu"}  # hub-only here
-    assert {i.benchmark for i in loaded.items} == {"aime25", "ifeval", "gsm_plus"}
+    assert {i.benchmark for i in loaded.items} == {"aime25", "ifeval", "gsm_plus", "bfcl_simple_python", "bfcl_multiple"}
     assert next(i for i in loaded.items if i.benchmark == "aime25").item_id == "aime_2025_I/1"
     # a local file of one's own through --benchmarks
     gpqa = tmp_path / "gpqa.jsonl"
     gpqa.write_text(json.dumps({"Record ID": "rec1", "Question": "Which gas is most abundant in air?",
-                                "Correct Answer": "Nitrogen"}) + "\n")
+                                "Correct Answer": "Nitrogen", "Incorrect Answer 1": "Oxygen",
+                                "Incorrect Answer 2": "Argon", "Incorrect Answer 3": "Helium"}) + "\n")
     text = (Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml").read_text()
     mine = tmp_path / "benchmarks.yaml"
     mine.write_text(text.replace("local: gpqa/gpqa_diamond.jsonl", f"path: {gpqa}"))

@@ -17,11 +17,14 @@ from conftest import read_jsonl
 from decontam_planting import no_ngram_survives, shared_ngrams
 from typer.testing import CliRunner
 
-from rufus_data.benchmarks import load_benchmarks
+from rufus_data.benchmarks import load_benchmarks, load_registry
+from rufus_data.benchmarks.against import resolve_against
+from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.cli import app
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.dedup import deduplicate
 from rufus_data.errors import RufusError
+from rufus_data.rewards.bfcl import BFCL_WHEEL
 from rufus_data.shards import read_shards, write_shards
 from rufus_data.textnorm import words
 
@@ -57,9 +60,8 @@ def test_against_suite_maps_tasks_and_reports_the_rest(data_root, tmp_path, monk
     # tasks with nothing to check are named in the output and the report, never dropped silently
     report = (tmp_path / "out" / "report.md").read_text()
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
-    for task in ("bfcl_simple_python", "bfcl_multiple", "ruler"):
-        assert f"smollm3/{task}" in res.output and f"smollm3/{task}" in report
-        assert f"smollm3/{task}" in manifest["not_decontaminable"]
+    assert "smollm3/ruler" in res.output and "smollm3/ruler" in report and "smollm3/ruler" in manifest["not_decontaminable"]
+    assert {"bfcl_simple_python", "bfcl_multiple"} <= set(manifest["benchmarks"])  # BFCL is checked (from its wheel)
     # every other task names a registry benchmark; here only the hub holds these (offline: skipped, listed)
     assert manifest["against_suites"] == ["smollm3"] and set(manifest["skipped_benchmarks"]) == {
         "gpqa_diamond", "livecodebench", "mixeval_hard", "global_mmlu"}
@@ -73,6 +75,57 @@ def test_against_suite_maps_tasks_and_reports_the_rest(data_root, tmp_path, monk
     res = runner.invoke(app, ["decontam", str(tmp_path / "mix"), "--against-suite", "nosuch", "--out", str(tmp_path / "o3")])
     assert res.exit_code == 2 and "nosuch" in res.output
     assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
+
+
+def test_against_smollm3_checks_bfcl_from_its_wheel(data_root, tmp_path, monkeypatch):
+    """BFCL's questions come from the bfcl-eval wheel (offline: the Rufus cache), the rows eval scores:
+    `--against smollm3` flags a training row that asks one."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    simple = bfcl_rows(BFCL_WHEEL, "simple_python")[3]
+    multiple = bfcl_rows(BFCL_WHEEL, "multiple")[7]
+    write_shards(rows_of({"simple": f"Use the tools you have. {simple['question']}", "multiple": multiple["question"],
+                          "ok": fillers(data_root, 1)[0]}), tmp_path / "mix")
+    res = CliRunner().invoke(app, ["decontam", str(tmp_path / "mix"), "--against", "smollm3", "--skip-missing",
+                                   "--out", str(tmp_path / "out"), "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    assert read_shards(tmp_path / "out").column("id").to_pylist() == ["ok"]
+    hits = {(h["row_id"], h["benchmark"], h["eval_item_id"])
+            for h in pq.read_table(tmp_path / "out" / "contaminated.parquet").to_pylist()}
+    assert {("simple", "bfcl_simple_python", simple["id"]), ("multiple", "bfcl_multiple", multiple["id"])} <= hits
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    wheel = manifest["benchmarks"]["bfcl_simple_python"]
+    assert wheel["origin"] == "wheel" and wheel["rows"] == 400 and wheel["sha256"]
+    assert not any("bfcl" in name for name in manifest["not_decontaminable"])
+    assert manifest["against"] == ["smollm3"] and manifest["against_suites"] == ["smollm3"]  # the suite, resolved
+    assert manifest["not_decontaminable"] == {"smollm3/ruler": load_registry()[0].benchmarks["ruler"].not_decontaminable}
+
+
+def test_against_resolves_suites_and_refuses_a_set_that_shadows_one(tmp_path):
+    """A registry copy that still lists a suite's benchmarks as a set is refused with what to do; a
+    suite task whose data is inline in the suite is listed as not checked."""
+    text = REGISTRY.read_text()
+    old = tmp_path / "old.yaml"
+    old.write_text(text.replace("sets:\n", "sets:\n  smollm3: [aime25, ifeval]\n", 1))
+    registry, path = load_registry(old)
+    with pytest.raises(RufusError, match=r"`smollm3` is both a set of .*old.yaml and the eval suite .*remove the set"):
+        resolve_against(registry, ["smollm3"], registry_path=path)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("sets:\n", "sets:\n  all: [aime25]\n", 1))
+    with pytest.raises(RufusError, match=r"set `all` has the name of every benchmark"):
+        load_registry(bad)
+    rows = tmp_path / "mine.jsonl"
+    rows.write_text(json.dumps({"q": "What is 2 + 2?", "a": "4"}) + "\n")
+    suite = tmp_path / "mine.yaml"
+    suite.write_text(yaml.safe_dump({"name": "mine", "samples": 1, "tasks": [
+        {"name": "gsm8k", "kind": "rufus", "role": "validation", "benchmark": "gsm8k", "prompt": "{question}",
+         "gold_fields": ["answer"], "scorer": "string_match:last_number"},
+        {"name": "own", "kind": "rufus", "role": "validation", "data": {"path": str(rows)}, "prompt": "{q}",
+         "gold_fields": ["a"], "scorer": "string_match:last_number"}]}))
+    resolved = resolve_against(load_registry()[0], [str(suite)], ["quick"])
+    assert resolved.benchmarks == ["gsm8k", "math500", "ifeval", "humaneval"] and resolved.suites == [str(suite), "quick"]
+    assert list(resolved.not_checked) == ["mine/own"] and "inline" in resolved.not_checked["mine/own"]
+    with pytest.raises(RufusError, match=r"unknown benchmark or set `smolm3`.*did you mean `smollm3`.*suites: quick, smollm3"):
+        resolve_against(load_registry()[0], ["smolm3"])
 
 
 def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):

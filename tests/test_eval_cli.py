@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from rufus_eval.suite import load_suite
+from rufus_data.benchmarks.suite import load_suite
 
 # the SmolLM3 validation tasks whose data the shared data root holds (or the bfcl-eval wheel ships)
 RUN_OFFLINE = {"aime25", "ifeval", "bfcl_simple_python", "bfcl_multiple", "gsm_plus"}

@@ -11,21 +11,23 @@ import json
 import pickle
 import threading
 import zlib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rufus_data import benchmarks
+from rufus_data.benchmarks import load_benchmarks
+from rufus_data.benchmarks import registry as benchmark_registry
+from rufus_data.benchmarks.convert import LCB_PRELUDE, convert_rows, decode_test_cases
+from rufus_data.benchmarks.pull import PULL_MANIFEST, pull_suite
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import read_jsonl
 from rufus_data.shards import file_sha256
 from rufus_eval.cli import app
-from rufus_eval.convert import LCB_PRELUDE, convert_rows, decode_test_cases
 from rufus_eval.metrics import score_answers
-from rufus_eval.pull import PULL_MANIFEST, pull_suite
-from rufus_eval.suite import load_suite
 from rufus_eval.task_data import TaskDataMissing, check_native_ready
 from rufus_eval.tasks import task_rows
 
@@ -88,13 +90,13 @@ def hub_registry(tmp_path, monkeypatch):
                       [{"config_name": "gpqa_diamond", "data_files": [{"split": "train", "path": "gpqa_diamond.csv"}]}])
     mixeval = hub_folder(hubs, "MixEval", {"hard/free-form.jsonl": "".join(json.dumps(r) + "\n" for r in MIXEVAL_ROWS)},
                          [{"config_name": "MixEval_Hard", "data_files": [{"split": "free_form", "path": "hard/free-form.jsonl"}]}])
-    raw = yaml.safe_load(benchmarks.DEFAULT_REGISTRY.read_text())
+    raw = yaml.safe_load(benchmark_registry.DEFAULT_REGISTRY.read_text())
     raw["benchmarks"]["livecodebench"]["hub"]["id"] = str(lcb)
     raw["benchmarks"]["gpqa_diamond"]["hub"]["id"] = str(gpqa)
     raw["benchmarks"]["mixeval_hard"]["hub"]["id"] = str(mixeval)
     registry = tmp_path / "benchmarks.yaml"
     registry.write_text(yaml.safe_dump(raw, sort_keys=False))
-    monkeypatch.setattr(benchmarks, "DEFAULT_REGISTRY", registry)
+    monkeypatch.setattr(benchmark_registry, "DEFAULT_REGISTRY", registry)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return registry
 
@@ -163,6 +165,31 @@ def test_pull_converts_hub_shaped_data_and_the_suite_reads_it_offline(hub_regist
     assert json.loads(mix[1]["gold"])["reference"] == "<answer 1> Paris <answer 2> paris, France"
 
 
+def test_eval_and_decontam_read_the_same_rows(hub_registry, data_root):
+    """Decontam checks the rows eval scores: for every task whose data is here (hub rows converted,
+    BFCL's from its wheel, local copies) decontam's items carry the ids of eval's samples, and each
+    item's problem text is in the prompt eval sends."""
+    checked = set()
+    for suite_name in ("quick", "smollm3"):
+        loaded = load_benchmarks([suite_name], skip_missing=True)
+        items: dict[str, dict] = defaultdict(dict)
+        for item in loaded.items:
+            items[item.benchmark][item.item_id] = item
+        for task in load_suite(suite_name).tasks:
+            if task.kind != "rufus" or task.benchmark in loaded.missing:
+                continue
+            rows = task_rows(task, suite_name)
+            ids = {row["rufus_id"] for row in rows}
+            assert ids <= set(items[task.benchmark]), task.name
+            assert task.skip_rows or ids == set(items[task.benchmark]), task.name  # skip_rows: GSM-Plus
+            for row in rows:
+                problems = items[task.benchmark][row["rufus_id"]].problems
+                assert problems and all(text in row["prompt"] for text in problems), (task.name, row["rufus_id"])
+            checked.add(task.name)
+    assert checked == {"gsm8k", "math500", "ifeval", "humaneval", "aime25", "livecodebench", "gpqa_diamond",
+                       "mixeval_hard", "bfcl_simple_python", "bfcl_multiple", "gsm_plus"}  # global_mmlu: hub only
+
+
 def test_pull_cli_reports_what_it_could_not_fetch(hub_registry, tmp_path, data_root):
     """A set that cannot be fetched (offline, no copy) fails the command after the others are written."""
     res = CliRunner().invoke(app, ["data", "pull", "smollm3", "--task", "ifeval", "--task", "global_mmlu",
@@ -186,13 +213,13 @@ def test_pull_copies_the_bfcl_wheel_and_fetches_ruler_haystacks(tmp_path, monkey
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        raw = yaml.safe_load(benchmarks.DEFAULT_REGISTRY.read_text())
+        raw = yaml.safe_load(benchmark_registry.DEFAULT_REGISTRY.read_text())
         hay = raw["benchmarks"]["ruler"]["haystacks"]
         hay["essays"]["hub"] = {"id": str(essays), "split": "train"}
         hay["squad"]["url"], hay["hotpotqa"]["url"] = f"{base}/squad.json", f"{base}/hotpot.json"
         registry = tmp_path / "benchmarks.yaml"
         registry.write_text(yaml.safe_dump(raw, sort_keys=False))
-        monkeypatch.setattr(benchmarks, "DEFAULT_REGISTRY", registry)
+        monkeypatch.setattr(benchmark_registry, "DEFAULT_REGISTRY", registry)
         manifest = pull_suite("smollm3", tmp_path / "p", ["bfcl_simple_python", "bfcl_multiple", "ruler"])
     finally:
         server.shutdown()

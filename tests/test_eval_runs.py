@@ -15,6 +15,7 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from typer.testing import CliRunner
 
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
 from rufus_eval import backends
 from rufus_eval.cli import app
@@ -22,7 +23,6 @@ from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
 from rufus_eval.results import print_summary
 from rufus_eval.runner import checkpoint_step, unclosed_fraction
-from rufus_eval.suite import load_suite
 
 ROWS = [{"key": 1, "prompt": "Say yes.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
         {"key": 2, "prompt": "Say no.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}]

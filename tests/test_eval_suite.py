@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
 from rufus_data.rewards.extract import strip_reasoning
@@ -20,7 +21,6 @@ from rufus_eval.compare import compare_runs
 from rufus_eval.metrics import Answer, answer_of, pass_at, rufus_avg
 from rufus_eval.results import query_runs
 from rufus_eval.runner import RunRequest, run_suite
-from rufus_eval.suite import load_suite
 
 QUICK_TASKS = {"gsm8k", "math500", "ifeval", "humaneval"}
 # Instructions the tiny model follows about half the time in 12 tokens: the k samples of one

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.dataset_source import read_file_rows
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import parse_jsonl, read_jsonl
-from rufus_eval.suite import load_suite
 from rufus_eval.task_data import source_rows
 
 

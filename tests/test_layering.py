@@ -1,5 +1,10 @@
 """The packages read as the data flow: rufus_data imports neither rufus_eval nor rufus_train, and
-rufus_eval does not import rufus_train. Every import counts, in-function ones included."""
+rufus_eval does not import rufus_train. Every import counts, in-function ones included.
+
+Benchmarks have one room, rufus_data/benchmarks/: the registry, the suite schema, the rows and
+their conversion, BFCL's wheel rows and pulling are defined there and nowhere else; nothing outside
+it reads the suite or registry YAML or loads rows for eval; it builds on the rewards (a suite's
+scorers), never the reverse."""
 
 from __future__ import annotations
 
@@ -40,3 +45,90 @@ def test_the_check_sees_in_function_imports(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from rufus_train import runner\n    import rufus_eval.suite\n")
     assert imported_modules(module) == [(2, "rufus_train"), (3, "rufus_eval.suite")]
+
+
+BENCHMARKS = REPO / "rufus_data" / "benchmarks"
+PACKAGES = ("rufus_data", "rufus_eval", "rufus_train")
+# what only rufus_data/benchmarks/ may define
+BENCHMARK_CONCEPTS = {
+    "Registry", "BenchmarkSpec", "Haystack", "load_registry", "benchmark_spec",  # the registry
+    "Suite", "Task", "load_suite", "suite_path", "find_suite",  # the suite schema
+    "benchmark_rows", "task_source_rows", "row_ids", "convert_rows", "bfcl_rows",  # rows, conversion, BFCL
+    "pull_suite", "resolve_against", "load_benchmarks", "EvalItem",  # pulling, decontam's view
+}
+# the benchmark package's readers behind benchmark_rows: used through it, never beside it
+INNER_READERS = ("rufus_data.benchmarks.convert", "rufus_data.benchmarks.bfcl")
+# path segments of the suite folder and the registry file
+BENCHMARK_FILES = {"suites", "benchmarks.yaml"}
+
+
+def outside_benchmarks() -> list[Path]:
+    return [path for package in PACKAGES for path in sorted((REPO / package).rglob("*.py"))
+            if BENCHMARKS not in path.parents]
+
+
+def defined_names(path: Path) -> list[tuple[int, str]]:
+    """(line, name) of every module-level class and function."""
+    return [(node.lineno, node.name) for node in ast.parse(path.read_text(), str(path)).body
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+
+
+def imported_names(path: Path) -> list[tuple[int, str, str]]:
+    """(line, module, name) of every `from module import name`."""
+    return [(node.lineno, node.module, alias.name) for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names]
+
+
+def code_strings(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant that is not a docstring."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [(node.lineno, node.value) for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def benchmark_code_outside(paths: list[Path]) -> list[str]:
+    """Where benchmark code lives outside its package: a concept defined again, a suite or registry
+    file named, the inner readers imported, rows loaded by eval itself."""
+    found = []
+    for path in paths:
+        where = path.relative_to(REPO) if REPO in path.parents else path
+        found += [f"{where}:{line} defines {name}" for line, name in defined_names(path) if name in BENCHMARK_CONCEPTS]
+        found += [f"{where}:{line} names {text!r}" for line, text in code_strings(path) if text in BENCHMARK_FILES]
+        for line, module, name in imported_names(path):
+            if module in INNER_READERS or f"{module}.{name}" in INNER_READERS:
+                found.append(f"{where}:{line} imports {module}.{name}")
+            if "rufus_eval" in path.parts and module == "rufus_data.dataset_source" and name != "DatasetUnavailable":
+                found.append(f"{where}:{line} loads rows itself ({name})")
+    return found
+
+
+def test_benchmark_code_lives_in_one_package():
+    assert benchmark_code_outside(outside_benchmarks()) == []
+
+
+def test_the_rewards_do_not_build_on_the_benchmarks():
+    """A suite's scorers are reward specs: the benchmark package imports the rewards, not the reverse."""
+    assert [f"{path.relative_to(REPO)}:{line} imports {module}"
+            for path in sorted((REPO / "rufus_data" / "rewards").rglob("*.py"))
+            for line, module in imported_modules(path) if module.startswith("rufus_data.benchmarks")] == []
+
+
+def test_the_benchmark_check_sees_each_kind(tmp_path):
+    module = tmp_path / "rufus_eval" / "m.py"
+    module.parent.mkdir()
+    module.write_text('''"""A module."""
+from rufus_data.benchmarks.convert import convert_rows
+from rufus_data.dataset_source import DatasetUnavailable, load_rows
+
+SUITES = CATALOGS / "suites"
+
+
+def load_suite(name):
+    """Reads benchmarks.yaml."""
+''')
+    assert benchmark_code_outside([module]) == [
+        f"{module}:8 defines load_suite", f"{module}:5 names 'suites'",
+        f"{module}:2 imports rufus_data.benchmarks.convert.convert_rows", f"{module}:3 loads rows itself (load_rows)"]

@@ -17,8 +17,8 @@ from train_helpers import one_torch_thread
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
-from rufus_eval.suite import load_suite
 from rufus_train import examples
 from rufus_train.cli import app
 from rufus_train.pipeline import StageEval, eval_suite, load_pipeline, stage_configs

@@ -56,8 +56,8 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                   benchmarks_file: str | Path | None = None, skip_missing: bool = False, dry_run: bool = False,
                   overwrite: bool = False, config: DecontamConfig | None = None, show_progress: bool = True,
                   suites: list[str] = ()) -> DecontamResult:
-    """Scan every split of a shard folder against benchmarks (names, sets, and the tasks of eval
-    `suites`); write clean shards + provenance unless `dry_run`."""
+    """Scan every split of a shard folder against benchmarks (`against`: benchmarks, sets and eval
+    suites; `suites`: eval suites only); write clean shards + provenance unless `dry_run`."""
     config = config or DecontamConfig()
     if config.judge_url and not config.semantic:
         raise RufusError("--judge-url judges the pairs of the semantic stage: add --semantic (or `semantic: true` "
@@ -100,7 +100,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
             shards, files, rows_in, flagged, why=("contaminated.parquet", hits), config=config.model_dump(),
             versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
             report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
-            against=against, against_suites=list(suites), not_decontaminable=loaded.not_decontaminable, splits=splits,
+            against=against, against_suites=loaded.suites, not_decontaminable=loaded.not_decontaminable, splits=splits,
             benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
             boilerplate_train_grams=boiler[:100], judge=verdicts,
         )

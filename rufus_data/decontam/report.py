@@ -28,7 +28,7 @@ class DecontamResult:
     index_stats: dict
     seconds: float
     out: Path | None = None
-    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task -> why (--against-suite)
+    not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task (or benchmark) -> why
     splits: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> {"rows", "flagged"}
     judge: dict[str, int] = field(default_factory=dict)  # the LLM judge's verdicts on semantic pairs, counted
 

@@ -7,7 +7,7 @@ unpacked into `$RUFUS_CACHE/bfcl/<wheel>/` (the checker, its type converters, tw
 and imported; `constants/model_config.py`, which imports every model SDK, is replaced by a stub (no
 model renames dots in function names here). Rows carry BFCL's `function` (the function docs),
 `ground_truth` (the possible answers) and `category` (e.g. simple_python, multiple, parallel): the
-checker's rules differ per category. rufus_eval/bfcl.py reads those rows from the same wheel.
+checker's rules differ per category. rufus_data/benchmarks/bfcl.py reads those rows from the same wheel.
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ def _jsonl_member(zf: zipfile.ZipFile, member: str) -> list[dict]:
 
 
 def bfcl_rows(requirement: str, category: str) -> list[dict]:
-    """One row per BFCL question: the prompt (system text with the functions + the question),
-    the function docs and the possible answers, for the AST checker."""
+    """One row per BFCL question: the user's question, the prompt (system text with the functions +
+    the question), the function docs and the possible answers, for the AST checker."""
     with zipfile.ZipFile(wheel_path(requirement)) as zf:
         questions = _jsonl_member(zf, f"bfcl_eval/data/BFCL_v4_{category}.json")
         answers = {r["id"]: r["ground_truth"] for r in _jsonl_member(zf, f"bfcl_eval/data/possible_answer/BFCL_v4_{category}.json")}
@@ -47,6 +47,7 @@ def bfcl_rows(requirement: str, category: str) -> list[dict]:
         functions = json.dumps(q["function"], indent=2)
         rows.append({
             "id": q["id"],
+            "question": user,  # what decontam checks: the system text and function docs are shared
             "question_text": SYSTEM_PROMPT.format(functions=functions) + "\nQuestion: " + user,
             "function": q["function"],
             "ground_truth": answers[q["id"]],

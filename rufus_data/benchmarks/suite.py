@@ -8,7 +8,7 @@ A suite is a list of tasks. Each task says what it is (`kind`):
   config Rufus writes around it so that reasoning is stripped before its own filters score.
 Where the data comes from is the benchmark registry's business (catalogs/benchmarks.yaml): a task
 names its `benchmark`, loaded path -> local -> hub at the pinned revision and converted by Rufus
-(rufus_eval/task_data.py). A suite of your own may give `data:` inline instead (a dataset source:
+(rows.py). A suite of your own may give `data:` inline instead (a dataset source:
 `path` relative to the suite file, `local` under $RUFUS_DATA_ROOT, or `hub`)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from rufus_data.benchmarks import load_registry, suite_path
+from rufus_data.benchmarks.registry import CATALOGS, load_registry
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
@@ -28,6 +28,7 @@ from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
+SUITES_DIR = CATALOGS / "suites"
 
 
 class Sampling(StrictModel):
@@ -167,10 +168,33 @@ class Suite(StrictModel):
         return [t for t in self.tasks if t.role == "validation" or final]
 
 
-def load_suite(name: str) -> Suite:
+def find_suite(name: str) -> Path | None:
+    """A suite name from catalogs/suites/, or a path to a suite YAML; None when `name` is neither."""
+    path = Path(name)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        return path
+    found = SUITES_DIR / f"{name}.yaml"
+    return found if found.exists() else None
+
+
+def known_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+
+
+def suite_path(name: str) -> Path:
+    """A suite name from catalogs/suites/, or a path to a suite YAML."""
+    path = find_suite(name)
+    if path is None:
+        raise RufusError(f"no suite named {name!r}: known suites are {known_suites()}, or give a path to a suite YAML")
+    return path
+
+
+def load_suite(name: str, registry_file: str | Path | None = None) -> Suite:
+    """The suite, validated, its tasks' benchmarks checked against the registry (default
+    catalogs/benchmarks.yaml) and inline data paths made relative to the suite file."""
     path = suite_path(name)
     suite = load_yaml_model(path, Suite)
-    registry, registry_path = load_registry()
+    registry, registry_path = load_registry(registry_file)
     for task in suite.tasks:
         if task.benchmark is not None and task.benchmark not in registry.benchmarks:
             close = difflib.get_close_matches(task.benchmark, list(registry.benchmarks), n=1)

@@ -2,7 +2,7 @@
 into a folder laid out like $RUFUS_DATA_ROOT, so that a machine without the hub runs the suite.
 
 For each benchmark the suite's tasks name (catalogs/benchmarks.yaml) it writes the rows the task
-reads, converted as rufus-eval converts hub rows (rufus_eval/convert.py), as JSONL at the
+reads, converted as eval reads them (rows.py, convert.py), as JSONL at the
 registry's `local` path; BFCL's wheel goes to `wheels/`; RULER's haystacks to their `local`
 paths. `pulled.json` in the folder records, per benchmark, each file's sha256 and row count and
 where it came from (hub id, config, split, revision and commit; a URL; a wheel). Each file is
@@ -19,15 +19,15 @@ from pathlib import Path
 
 import httpx
 
-from rufus_data.benchmarks import BenchmarkSpec, Haystack, load_registry
+from rufus_data.benchmarks.registry import BenchmarkSpec, Haystack, load_registry
+from rufus_data.benchmarks.rows import benchmark_rows
+from rufus_data.benchmarks.suite import load_suite
 from rufus_data.console import console
 from rufus_data.dataset_source import DatasetSource, DatasetUnavailable, load_rows
 from rufus_data.errors import RufusError
 from rufus_data.paths import data_root
 from rufus_data.rewards.bfcl import wheel_path
 from rufus_data.shards import file_sha256
-from rufus_eval.suite import load_suite
-from rufus_eval.task_data import benchmark_rows
 
 PULL_MANIFEST = "pulled.json"
 
