@@ -22,8 +22,9 @@ from rufus_data.errors import RufusError
 from rufus_train import launch, modeling, serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.runner import common_trl_kwargs, run_stage
+from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
+from rufus_train.trl_args import common_trl_kwargs
 
 REPO = Path(__file__).resolve().parents[1]
 

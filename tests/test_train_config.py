@@ -270,7 +270,7 @@ def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
 def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs(tmp_path):
     """TRL drops the KV cache for sampling under gradient checkpointing; the stage asks for it, and a
     user's own trainer.generation_kwargs merges over the stage's, key by key."""
-    from rufus_train.runner import trl_kwargs_for
+    from rufus_train.trl_args import trl_kwargs_for
 
     online_dpo = get_stage("online_dpo").config_class
     assert load_stage_config("online_dpo", online_dpo).trl_kwargs()["generation_kwargs"] == {"use_cache": True}
