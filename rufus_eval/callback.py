@@ -27,7 +27,8 @@
   training log (`state.log_history`) and `<output_dir>/eval_logs/metrics.jsonl`. The last
   checkpoint's evaluation is awaited in its `on_save` (with `wait_at_end`): transformers calls the
   trackers' `on_train_end` before ours, and TrackioCallback closes its run there.
-`eval_devices` are physical GPU ids given verbatim to the evaluation's CUDA_VISIBLE_DEVICES."""
+The evaluation's GPUs are the stage's `devices.eval` role (rufus_data/devices.py), physical ids
+given verbatim to its CUDA_VISIBLE_DEVICES."""
 
 from __future__ import annotations
 
@@ -49,8 +50,9 @@ from typing import Literal
 from pydantic import Field
 from transformers import TrainerCallback
 
+from rufus_data import devices as gpus
 from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.devices import DeviceRoles
 from rufus_data.generate.launcher import die_with_parent
 from rufus_data.paths import atomic_file
 from rufus_data.yaml_config import StrictModel
@@ -74,7 +76,6 @@ class CheckpointEvalConfig(StrictModel):
     suite: str = "quick"
     tag: str = "model"  # served model name prefix: <tag>-checkpoint-N
     backend: Literal["auto", "vllm", "hf"] = "auto"  # auto: vllm with GPUs, hf (separate process) without
-    eval_devices: str = "0,1"
     data_parallel_size: int | None = Field(None, ge=1)  # default: the number of eval_devices
     limit: int | None = Field(None, ge=1)
     samples: int | None = Field(None, ge=1)
@@ -83,25 +84,6 @@ class CheckpointEvalConfig(StrictModel):
     wait_at_end: bool = True  # on_train_end waits for a running evaluation (then stops it)
     end_timeout_s: float = 3600.0
     keep_staging: bool = False  # keep _eval_staging/checkpoint-N after its evaluation (default: removed)
-
-
-def gpu_count() -> int:
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    with contextlib.suppress(Exception):
-        import torch
-
-        return torch.cuda.device_count()
-    return 0
-
-
-def trainer_devices(given: str | None = None) -> set[str]:
-    """Physical GPU ids the trainer uses: `given` (the stage's trainer role, which the trainer
-    process is started with), else its CUDA_VISIBLE_DEVICES, else every GPU."""
-    visible = given or os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return {d.strip() for d in visible.split(",") if d.strip()}
-    return {str(i) for i in range(gpu_count())}
 
 
 def _keep_beside_results(log, job: dict, out: Path) -> None:
@@ -128,14 +110,18 @@ def model_source(model) -> str | None:
 
 class CheckpointEvalCallback(TrainerCallback):
     def __init__(self, config: CheckpointEvalConfig | dict | None = None, starting_model: str | None = None,
-                 trainer_gpus: str | None = None):
+                 devices: DeviceRoles | dict | None = None):
         """`starting_model`: the model folder (or hub id) training starts from, evaluated as the
-        step-0 baseline; default: the trained model's `name_or_path`. `trainer_gpus`: the
-        trainer's physical GPU ids when the stage sets them (default: this process's)."""
+        step-0 baseline; default: the trained model's `name_or_path`. `devices`: the stage's GPU
+        roles (rufus_data/devices.py): the evaluation runs on `eval` (default 0,1), checked
+        against the trainer's GPUs (`trainer`, default: this process's)."""
         self.config = config if isinstance(config, CheckpointEvalConfig) else CheckpointEvalConfig(**(config or {}))
         self.starting_model = starting_model
-        self.trainer_gpus = trainer_gpus
-        self.devices = self._check_devices()
+        self.devices = DeviceRoles.model_validate(devices or {})
+        if self.config.eval_on_checkpoint:
+            self.devices = self.devices.with_evaluation()
+            # the evaluation's own pair; the server's pairs are the stage's to check (rufus_train/guards.py)
+            self.devices.model_copy(update={"server": None}).check()
         self.staging: list[dict] = []  # per staged checkpoint: step, bytes, only_here_bytes, removed
         self._staging_reported = 0
         self._proc: subprocess.Popen | None = None
@@ -150,32 +136,10 @@ class CheckpointEvalCallback(TrainerCallback):
         self._metrics_file: Path | None = None
         atexit.register(self.shutdown)
 
-    # ------------------------------------------------------------------ start-up checks
-    def _check_devices(self) -> str:
-        cfg = self.config
-        if not cfg.eval_on_checkpoint:
-            return cfg.eval_devices
-        devices = [d.strip() for d in cfg.eval_devices.split(",") if d.strip()]
-        if not devices:
-            raise RufusError(
-                "eval_on_checkpoint is on but eval_devices is empty: give the physical GPU ids the evaluation "
-                "server may use (e.g. eval_devices: \"0,1\"), or turn eval_on_checkpoint off"
-            )
-        trainer = trainer_devices(self.trainer_gpus)
-        overlap = sorted(set(devices) & trainer)
-        if overlap:
-            message = (
-                f"eval_devices {cfg.eval_devices} overlap the trainer's GPUs {sorted(trainer)} "
-                f"(shared: {overlap}): evaluation and training will compete for memory and time"
-            )
-            console.print(f"[bold red]WARNING:[/] {message}")
-            warnings.warn(message, stacklevel=3)
-        return cfg.eval_devices
-
     def backend(self) -> str:
         if self.config.backend != "auto":
             return self.config.backend
-        return "vllm" if gpu_count() > 0 else "hf"
+        return "vllm" if gpus.gpu_count() > 0 else "hf"
 
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, model=None, processing_class=None, **kwargs):
@@ -309,15 +273,16 @@ class CheckpointEvalCallback(TrainerCallback):
                 argv += [flag, str(value)]
         if cfg.final:
             argv.append("--final")
-        if backend == "vllm" and gpu_count() > 0:  # without GPUs the launcher picks vLLM's CPU build
-            dp = cfg.data_parallel_size or len(self.devices.split(","))
-            argv += ["--devices", self.devices, "--data-parallel-size", str(dp)]
+        if backend == "vllm" and gpus.gpu_count() > 0:  # without GPUs the launcher picks vLLM's CPU build
+            dp = cfg.data_parallel_size or len(gpus.gpu_ids(self.devices.eval))
+            argv += ["--devices", self.devices.eval, "--data-parallel-size", str(dp)]
         if sharded_kind(Path(staged)):  # consolidated in the evaluation's process, before the server starts
             argv = [sys.executable, "-m", "rufus_eval.staging", str(staged), "--", *argv]
         env = {k: v for k, v in os.environ.items()
                if k not in DISTRIBUTED_ENV and not k.startswith(DISTRIBUTED_ENV_PREFIXES)}
         # physical ids, verbatim, whatever the trainer's own CUDA_VISIBLE_DEVICES says
-        env["CUDA_VISIBLE_DEVICES"] = self.devices
+        if self.devices.eval is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.devices.eval
         return argv, env
 
     def _start(self, args, step: int, target: Path, staged: Path | None = None) -> None:

@@ -71,7 +71,6 @@ def check_config(config: StageConfig) -> None:
     guards.check_stage(config)
     data.check_columns(config.data, stage.required_columns, config.stage)
     stage.check(config)
-    checkpoint_eval_callback(config)  # eval_devices errors and overlap warnings, before anything loads
 
 
 def metrics_callback(path: Path):
@@ -245,7 +244,7 @@ def checkpoint_eval_callback(config: StageConfig):
     from rufus_eval.callback import CheckpointEvalCallback
 
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
-    return CheckpointEvalCallback(config.eval, starting_model=config.model, trainer_gpus=config.trainer_devices())
+    return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:

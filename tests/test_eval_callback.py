@@ -1,7 +1,7 @@
 """The checkpoint-eval callback in short CPU SFT runs (TRL SFTTrainer, LoRA r=4, tiny-random),
 evaluating with the hf backend in a separate process: step-0 baseline, hard-link staging that
 survives save_total_limit rotation, skip-while-busy, metrics on the eval/step axis, no process
-left after an exception, eval_devices errors and warnings, and rank 0 alone acting under 2 ranks."""
+left after an exception, devices.eval errors and warnings, and rank 0 alone acting under 2 ranks."""
 
 from __future__ import annotations
 
@@ -175,12 +175,13 @@ def test_rank_zero_alone_evaluates_under_two_gloo_ranks(tmp_path, tiny_model, da
 
 
 def test_eval_devices_errors_and_warnings(monkeypatch, tmp_path):
-    with pytest.raises(RufusError, match="eval_devices is empty"):
-        CheckpointEvalCallback({"eval_on_checkpoint": True, "eval_devices": " "})
-    CheckpointEvalCallback({"eval_on_checkpoint": False, "eval_devices": ""})  # switch off: no check
+    with pytest.raises(RufusError, match="devices.eval is empty"):
+        CheckpointEvalCallback({"eval_on_checkpoint": True}, devices={"eval": " "})
+    CheckpointEvalCallback({"eval_on_checkpoint": False}, devices={"eval": ""})  # switch off: no check
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
-    with pytest.warns(UserWarning, match=r"overlap the trainer's GPUs \['1', '2'\] \(shared: \['1'\]\)"):
-        callback = CheckpointEvalCallback({"eval_on_checkpoint": True})  # default eval_devices "0,1"
+    with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the trainer's on GPU 1 \(the trainer's "
+                      r"GPUs: 1,2\)"):
+        callback = CheckpointEvalCallback({"eval_on_checkpoint": True})  # default devices.eval "0,1"
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
@@ -191,7 +192,7 @@ def test_eval_devices_errors_and_warnings(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        CheckpointEvalCallback({"eval_on_checkpoint": True, "eval_devices": "0,1"})  # no overlap: no warning
+        CheckpointEvalCallback({"eval_on_checkpoint": True}, devices={"eval": "0,1"})  # no overlap: no warning
 
 
 def test_staging_copies_across_file_systems_with_a_warning(tmp_path, monkeypatch):

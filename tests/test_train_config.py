@@ -240,7 +240,7 @@ def test_accelerate_configs_parse_with_accelerate():
 
 def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, monkeypatch):
     """`eval.eval_on_checkpoint` gives every stage runner the rufus-eval callback; an empty
-    `eval_devices` is refused at start-up, an overlap with the trainer's GPUs is a loud warning."""
+    `devices.eval` is refused at start-up, an overlap with the trainer's GPUs is a loud warning."""
     from rufus_eval.callback import CheckpointEvalCallback
     from rufus_train.runner import checkpoint_eval_callback
 
@@ -250,11 +250,11 @@ def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, m
         data = {"sft": sft_shards["sft"], "dpo": sft_shards["pref"], "reasoning_rl": sft_shards["rl"]}[stage]
         config = load(stage, **{**base, "data": [str(data)], "eval.eval_on_checkpoint": True, "eval.backend": "hf"})
         assert isinstance(checkpoint_eval_callback(config), CheckpointEvalCallback)
-    with pytest.raises(RufusError, match="eval_devices is empty"):
-        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "eval.eval_devices": ""}))
+    with pytest.raises(RufusError, match="devices.eval is empty"):
+        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "devices.eval": ""}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    with pytest.warns(UserWarning, match="overlap the trainer's GPUs"):
-        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "eval.eval_devices": "0,1"}))
+    with pytest.warns(UserWarning, match="overlap the trainer's on GPU 0"):
+        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "devices.eval": "0,1"}))
 
 
 def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
