@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from rufus_data.devices import DeviceRoles
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel, format_validation_error, override_key, read_yaml
-from rufus_eval.callback import CheckpointEvalConfig
+from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Keys every stage has that reach TRL under another name (transformers 5 renamed the field).

@@ -40,6 +40,7 @@ from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
 from rufus_data.shards import package_versions
+from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
@@ -241,8 +242,6 @@ def checkpoint_eval_callback(config: StageConfig):
     """The rufus-eval callback when `eval.eval_on_checkpoint` is on (every stage gets it)."""
     if not config.eval.eval_on_checkpoint:
         return None
-    from rufus_eval.callback import CheckpointEvalCallback
-
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
     return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
 
