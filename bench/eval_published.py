@@ -17,9 +17,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from rufus_data.generate import BackendConfig
 from rufus_data.rewards.ifeval import ifeval_scores
-from rufus_eval.runner import RunRequest, run_suite
+from rufus_eval.request import EvalRequest
+from rufus_eval.runner import run_suite
 
 # SmolLM2-135M-Instruct model card (HuggingFaceTB/SmolLM2-135M-Instruct), "Instruction model" table
 CARD = {"ifeval_avg_prompt_inst": 29.9, "gsm8k_5shot": 1.4}
@@ -71,7 +71,7 @@ def main() -> None:
     suite = work / "published.yaml"
     suite.write_text(SUITE.format(max_tokens=args.max_tokens))
     start = time.time()
-    record = run_suite(RunRequest(suite=str(suite), checkpoint="smollm2-135m", backend=BackendConfig(backend=args.backend, concurrency=args.concurrency),
+    record = run_suite(EvalRequest(suite=str(suite), checkpoint="smollm2-135m", backend=args.backend, concurrency=args.concurrency,
                                   limit=args.limit, out=work / "run", run_name="published", db_path=work / "db.duckdb"))
     levels = ifeval_levels(record["tasks"]["ifeval"]["samples_file"])
     avg_strict = (levels["prompt_strict"] + levels["inst_strict"]) / 2

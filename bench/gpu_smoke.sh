@@ -160,7 +160,7 @@ step ckpt_eval "baseline + checkpoints 2, 4 via vLLM" \
   '[[ -f "$WORK/ckpt/eval_logs/step-0/results.json" && -f "$WORK/ckpt/eval_logs/step-4/results.json" ]]' -- \
   env RUFUS_VLLM_COMMAND="$EVAL_VLLM" "$PY" -m rufus_train.cli stage sft --output_dir "$WORK/ckpt" --overwrite \
   --max_rows 32 --max_steps 4 --save_steps 2 --per_device_train_batch_size 2 --max_length 256 --logging_steps 1 \
-  --eval.eval_on_checkpoint --eval.backend vllm --eval.eval_devices "$GPU" --eval.suite quick --eval.limit 16 \
+  --eval.eval_on_checkpoint --eval.backend vllm --devices.eval "$GPU" --eval.suite quick --eval.limit 16 \
   --eval.samples 1 --eval.max_tokens 128
 
 # ------------------------------------------------------------------ vllm vs hf on the same items
@@ -218,7 +218,7 @@ fi
 # ------------------------------------------------------------------ DeepSpeed ZeRO-3 with checkpoint evaluation
 ZERO3=("$PY" -m rufus_train.cli stage sft_full "${FULL[@]}" --output_dir "$WORK/zero3" --overwrite --max_steps 4
        --save_steps 2 --num_processes 1 --accelerate_config zero3 --eval.eval_on_checkpoint --eval.backend hf
-       --eval.eval_devices "$GPU" --eval.suite quick --eval.limit 8 --eval.samples 1 --eval.max_tokens 64)
+       --devices.eval "$GPU" --eval.suite quick --eval.limit 8 --eval.samples 1 --eval.max_tokens 64)
 if (( ! DRY )) && ! "$PY" -c "import deepspeed" 2>/dev/null; then
   record zero3 skip 0 "deepspeed is not installed in $PY"
 else

@@ -11,7 +11,8 @@ every command built on it, the way TRL's HfArgumentParser builds flags from its 
 The flag of `max_tokens` is `--max-tokens`; a boolean is a plain flag (`--overwrite`); a field
 without a default is a required option. Where the field name or type does not say how it is
 written on the command line, a `Flag` in the field's annotation does:
-`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each).
+`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each), or
+`Annotated[str, Flag(argument=True)]` (the command's positional argument, as `rufus-eval suite NAME`).
 
 Every Rufus CLI is a `CliApp`, whose commands show boolean flags bare in --help."""
 
@@ -43,6 +44,7 @@ class Flag:
     name: str | None = None  # default: --field-name
     type: Any = None  # the command-line type, when the field's has none in typer (list[str | dict])
     parse: Callable[[Any], Any] | None = None  # command-line value -> field value (shlex.split, ...)
+    argument: bool = False  # a positional argument (what the command acts on), not an --option
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,9 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
         option_name = flag.name or "--" + name.replace("_", "-")
         cli_type = flag.type or _cli_type(info.annotation)
         default = _default(info, name in optional)
-        if cli_type is bool:
+        if flag.argument:
+            option = typer.Argument(help=info.description, show_default=default not in (None, ...))
+        elif cli_type is bool:
             option = flag_option(option_name if not default else f"{option_name}/--no-{option_name[2:]}", info.description)
         else:
             option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...))

@@ -151,7 +151,9 @@ def model_from_options(model: type[M], options: dict) -> M:
     try:
         return model.model_validate(options)
     except ValidationError as err:
-        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}" for e in err.errors())
+        # an error of one option names it; one of the options together (a model's own check) stands alone
+        problems = "; ".join((f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: " if e["loc"] else "")
+                             + e["msg"] for e in err.errors())
         raise RufusError(f"invalid option for {model.__name__}: {problems}") from None
 
 

@@ -1,6 +1,7 @@
 """Where the answers come from: `hf` (in-process transformers), `vllm` (a server Rufus starts with
 the generation launcher), `server` (an OpenAI-compatible endpoint the user runs); configured by
-the generation package's BackendConfig, mapped here onto lm-eval's model classes.
+the generation package's BackendConfig (built from the evaluation request, rufus_eval/request.py,
+where `auto` is decided), mapped here onto lm-eval's model classes.
 
 Both lm-eval model classes below give each of a document's k samples its own seed. lm-eval
 clones a request k times and the OpenAI backend sends one fixed `seed` with every request, so
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
 from collections.abc import Iterator
 
 import torch  # lm-eval's hf model has loaded it already
@@ -23,12 +23,12 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 
+from rufus_data import devices
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
-from rufus_data.generate.vllm_command import default_command
 from rufus_data.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
 
 
@@ -75,16 +75,12 @@ class SeededHFLM(HFLM):
         return results
 
 
-# requests in flight against a vllm/server backend when rufus-eval builds the BackendConfig
-CONCURRENCY = 8
-
-
 @contextlib.contextmanager
 def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tuple[str, dict, dict]]:
     """Yield (lm-eval model name, model args, facts for the results) for `model` - a model folder
     (hf, vllm) or the name a server knows it by - and clean up afterwards."""
     if cfg.backend == "hf":
-        cuda = gpu_count() > 0
+        cuda = devices.gpu_count() > 0
         args = {"pretrained": model, "device": "cuda" if cuda else "cpu",
                 "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": cfg.batch_size, "seed": seed}
         if cfg.max_model_len:
@@ -123,29 +119,3 @@ def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str, see
         "seed": seed,
         "timeout": 600,
     }
-
-
-def gpu_count() -> int:
-    """CUDA devices this process can use (0 without nvidia-smi: no driver, no GPU)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def vllm_available() -> bool:
-    """A vLLM server command Rufus can start ($RUFUS_VLLM_COMMAND, `vllm` on PATH, or the CPU build)."""
-    try:
-        default_command()
-    except RufusError:
-        return False
-    return True
-
-
-def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why): `auto` is vLLM when a GPU and vLLM are both here, else hf in-process."""
-    if requested != "auto":
-        return requested, "as asked"
-    gpus = gpu_count()
-    if gpus and vllm_available():
-        return "vllm", f"auto: {gpus} GPU(s) and vLLM found"
-    return "hf", "auto: " + ("vLLM is not installed" if gpus else "no GPU") + ", so transformers in-process"

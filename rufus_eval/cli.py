@@ -8,10 +8,10 @@ from pathlib import Path
 
 import typer
 
-from rufus_data.cli_options import CliApp
-from rufus_data.console import cli_errors, console
-from rufus_data.generate import BackendConfig
+from rufus_data.cli_options import CliApp, model_options
+from rufus_data.console import cli_errors
 from rufus_eval.compare import compare_runs
+from rufus_eval.request import EvalRequest, request_from_cli
 
 app = CliApp(help="Rufus evaluation suites.")
 
@@ -29,45 +29,17 @@ def _exit_on_sigterm() -> None:
 
 @app.command("suite")
 @cli_errors
+@model_options(EvalRequest, optional=("suite", "checkpoint"))  # or both in --request FILE
 def suite(
-    name: str = typer.Argument(..., help="suite name in catalogs/suites/ or a path to a suite YAML"),
-    ckpt: str = typer.Option(..., help="model: folder, checkpoint, built-in name (smollm2-135m), or served name"),
-    backend: str = typer.Option("auto", help="auto (vllm when a GPU and vLLM are here, else hf) | hf (in-process) | "
-                                "vllm (Rufus starts vLLM) | server"),
-    limit: int = typer.Option(None, help="documents per task (quick checks)"),
-    out: Path = typer.Option(None, help="run folder (default outputs/eval/<run>)"),
-    final: bool = typer.Option(False, "--final", help="also run the test-role tasks"),
-    step: int = typer.Option(None, help="training step of the checkpoint (default: N of checkpoint-N, a run folder's "
-                             "run.json global_step, else 0 for a base model)"),
-    run_name: str = typer.Option(None, "--name", help="run name (default suite-ckpt-time)"),
-    base_url: str = typer.Option(None, help="server backend: OpenAI-compatible endpoint"),
-    tokenizer: str = typer.Option(None, help="server backend: tokenizer folder (default: --ckpt)"),
-    devices: str = typer.Option(None, help="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim"),
-    data_parallel_size: int = typer.Option(1, help="vllm backend: --data-parallel-size"),
-    samples: int = typer.Option(None, help="override every task's k"),
-    max_tokens: int = typer.Option(None, help="override every task's max_tokens"),
-    task: list[str] = typer.Option(None, "--task", help="run only this task of the suite (repeatable)"),
-    db: Path = typer.Option(None, help="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)"),
-    strict: bool = typer.Option(False, "--strict", help="a task whose data is not here is an error (default: skipped, "
-                                "listed with the command that fetches it)"),
+    request: Path = typer.Option(None, "--request", help="a JSON evaluation request (the fields below), or a "
+                                 "checkpoint evaluation's eval_logs/step-N/job.json; options given beside it override it"),
+    options: dict | None = None,
 ) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml; prints the results table and the run folder."""
-    # lm-eval (and torch) load with these, not for `compare` or `vibe`
-    from rufus_eval.backends import CONCURRENCY, choose_backend  # heavy: lm-eval and torch load with
-    from rufus_eval.runner import RunRequest, run_suite  # these, not for --help, compare or data pull
+    from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, not for --help or compare
 
     _exit_on_sigterm()
-    backend, why = choose_backend(backend)
-    console.print(f"backend: {backend} ({why})", highlight=False, markup=False, soft_wrap=True)
-    cfg = BackendConfig(
-        backend=backend, base_urls=[base_url] if base_url else [], tokenizer=tokenizer, devices=devices,
-        served_model_name=run_name if backend == "vllm" else None,  # the server Rufus starts carries the run's name
-        data_parallel_size=data_parallel_size, concurrency=CONCURRENCY,
-    )
-    run_suite(RunRequest(
-        suite=name, checkpoint=ckpt, backend=cfg, limit=limit, out=out, final=final, step=step,
-        run_name=run_name, db_path=db, samples=samples, max_tokens=max_tokens, tasks=task or None, strict=strict,
-    ))
+    run_suite(request_from_cli(options, request))
 
 
 data_app = CliApp(help="Benchmark data for offline runs.")

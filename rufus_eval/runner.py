@@ -13,7 +13,6 @@ import json
 import logging
 import re
 import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import lm_eval  # the backends below register lm-eval model classes: this module is lm-eval's caller
@@ -26,15 +25,15 @@ from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig
 from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
 from rufus_data.models import BUILTINS, resolve_model
 from rufus_data.shards import atomic_output_dir
-from rufus_eval.backends import CONCURRENCY, open_backend
+from rufus_eval.backends import open_backend
 from rufus_eval.judge import pin_judge
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
+from rufus_eval.request import EvalRequest, apply_overrides
 from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_results
 from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
@@ -55,23 +54,6 @@ def git_describe_quietly() -> str | None:
 
 
 lm_eval_evaluator.get_git_commit_hash = git_describe_quietly  # simple_evaluate looks the name up at call time
-
-
-@dataclass
-class RunRequest:
-    suite: str
-    checkpoint: str
-    backend: BackendConfig = field(default_factory=lambda: BackendConfig(concurrency=CONCURRENCY))
-    limit: int | None = None
-    out: Path | None = None
-    final: bool = False
-    step: int | None = None
-    run_name: str | None = None
-    db_path: Path | None = None
-    samples: int | None = None  # override every task's k (quick experiments, tests)
-    max_tokens: int | None = None  # override every task's max_tokens
-    tasks: list[str] | None = None  # run only these tasks of the suite (default: all selected)
-    strict: bool = False  # a task whose data is not here is an error, not a skip
 
 
 def checkpoint_step(checkpoint: str) -> tuple[int, str]:
@@ -102,19 +84,7 @@ def prepare_model(checkpoint: str) -> str:
     return str(merged_model(path))
 
 
-def apply_overrides(suite: Suite, req: RunRequest) -> None:
-    """--samples and --max-tokens for every task (a metric at more samples than k falls back to @k)."""
-    for task in suite.tasks:
-        if req.samples:
-            task.samples = req.samples
-            at = task.metric.split("@")[-1]
-            if task.kind == "rufus" and at != "k" and int(at) > req.samples:
-                task.metric = task.metric.split("@")[0] + "@k"
-        if req.max_tokens:
-            task.sampling = (task.sampling or suite.sampling).model_copy(update={"max_tokens": req.max_tokens})
-
-
-def selected_tasks(suite: Suite, req: RunRequest) -> list[Task]:
+def selected_tasks(suite: Suite, req: EvalRequest) -> list[Task]:
     tasks = suite.selected(req.final)
     if req.tasks:
         unknown = sorted(set(req.tasks) - {t.name for t in suite.tasks})
@@ -157,13 +127,14 @@ def local_model(checkpoint: str) -> str:
     return prepare_model(checkpoint)
 
 
-def run_suite(req: RunRequest) -> dict:
+def run_suite(req: EvalRequest) -> dict:
     """Run the suite; returns the results record (also written to results.json and DuckDB).
 
     Everything goes into a temporary sibling of the run folder, renamed into place at the end: a
     run that fails leaves no half-written folder (and a re-run replaces the old folder only then).
     A task whose data is not here is skipped (recorded with the reason and the command that
     fetches it), or, with `strict`, refused before the model loads."""
+    req = req.resolved()  # `auto` decided here, for every caller (rufus_eval/request.py)
     suite = load_suite(req.suite)
     apply_overrides(suite, req)
     tasks = selected_tasks(suite, req)
@@ -174,7 +145,7 @@ def run_suite(req: RunRequest) -> dict:
     run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = Path(req.out or Path("outputs/eval") / run_name)
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
-    model = local_model(req.checkpoint) if req.backend.backend in ("hf", "vllm") else req.checkpoint
+    model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
     record = {
         "run": run_name,
         "suite": suite.name,
@@ -214,11 +185,11 @@ def run_suite(req: RunRequest) -> dict:
     return record
 
 
-def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: RunRequest,
+def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: EvalRequest,
               record: dict, work: Path, out: Path) -> None:
     """Create the model once and run each task through lm-eval, writing into `work` (paths recorded under `out`)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    with open_backend(model, req.backend, seed=suite.seed) as (model_name, model_args, facts):
+    with open_backend(model, req.backend_config(), seed=suite.seed) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
         # RULER builds its documents with the model's tokenizer, at the lengths the task reports
         metadata = None

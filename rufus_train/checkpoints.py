@@ -11,7 +11,7 @@ marker), a checkpoint is judged by its files: trainer state, optimizer state, RN
 
 `resume_from_checkpoint: latest` takes the newest complete checkpoint of output_dir, else of the
 mirror (copied into output_dir first, rufus_train/mirror.py), else starts fresh, each with a
-message, so one command line is the first run and every restart. Incomplete folders newer than
+message, so one command line is the first run and every restart (rufus_train/resume.py). Incomplete folders newer than
 the one chosen are reported and removed: the resumed run writes those steps again. A resumed
 run's metrics.jsonl is rewritten from the checkpoint's trainer state (its log_history): every
 line up to the checkpoint's step, none after it, whatever the killed job had appended."""
@@ -21,7 +21,6 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
-import shutil
 import warnings
 from collections.abc import Collection
 from pathlib import Path
@@ -148,35 +147,6 @@ def mark_complete(folder: Path, step: int, world_size: int) -> list[str]:
         with atomic_file(folder / MARKER) as tmp:
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return missing
-
-
-def resume_checkpoint(resume: str | None, out: Path, mirror: str | None) -> str | None:
-    """The checkpoint a run resumes from: the one named, the newest complete one (`latest`), or
-    None (a fresh run, said so when `latest` found nothing)."""
-    if not resume:
-        return None
-    local = local_storage()
-    if resume != LATEST:
-        folder = Path(resume).resolve()
-        expected = markers_expected(local, checkpoint_steps(local, str(folder.parent)))
-        problem = checkpoint_problem(local, str(folder), expected)
-        if problem:
-            raise RufusError(f"resume_from_checkpoint {resume}: {problem}. Give a complete checkpoint, or `latest`")
-        return resume
-    found, skipped = newest_complete(local, str(out.resolve()), str(out))
-    for path in skipped:  # written again by the resumed run (a half-written folder would mix with it)
-        shutil.rmtree(path, ignore_errors=True)
-    if found is None and mirror:
-        from rufus_train.mirror import restore  # mirror.py imports this module
-
-        found = restore(mirror, out)
-    if found is None:
-        places = f"{out} or the mirror {mirror}" if mirror else str(out)
-        console.print(f"resume: latest: no complete checkpoint in {places}: starting a fresh run",
-                      highlight=False, soft_wrap=True)
-        return None
-    console.print(f"resume: latest: continuing from {found}", highlight=False, soft_wrap=True)
-    return found
 
 
 def rewrite_metrics(metrics: Path, checkpoint: str) -> int:

@@ -20,9 +20,10 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from rufus_data.devices import DeviceRoles
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel, format_validation_error, override_key, read_yaml
-from rufus_eval.callback import CheckpointEvalConfig
+from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
@@ -63,6 +64,8 @@ class StageConfig(StrictModel):
     trl_aliases: ClassVar[dict[str, str]] = {}
     # Stages with no use for max_length say why here; setting it is then refused (never silently dropped).
     max_length_unused_because: ClassVar[str | None] = None
+    # Stages that train against a vLLM generation server (GRPO) have a `devices.server` role.
+    generation_server: ClassVar[bool] = False
 
     stage: str = Field(description="stage name (from the registry)")
     model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")
@@ -103,6 +106,9 @@ class StageConfig(StrictModel):
     eval: CheckpointEvalConfig = Field(
         default_factory=CheckpointEvalConfig, description="checkpoint evaluation during training (rufus_eval)"
     )
+    devices: DeviceRoles = Field(
+        default_factory=DeviceRoles, description="GPU ids of each role: trainer, vLLM server (GRPO), checkpoint evaluation"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -112,7 +118,21 @@ class StageConfig(StrictModel):
             for key in ("data", "report_to"):
                 if isinstance(data.get(key), str):
                     data[key] = [data[key]]
+            if isinstance(data.get("eval"), dict) and "eval_devices" in data["eval"]:
+                raise ValueError("eval.eval_devices is now devices.eval, the GPU roles of every stage: write "
+                                 f"`devices: {{eval: \"{data['eval']['eval_devices']}\"}}` (or --devices.eval)")
         return data
+
+    @model_validator(mode="after")
+    def _device_roles(self) -> StageConfig:
+        """With checkpoint evaluation on, its GPUs are devices.eval, its default resolved here once
+        (so every pair of roles is checked against them); a server role needs a stage that has one."""
+        if self.devices.server is not None and not self.generation_server:
+            raise ValueError(f"devices.server ({self.devices.server}): stage {self.stage} trains against no vLLM "
+                             "server (GRPO stages do); remove it")
+        if self.eval.eval_on_checkpoint:
+            object.__setattr__(self, "devices", self.devices.with_evaluation())
+        return self
 
     @model_validator(mode="after")
     def _refuse_unused_max_length(self) -> StageConfig:
@@ -135,12 +155,8 @@ class StageConfig(StrictModel):
         return self
 
     def trl_kwargs(self) -> dict[str, Any]:
-        """Stage-specific TRL config fields; subclasses extend (common fields come from the runner)."""
+        """Stage-specific TRL config fields; subclasses extend (common fields: rufus_train/trl_args.py)."""
         return {"max_length": self.max_length}
-
-    def trainer_devices(self) -> str | None:
-        """GPU ids the launched trainer processes get as CUDA_VISIBLE_DEVICES (None: inherited)."""
-        return None
 
 
 # ---------------------------------------------------------------- loading and overrides

@@ -144,3 +144,4 @@ def check_stage(config) -> None:
     check_data_folders(config.data, config.stage)
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)
     check_resume(config.output_dir, config.resume_from_checkpoint, config.checkpoint_mirror)
+    config.devices.check()  # every pair of GPU roles: trainer, vLLM server, checkpoint evaluation

@@ -8,7 +8,7 @@ What is refused before anything starts (accelerate would otherwise do something 
   DDP without a word (measured: `distributed_type: FSDP` -> DistributedType.MULTI_CPU).
 - DeepSpeed configs when the `deepspeed` package is missing.
 
-The launched processes get the trainer's GPUs (`devices.trainer` of a GRPO stage) as
+The launched processes get the trainer's GPUs (the stage's `devices.trainer`) as
 CUDA_VISIBLE_DEVICES, verbatim, and accelerate gets Rufus's mixed precision (`dtype`), so the
 accelerate config file's `mixed_precision` never disagrees with the trainer's bf16/fp16 switch.
 A one-process run on trainer GPUs other than this process's is started the same way, without
@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 
 from rufus_data.console import console
+from rufus_data.devices import gpu_ids
 from rufus_data.errors import RufusError
 from rufus_train.config import REPO_ROOT, StageConfig
 from rufus_train.modeling import precision
@@ -92,9 +93,9 @@ def launch_reason(config: StageConfig) -> str | None:
         return None
     if uses_accelerate(config):
         return f"num_processes {config.num_processes} / accelerate_config {config.accelerate_config}"
-    devices = config.trainer_devices()
+    devices = config.devices.trainer
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if devices and devices.replace(" ", "") != (visible or "").replace(" ", ""):
+    if gpu_ids(devices) and gpu_ids(devices) != gpu_ids(visible):
         return (f"devices.trainer {devices} while this process has CUDA_VISIBLE_DEVICES={visible or '(unset)'} "
                 f"(or export CUDA_VISIBLE_DEVICES={devices} before Python starts)")
     return None
@@ -127,9 +128,8 @@ def launch_command(name: str, config: StageConfig, config_file: str | Path | Non
     would not run it as asked), else the stage itself in one process."""
     stage = ["-m", "rufus_train.cli", "stage", name, *(["--config", str(config_file)] if config_file else []), *args]
     env = {LAUNCHED_ENV: "1"}
-    trainer_devices = config.trainer_devices()
-    if trainer_devices:
-        env["CUDA_VISIBLE_DEVICES"] = trainer_devices  # physical ids, verbatim
+    if gpu_ids(config.devices.trainer):
+        env["CUDA_VISIBLE_DEVICES"] = config.devices.trainer  # physical ids, verbatim
     if not uses_accelerate(config):
         return Launch([sys.executable, *stage], env)
     import torch  # heavy: only when a stage is launched (the CUDA check)

@@ -16,17 +16,17 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError
 
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig
 from rufus_data.paths import shipped_path
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
+from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
 from rufus_train.modeling import export_merged, is_adapter_folder
 from rufus_train.runner import check_config, run_stage
@@ -36,8 +36,9 @@ CHAINED_KEYS = ("model", "output_dir")  # set by the pipeline for every stage
 MERGED = "merged"
 
 
-class StageEval(StrictModel):
-    """Which rufus-eval suite scores each stage, and how much of it (small: it runs 1 + N times)."""
+class StageEval(EvalSettings):
+    """Which rufus-eval suite scores each stage, and how much of it (small: it runs 1 + N times):
+    the evaluation request's settings (rufus_eval/request.py), with the pipeline's defaults."""
 
     suite: str = Field("quick", description="suite name in catalogs/suites/ or a suite YAML path")
     tasks: list[str] | None = Field(default_factory=lambda: ["gsm8k"], description="tasks of the suite (null: all)")
@@ -45,15 +46,7 @@ class StageEval(StrictModel):
     samples: int | None = Field(1, ge=1, description="k per document (overrides the suite)")
     max_tokens: int | None = Field(200, ge=1, description="generation budget (overrides the suite)")
     temperature: float | None = Field(0.0, ge=0, description="0: greedy decoding; null: the suite's own sampling")
-    backend: Literal["hf", "vllm"] = "hf"
-    batch_size: int = Field(16, ge=1, description="hf backend batch size")
-
-    @model_validator(mode="after")
-    def _greedy_is_one_sample(self) -> StageEval:
-        if self.temperature == 0 and self.samples != 1:
-            raise ValueError(f"greedy decoding (temperature 0) gives {self.samples} copies of one answer: set "
-                             "samples: 1, or a temperature above 0")
-        return self
+    backend: FolderBackend = "hf"
 
 
 class PipelineConfig(StrictModel):
@@ -164,10 +157,8 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
     check_stages(pipeline, configs)
     out = Path(pipeline.output_dir)
     rows: list[dict] = []
-    suite = eval_suite(pipeline.eval, out) if pipeline.eval else None
     if pipeline.eval:
-        rows.append({"stage": "base", "model": pipeline.model,
-                     **stage_eval(pipeline.model, pipeline.eval, suite, out, "00-base")})
+        rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
         print_table(rows, pipeline.name)
     for config in configs:
         started = time.time()
@@ -175,7 +166,7 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         row = {"stage": config.stage, "model": config.output_dir, "steps": result.global_step,
                "train_s": round(time.time() - started, 1)}
         if pipeline.eval:
-            row.update(stage_eval(config.output_dir, pipeline.eval, suite, out, Path(config.output_dir).name))
+            row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
         rows.append(row)
         print_table(rows, pipeline.name)
     final = configs[-1].output_dir
@@ -190,45 +181,18 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
     return rows
 
 
-def eval_suite(settings: StageEval, out: Path) -> str:
-    """The suite every stage is scored with: the named one, or (temperature set) a copy of its
-    chosen tasks with that temperature and `samples`, written to OUT/eval/suite.yaml."""
-    if settings.temperature is None:
-        return settings.suite
-    suite = load_suite(settings.suite)
-    tasks = []
-    for task in suite.tasks:
-        if settings.tasks is None or task.name in settings.tasks:
-            sampling = suite.sampling_for(task).model_copy(update={"temperature": settings.temperature})
-            tasks.append(task.model_copy(update={"sampling": sampling, "samples": settings.samples}))
-    path = out / "eval" / "suite.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    copy = suite.model_copy(update={"tasks": tasks, "description": f"{suite.description} (temperature "
-                                    f"{settings.temperature:g}, for the pipeline's stage table)"})
-    path.write_text(yaml.safe_dump(copy.model_dump(mode="json", exclude_none=True), sort_keys=False))
-    load_suite(str(path))  # the copy is a valid suite before any model is scored with it
-    return str(path)
+def stage_request(model_ref: str, settings: StageEval, out: Path, tag: str) -> EvalRequest:
+    """The evaluation of one model of the pipeline: run OUT/eval/<tag>, in OUT/eval/results.duckdb."""
+    return settings.request(checkpoint=model_ref, out=out / "eval" / tag, run_name=f"{out.name}-{tag}",
+                            db_path=out / "eval" / "results.duckdb")
 
 
-def stage_eval(model_ref: str, settings: StageEval, suite: str, out: Path, tag: str) -> dict:
+def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:
     """Run the suite on one model; returns {task: metric value, ..., eval_s} for the table."""
-    # lm-eval (and torch) load with these: only when the pipeline evaluates
-    from rufus_eval.backends import CONCURRENCY
-    from rufus_eval.runner import RunRequest, run_suite
+    from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, only when the pipeline evaluates
 
     started = time.time()
-    record = run_suite(RunRequest(
-        suite=suite,
-        checkpoint=model_ref,
-        backend=BackendConfig(backend=settings.backend, batch_size=settings.batch_size, concurrency=CONCURRENCY),
-        limit=settings.limit,
-        out=out / "eval" / tag,
-        run_name=f"{out.name}-{tag}",
-        db_path=out / "eval" / "results.duckdb",
-        samples=settings.samples,
-        max_tokens=settings.max_tokens,
-        tasks=settings.tasks,
-    ))
+    record = run_suite(stage_request(model_ref, settings, out, tag))
     scores = {f"{name} {t['metric']}": t["value"] for name, t in record["tasks"].items()}
     return {**scores, "eval_s": round(time.time() - started, 1)}
 

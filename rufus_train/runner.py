@@ -40,11 +40,14 @@ from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
 from rufus_data.shards import package_versions
+from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
+from rufus_train.resume import resume_checkpoint
 from rufus_train.stages import StageContext, get_stage
+from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
 RUN_JSON = "run.json"
@@ -69,53 +72,6 @@ def check_config(config: StageConfig) -> None:
     guards.check_stage(config)
     data.check_columns(config.data, stage.required_columns, config.stage)
     stage.check(config)
-    checkpoint_eval_callback(config)  # eval_devices errors and overlap warnings, before anything loads
-
-
-def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
-    import torch  # heavy: only when a run builds its TRL config
-
-    precision = modeling.precision(config.dtype, full_finetune=not config.lora.enabled)
-    return {
-        "output_dir": str(output_dir),
-        "learning_rate": config.learning_rate,
-        "max_steps": config.max_steps,
-        "num_train_epochs": config.num_train_epochs,
-        "per_device_train_batch_size": config.per_device_train_batch_size,
-        "gradient_accumulation_steps": config.gradient_accumulation_steps,
-        "seed": config.seed,
-        "report_to": [r for r in config.report_to if r != "none"] or "none",
-        "save_strategy": "steps",
-        "save_steps": config.save_steps,
-        "logging_steps": config.logging_steps,
-        "activation_checkpointing": config.gradient_checkpointing,  # transformers 5's name; the old one warns
-        "bf16": precision.bf16,
-        "fp16": precision.fp16,  # transformers adds the gradient scaler
-        # without CUDA, accelerate treats processes started by torchrun as MULTI_CPU (gloo) only with
-        # use_cpu; otherwise each rank trains alone (DistributedType.NO) and every rank is "process zero"
-        "use_cpu": not torch.cuda.is_available(),
-        "dataloader_num_workers": 0,
-        "disable_tqdm": False,
-    }
-
-
-def trl_kwargs_for(config: StageConfig, output_dir: Path) -> dict:
-    """Every field the stage sets on its TRL config: the common ones, the stage's, the `trainer:` block.
-    A mapping the stage sets (online_dpo's generation_kwargs) is merged with the user's, key by key."""
-    kwargs = {**common_trl_kwargs(config, output_dir), **config.trl_kwargs()}
-    for key, value in config.trainer.items():
-        merge = isinstance(value, dict) and isinstance(kwargs.get(key), dict)
-        kwargs[key] = {**kwargs[key], **value} if merge else value
-    return kwargs
-
-
-def build_trl_args(config: StageConfig, output_dir: Path):
-    stage = get_stage(config.stage)
-    kwargs = trl_kwargs_for(config, output_dir)
-    try:
-        return stage.trl_config_class()(**kwargs)
-    except (ValueError, TypeError) as err:
-        raise RufusError(f"stage {config.stage}: TRL refused the config ({err}); change the key it names") from None
 
 
 def metrics_callback(path: Path):
@@ -186,7 +142,7 @@ def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
     (out / "config.yaml").write_text(resolved_yaml(config))
     if config.checkpoint_mirror:
         open_mirror(config.checkpoint_mirror)
-    resume = checkpoints.resume_checkpoint(config.resume_from_checkpoint, out, config.checkpoint_mirror)
+    resume = resume_checkpoint(config.resume_from_checkpoint, out, config.checkpoint_mirror)
     if resume:  # the metrics up to the checkpoint's step, none the killed job logged after it
         checkpoints.rewrite_metrics(out / METRICS, resume)
     else:
@@ -286,10 +242,8 @@ def checkpoint_eval_callback(config: StageConfig):
     """The rufus-eval callback when `eval.eval_on_checkpoint` is on (every stage gets it)."""
     if not config.eval.eval_on_checkpoint:
         return None
-    from rufus_eval.callback import CheckpointEvalCallback
-
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
-    return CheckpointEvalCallback(config.eval, starting_model=config.model, trainer_gpus=config.trainer_devices())
+    return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from rufus_data.console import console
+from rufus_data.devices import gpu_ids
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, module_command, server_command
 from rufus_data.models import resolve_model
-from rufus_train.grpo.gpu_roles import check_gpu_roles
 
 DEFAULT_SERVER_DEVICES = "1"  # the recipe: trainer on GPU 0, server on GPU 1
 DEFAULT_MAX_MODEL_LEN = 16384
@@ -42,7 +42,7 @@ class ServeSpec:
     python: str | None = None  # interpreter with vllm; default: this one
 
     def server_args(self) -> VLLMServerArgs:
-        devices = [d.strip() for d in str(self.devices).split(",") if d.strip()]
+        devices = gpu_ids(self.devices)
         if not devices:
             raise RufusError("--devices must name at least one GPU for the server (e.g. --devices 1)")
         path = resolve_model(self.model)
@@ -85,7 +85,8 @@ def spec_for_stage(config, **given) -> ServeSpec:
     }
     values.update({k: v for k, v in given.items() if v is not None})
     spec = ServeSpec(**values)
-    check_gpu_roles(config.devices.trainer, spec.devices, config.devices.eval)
+    # the trainer's GPUs are its role alone here: this process's own say nothing about them
+    config.devices.model_copy(update={"server": spec.devices}).check(this_process_trains=False)
     return spec
 
 

@@ -27,9 +27,9 @@ from rl_prompts import arithmetic_rows, write_rl_shards
 from safetensors.torch import load_file
 from train_helpers import one_torch_thread
 
-from rufus_data.generate import BackendConfig
 from rufus_data.models import resolve_model
-from rufus_eval.runner import RunRequest, run_suite
+from rufus_eval.request import EvalRequest
+from rufus_eval.runner import run_suite
 from rufus_train import examples
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.spawn, pytest.mark.distributed]
@@ -53,8 +53,8 @@ def stage_eval_args(suite: str) -> list[str]:
 def single_process_eval(model: str | Path, out: Path, suite: str) -> Path:
     """The suite on `model` in this one plain process (one torch thread, as the callback's
     evaluation runs), with the settings the callback's evaluation got."""
-    run_suite(RunRequest(suite=suite, checkpoint=str(model), backend=BackendConfig(backend="hf"),
-                         limit=2, samples=1, max_tokens=16, out=out, db_path=out.parent / "results.duckdb"))
+    run_suite(EvalRequest(suite=suite, checkpoint=str(model), backend="hf",
+                          limit=2, samples=1, max_tokens=16, out=out, db_path=out.parent / "results.duckdb"))
     return out
 
 

@@ -22,8 +22,9 @@ from rufus_data.errors import RufusError
 from rufus_train import launch, modeling, serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.runner import common_trl_kwargs, run_stage
+from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
+from rufus_train.trl_args import common_trl_kwargs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -152,44 +153,48 @@ def test_one_process_run_starts_on_the_trainer_gpus(tmp_path, monkeypatch, tiny_
 
 
 def test_gpu_roles_are_checked_without_a_server_too(tmp_path):
-    """Every pair of roles, also in a sync run that generates in the trainer (no vllm_server)."""
+    """Every pair of roles, also in a sync run that generates in the trainer (no vllm_server): the
+    one check every stage's guards run (rufus_train/guards.py)."""
     with pytest.raises(RufusError, match=r"GPU 1 is both a trainer device .* and a vLLM server device"):
-        get_stage("reasoning_rl").check(stage_config(**{"devices.trainer": "0,1", "devices.server": "1"}))
+        stage_config(**{"devices.trainer": "0,1", "devices.server": "1"}).devices.check()
     with pytest.warns(UserWarning, match=r"evaluation devices \(0\) overlap the trainer's on GPU 0"):
-        get_stage("reasoning_rl").check(stage_config(**{"devices.trainer": "0", "devices.eval": "0"}))
+        stage_config(**{"devices.trainer": "0", "devices.eval": "0"}).devices.check()
+    with pytest.raises(RufusError, match=r"devices.server \(1\): stage sft trains against no vLLM server"):
+        stage_config("sft", **{"devices.server": "1"})  # a role no process of the stage takes is refused
 
 
 def test_default_eval_gpus_are_checked_against_the_server_and_trainer(monkeypatch):
-    """With checkpoint evaluation on and no eval GPUs given, the evaluation runs on eval_devices'
+    """With checkpoint evaluation on and no eval GPUs given, the evaluation runs on devices.eval's
     default (0,1): resolved once into devices.eval, it is checked against the server's GPU and the
     trainer's (the trainer role given, not the GPUs this process happens to see)."""
-    from rufus_eval import callback as callback_module
+    from rufus_data import devices
     from rufus_train.runner import checkpoint_eval_callback
     from rufus_train.serve import spec_for_stage
 
     config = stage_config(**{"devices.trainer": "2", "devices.server": "1", "eval.eval_on_checkpoint": True})
-    assert config.devices.eval == config.eval.eval_devices == "0,1"
+    assert config.devices.eval == "0,1"
     with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
-        get_stage("reasoning_rl").check(config)
+        config.devices.check()
     with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
         spec_for_stage(config)  # `rufus-train serve --stage` checks the same pairs
     assert stage_config().devices.eval is None  # no evaluation, no eval role
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(callback_module, "gpu_count", lambda: 4)  # this process sees every GPU
+    monkeypatch.setattr(devices, "gpu_count", lambda: 4)  # this process sees every GPU
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # trainer 2 (given), eval 0,1: no overlap
         checkpoint_eval_callback(config)
-    with pytest.warns(UserWarning, match=r"eval_devices 0,1 overlap the trainer's GPUs \['1'\]"):
+    with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the trainer's on GPU 1"):
         checkpoint_eval_callback(stage_config(**{"devices.trainer": "1", "eval.eval_on_checkpoint": True}))
 
 
 def test_devices_eval_is_the_checkpoint_evaluations_gpus():
-    config = stage_config(**{"devices.eval": "3"})
-    assert config.eval.eval_devices == "3"
-    assert stage_config(**{"eval.eval_devices": "2,3"}).devices.eval == "2,3"
-    with pytest.raises(RufusError, match=r"devices.eval \(3\) and eval.eval_devices \(2\) name different GPUs"):
-        stage_config(**{"devices.eval": "3", "eval.eval_devices": "2"})
+    """One key for the evaluation's GPUs, for every stage: devices.eval; the old eval.eval_devices
+    is refused with the key to write instead."""
+    assert stage_config(**{"devices.eval": "3"}).devices.eval == "3"
+    assert stage_config("sft", **{"devices.eval": "2,3", "eval.eval_on_checkpoint": True}).devices.eval == "2,3"
+    with pytest.raises(RufusError, match=r"eval.eval_devices is now devices.eval.*devices: \{eval: \"2\"\}"):
+        stage_config(**{"eval.eval_devices": "2"})
 
 
 STUB_INTERPRETER = """#!/bin/sh
@@ -251,19 +256,18 @@ def test_checkpoint_evaluation_process_gets_the_eval_gpus(tmp_path, monkeypatch)
     whatever the trainer's CUDA_VISIBLE_DEVICES and rank variables say."""
     from types import SimpleNamespace
 
-    from rufus_eval import callback as callback_module
     from rufus_train.runner import checkpoint_eval_callback
 
     config = stage_config(**{"devices.trainer": "0,1", "devices.eval": "3", "eval.eval_on_checkpoint": True,
                              "eval.eval_baseline": False})
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # eval on 3, trainer on 0,1: no overlap warning
-        get_stage("reasoning_rl").check(config)
+        config.devices.check()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     evaluator = checkpoint_eval_callback(config)
-    monkeypatch.setattr(callback_module.sys, "executable", str(stub_interpreter(tmp_path)))
+    monkeypatch.setattr(sys, "executable", str(stub_interpreter(tmp_path)))
     checkpoint = tmp_path / "run" / "checkpoint-2"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.safetensors").write_bytes(b"weights")

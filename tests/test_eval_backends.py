@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from rufus_data.errors import RufusError
 from rufus_data.generate import BackendConfig
-from rufus_eval.backends import CONCURRENCY, open_backend
+from rufus_eval.backends import open_backend
 from rufus_eval.cli import app
+from rufus_eval.request import CONCURRENCY
 
 NOBODY = "http://127.0.0.1:9"  # nothing listens: the server reports no max_model_len and no version
 

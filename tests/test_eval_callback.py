@@ -1,7 +1,8 @@
 """The checkpoint-eval callback in short CPU SFT runs (TRL SFTTrainer, LoRA r=4, tiny-random),
 evaluating with the hf backend in a separate process: step-0 baseline, hard-link staging that
 survives save_total_limit rotation, skip-while-busy, metrics on the eval/step axis, no process
-left after an exception, eval_devices errors and warnings, and rank 0 alone acting under 2 ranks."""
+left after an exception, devices.eval errors and warnings, the request handed to the evaluation
+whole, and rank 0 alone acting under 2 ranks."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from transformers import TrainerCallback
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.launcher import group_members
-from rufus_eval.callback import STAGING_LOG, CheckpointEvalCallback
+from rufus_eval.checkpoint_eval import STAGING_LOG, CheckpointEvalCallback
 from rufus_eval.staging import STAGING, consolidate, sharded_kind, stage_checkpoint, write_model_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -129,7 +130,7 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, tiny_model, dat
 KILLED_TRAINER = """
 import json, sys, time
 from types import SimpleNamespace
-from rufus_eval.callback import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 out = sys.argv[1]
 evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
 evaluator.eval_command = lambda output_dir, step, staged: ([sys.executable, "-c", "import time; time.sleep(120)"], {})
@@ -175,23 +176,25 @@ def test_rank_zero_alone_evaluates_under_two_gloo_ranks(tmp_path, tiny_model, da
 
 
 def test_eval_devices_errors_and_warnings(monkeypatch, tmp_path):
-    with pytest.raises(RufusError, match="eval_devices is empty"):
-        CheckpointEvalCallback({"eval_on_checkpoint": True, "eval_devices": " "})
-    CheckpointEvalCallback({"eval_on_checkpoint": False, "eval_devices": ""})  # switch off: no check
+    with pytest.raises(RufusError, match="devices.eval is empty"):
+        CheckpointEvalCallback({"eval_on_checkpoint": True}, devices={"eval": " "})
+    CheckpointEvalCallback({"eval_on_checkpoint": False}, devices={"eval": ""})  # switch off: no check
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,2")
-    with pytest.warns(UserWarning, match=r"overlap the trainer's GPUs \['1', '2'\] \(shared: \['1'\]\)"):
-        callback = CheckpointEvalCallback({"eval_on_checkpoint": True})  # default eval_devices "0,1"
+    with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the trainer's on GPU 1 \(the trainer's "
+                      r"GPUs: 1,2\)"):
+        callback = CheckpointEvalCallback({"eval_on_checkpoint": True})  # default devices.eval "0,1"
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "x")
     argv, env = callback.eval_command(tmp_path, 7, tmp_path / "staged")
     assert env["CUDA_VISIBLE_DEVICES"] == "0,1"  # verbatim, not the trainer's "1,2"
     assert not {"RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"} & set(env)  # never joins the trainer's rendezvous
-    assert argv[argv.index("--name") + 1] == "model-checkpoint-7"
+    assert argv[-2:] == ["--request", str(tmp_path / "eval_logs" / "step-7" / "job.json")]  # the request, whole
+    assert callback.request_for(tmp_path, 7, tmp_path / "staged").run_name == "model-checkpoint-7"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        CheckpointEvalCallback({"eval_on_checkpoint": True, "eval_devices": "0,1"})  # no overlap: no warning
+        CheckpointEvalCallback({"eval_on_checkpoint": True}, devices={"eval": "0,1"})  # no overlap: no warning
 
 
 def test_staging_copies_across_file_systems_with_a_warning(tmp_path, monkeypatch):

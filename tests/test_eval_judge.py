@@ -18,9 +18,9 @@ import yaml
 from conftest import read_jsonl
 
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig
 from rufus_eval.metrics import rufus_avg
-from rufus_eval.runner import RunRequest, run_suite
+from rufus_eval.request import EvalRequest
+from rufus_eval.runner import run_suite
 
 DOCS, K = 2, 2
 
@@ -51,9 +51,9 @@ tasks:
 def judged_run(vllm_server, data_root, builtin_model, tmp_path_factory):
     work = tmp_path_factory.mktemp("judged")
     env_before = {k: v for k, v in os.environ.items() if k.startswith("JUDGE_")}
-    record = run_suite(RunRequest(
+    record = run_suite(EvalRequest(
         suite=str(judged_suite(work, vllm_server.base_url)), checkpoint=builtin_model,
-        backend=BackendConfig(backend="hf"), limit=DOCS, out=work / "run", run_name="judged-hf", step=5,
+        backend="hf", limit=DOCS, out=work / "run", run_name="judged-hf", step=5,
         db_path=work / "runs.duckdb",
     ))
     env_after = {k: v for k, v in os.environ.items() if k.startswith("JUDGE_")}
@@ -127,8 +127,8 @@ def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_roo
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     out = tmp_path / "run"
     with pytest.raises(RufusError) as err:
-        run_suite(RunRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=tiny_model, limit=DOCS, out=out,
-                             db_path=tmp_path / "runs.duckdb"))
+        run_suite(EvalRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=tiny_model, limit=DOCS, out=out,
+                              db_path=tmp_path / "runs.duckdb"))
     message = str(err.value)
     assert "suite judged, task judged" in message and f"{url} is not reachable" in message
     assert "start the judge server" in message and "scorer's base_url" in message
@@ -138,5 +138,5 @@ def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_roo
 @pytest.mark.vllm
 def test_judge_model_not_served_is_a_clear_error(tmp_path, vllm_server, data_root, builtin_model):
     with pytest.raises(RufusError, match=r"serves \['smollm2-135m'\], not the scorer's model 'Qwen/Qwen3-32B'"):
-        run_suite(RunRequest(suite=str(judged_suite(tmp_path, vllm_server.base_url, "Qwen/Qwen3-32B")),
-                             checkpoint=builtin_model, limit=DOCS, out=tmp_path / "run"))
+        run_suite(EvalRequest(suite=str(judged_suite(tmp_path, vllm_server.base_url, "Qwen/Qwen3-32B")),
+                              checkpoint=builtin_model, limit=DOCS, out=tmp_path / "run"))

@@ -15,9 +15,10 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from typer.testing import CliRunner
 
+from rufus_data import devices
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
-from rufus_eval import backends
+from rufus_eval import request
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
@@ -150,15 +151,15 @@ def test_failed_runs_leave_no_folder(tmp_path, monkeypatch, data_root):
 
 
 def test_auto_backend_is_vllm_only_with_a_gpu_and_vllm(monkeypatch):
-    monkeypatch.setattr(backends, "gpu_count", lambda: 2)
-    monkeypatch.setattr(backends, "vllm_available", lambda: True)
-    assert backends.choose_backend("auto") == ("vllm", "auto: 2 GPU(s) and vLLM found")
-    monkeypatch.setattr(backends, "vllm_available", lambda: False)
-    assert backends.choose_backend("auto")[0] == "hf" and "vLLM is not installed" in backends.choose_backend("auto")[1]
-    monkeypatch.setattr(backends, "gpu_count", lambda: 0)
-    monkeypatch.setattr(backends, "vllm_available", lambda: True)
-    assert backends.choose_backend("auto") == ("hf", "auto: no GPU, so transformers in-process")
-    assert backends.choose_backend("server") == ("server", "as asked")
+    monkeypatch.setattr(devices, "gpu_count", lambda: 2)
+    monkeypatch.setattr(request, "vllm_available", lambda: True)
+    assert request.choose_backend("auto") == ("vllm", "auto: 2 GPU(s) and vLLM found")
+    monkeypatch.setattr(request, "vllm_available", lambda: False)
+    assert request.choose_backend("auto")[0] == "hf" and "vLLM is not installed" in request.choose_backend("auto")[1]
+    monkeypatch.setattr(devices, "gpu_count", lambda: 0)
+    monkeypatch.setattr(request, "vllm_available", lambda: True)
+    assert request.choose_backend("auto") == ("hf", "auto: no GPU, so transformers in-process")
+    assert request.choose_backend("server") == ("server", "as asked")
 
 
 class ScriptedLM(LM):

@@ -14,13 +14,13 @@ import pytest
 
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig
 from rufus_data.rewards.extract import strip_reasoning
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_eval.compare import compare_runs
 from rufus_eval.metrics import Answer, answer_of, pass_at, rufus_avg
+from rufus_eval.request import EvalRequest
 from rufus_eval.results import query_runs
-from rufus_eval.runner import RunRequest, run_suite
+from rufus_eval.runner import run_suite
 
 QUICK_TASKS = {"gsm8k", "math500", "ifeval", "humaneval"}
 # Instructions the tiny model follows about half the time in 12 tokens: the k samples of one
@@ -68,16 +68,16 @@ def work(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quick_hf(work, data_root, tiny_model):
-    req = RunRequest(suite="quick", checkpoint=tiny_model, backend=BackendConfig(backend="hf"), limit=1,
-                     samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf",
-                     db_path=work / "runs.duckdb")
+    req = EvalRequest(suite="quick", checkpoint=tiny_model, backend="hf", limit=1,
+                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf",
+                      db_path=work / "runs.duckdb")
     return run_suite(req)
 
 
 @pytest.fixture(scope="module")
 def vary_hf(work, data_root, builtin_model):
-    req = RunRequest(suite=str(vary_suite(work)), checkpoint=builtin_model, backend=BackendConfig(backend="hf"),
-                     out=work / "vary-hf", step=20, run_name="vary-hf", db_path=work / "runs.duckdb")
+    req = EvalRequest(suite=str(vary_suite(work)), checkpoint=builtin_model, backend="hf",
+                      out=work / "vary-hf", step=20, run_name="vary-hf", db_path=work / "runs.duckdb")
     return run_suite(req)
 
 
@@ -164,15 +164,15 @@ def test_suite_catalogs_load_and_bad_input(tmp_path, data_root):
 def test_quick_suite_against_real_vllm_server(vllm_server, work, data_root, builtin_model):
     """The same suite through lm-eval's OpenAI-compatible backend against the shared vLLM CPU
     server; per-sample seeds make the k samples differ (a fixed seed would return k copies)."""
-    backend = BackendConfig(backend="server", base_urls=[vllm_server.base_url], tokenizer=builtin_model)
-    record = run_suite(RunRequest(suite="quick", checkpoint=vllm_server.model, backend=backend, limit=1, samples=2,
-                                  max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm",
-                                  db_path=work / "vllm.duckdb"))
+    backend = {"backend": "server", "base_url": vllm_server.base_url, "tokenizer": builtin_model}
+    record = run_suite(EvalRequest(suite="quick", checkpoint=vllm_server.model, **backend, limit=1, samples=2,
+                                   max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm",
+                                   db_path=work / "vllm.duckdb"))
     assert set(record["tasks"]) == QUICK_TASKS and record["backend"] == "server"
     assert record["server_version"]
-    vary = run_suite(RunRequest(suite=str(vary_suite(work)), checkpoint=vllm_server.model,
-                                backend=backend, out=work / "vary-vllm", run_name="vary-vllm",
-                                db_path=work / "vllm.duckdb"))
+    vary = run_suite(EvalRequest(suite=str(vary_suite(work)), checkpoint=vllm_server.model,
+                                 **backend, out=work / "vary-vllm", run_name="vary-vllm",
+                                 db_path=work / "vllm.duckdb"))
     for line in Path(vary["tasks"]["follow"]["samples_file"]).read_text().splitlines():
         raw = json.loads(line)["resps"][0]
         assert len(raw) == 6 and len(set(raw)) > 1, raw
@@ -181,7 +181,7 @@ def test_quick_suite_against_real_vllm_server(vllm_server, work, data_root, buil
 def test_missing_data_root_is_an_error(monkeypatch, tmp_path):
     monkeypatch.delenv("RUFUS_DATA_ROOT", raising=False)
     with pytest.raises(RufusError, match="RUFUS_DATA_ROOT is not set"):
-        run_suite(RunRequest(suite="quick", checkpoint="smollm2-135m", out=tmp_path / "x"))
+        run_suite(EvalRequest(suite="quick", checkpoint="smollm2-135m", out=tmp_path / "x"))
     assert os.environ.get("RUFUS_DATA_ROOT") is None
 
 
@@ -194,9 +194,9 @@ def test_vllm_backend_launches_and_stops_its_own_server(work, data_root, builtin
 
     if not (CPU_VENV / ".installed").exists():
         pytest.skip("vLLM CPU build not installed: run `make vllm-venv`")
-    backend = BackendConfig(backend="vllm", served_model_name="quick-launch", max_model_len=2048)
-    record = run_suite(RunRequest(suite="quick", checkpoint=builtin_model, backend=backend, limit=1, samples=2,
-                                  max_tokens=16, out=work / "quick-launch", run_name="quick-launch",
-                                  db_path=work / "launch.duckdb"))
+    # the server Rufus starts carries the run's name (quick-launch)
+    record = run_suite(EvalRequest(suite="quick", checkpoint=builtin_model, backend="vllm", max_model_len=2048, limit=1,
+                                    samples=2, max_tokens=16, out=work / "quick-launch", run_name="quick-launch",
+                                    db_path=work / "launch.duckdb"))
     assert record["backend"] == "vllm" and set(record["tasks"]) == QUICK_TASKS
     assert group_members(record["server_pgid"]) == []

@@ -1,6 +1,9 @@
 """The packages read as the data flow: rufus_data imports neither rufus_eval nor rufus_train, and
 rufus_eval does not import rufus_train. Every import counts, in-function ones included.
 
+Inside rufus_train the imports run down its floors too (parts, stages, one run, commands), and no
+module imports one that imports it back: a lazy import is no way round either rule.
+
 Benchmarks have one room, rufus_data/benchmarks/: the registry, the suite schema, the rows and
 their conversion, BFCL's wheel rows and pulling are defined there and nowhere else; nothing outside
 it reads the suite or registry YAML or loads rows for eval; it builds on the rewards (a suite's
@@ -132,3 +135,104 @@ def load_suite(name):
     assert benchmark_code_outside([module]) == [
         f"{module}:8 defines load_suite", f"{module}:5 names 'suites'",
         f"{module}:2 imports rufus_data.benchmarks.convert.convert_rows", f"{module}:3 loads rows itself (load_rows)"]
+
+
+# ------------------------------------------------------------------ rufus_train's floors
+# Lowest first; a module on none of them is on the ground floor, what the stages are built from
+# (configs, models, data, checkpoints, TRL arguments, launching). A module imports nothing from a
+# floor above its own.
+TRAIN_FLOORS = (
+    ("stages", ("rufus_train.stages", "rufus_train.grpo")),
+    ("one run", ("rufus_train.runner",)),
+    ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.serve", "rufus_train.examples",
+                               "rufus_train.agent_examples")),
+)
+
+
+def module_of(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports(path: Path, root: Path, package: str) -> list[tuple[int, str]]:
+    """(line, module) of every import of a `package` module; `from package import name` is the
+    module `package.name` where that is a module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            folder = root.joinpath(*node.module.split("."))
+            names = [f"{node.module}.{alias.name}" if (folder / f"{alias.name}.py").exists()
+                     or (folder / alias.name / "__init__.py").exists() else node.module for alias in node.names]
+        found += [(node.lineno, name) for name in dict.fromkeys(names) if name.split(".")[0] == package]
+    return found
+
+
+def floor_of(module: str) -> int:
+    return next((i + 1 for i, (_, prefixes) in enumerate(TRAIN_FLOORS)
+                 if any(module == p or module.startswith(p + ".") for p in prefixes)), 0)
+
+
+def floor_name(floor: int) -> str:
+    return TRAIN_FLOORS[floor - 1][0] if floor else "parts"
+
+
+def train_modules(root: Path = REPO) -> list[Path]:
+    return sorted((root / "rufus_train").rglob("*.py"))
+
+
+def upward_imports(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Imports of a module on a higher floor than the importer's."""
+    found = []
+    for path in paths:
+        own = floor_of(module_of(path, root))
+        for line, module in package_imports(path, root, "rufus_train"):
+            if floor_of(module) > own:
+                found.append(f"{path.relative_to(root)}:{line} ({floor_name(own)}) imports {module} "
+                             f"({floor_name(floor_of(module))})")
+    return found
+
+
+def import_cycles(paths: list[Path], root: Path = REPO) -> list[list[str]]:
+    """The modules that import each other round a cycle, each cycle once (sorted)."""
+    graph = {module_of(p, root): {m for _, m in package_imports(p, root, "rufus_train")} for p in paths}
+    cycles, seen = [], set()
+    for start in sorted(graph):
+        stack = [(start, [start])]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in sorted(graph.get(node, ())):
+                if nxt == start:
+                    cycle = sorted(trail)
+                    if tuple(cycle) not in seen:
+                        seen.add(tuple(cycle))
+                        cycles.append(cycle)
+                elif nxt not in trail and nxt > start:  # each cycle found from its smallest module
+                    stack.append((nxt, trail + [nxt]))
+    return cycles
+
+
+def test_rufus_train_imports_run_down_its_floors():
+    assert upward_imports(train_modules()) == []
+
+
+def test_rufus_train_has_no_import_cycle():
+    assert import_cycles(train_modules()) == []
+
+
+def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
+    package = tmp_path / "rufus_train"
+    (package / "grpo").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "grpo" / "__init__.py").write_text("")
+    (package / "runner.py").write_text("from rufus_train.grpo import setup\n")
+    (package / "grpo" / "setup.py").write_text("def args():\n    from rufus_train.runner import trl_kwargs\n")
+    (package / "checkpoints.py").write_text("def resume():\n    from rufus_train import mirror\n")
+    (package / "mirror.py").write_text("from rufus_train.checkpoints import listing\n")
+    paths = train_modules(tmp_path)
+    assert upward_imports(paths, tmp_path) == [
+        "rufus_train/grpo/setup.py:2 (stages) imports rufus_train.runner (one run)"]
+    assert import_cycles(paths, tmp_path) == [["rufus_train.checkpoints", "rufus_train.mirror"],
+                                              ["rufus_train.grpo.setup", "rufus_train.runner"]]

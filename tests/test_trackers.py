@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from eval_callback_run import tiny_suite
 
-from rufus_eval.callback import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "rufus-trackers"
@@ -125,8 +125,8 @@ def test_a_result_after_the_tracker_runs_ended_is_warned_about_not_fatal():
     """An evaluation that finishes once the trackers' runs are closed (or never started) must not
     crash the end of training: the result stays in the training log, with a warning per tracker."""
     evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
-    evaluator._setup_trackers(SimpleNamespace(report_to=["wandb", "trackio"]))
-    evaluator._results.put((4, {"tasks": {"nocomma": {"value": 0.5}}}))
+    evaluator.trackers.setup(SimpleNamespace(report_to=["wandb", "trackio"]))
+    evaluator.curve.finished.put((4, {"tasks": {"nocomma": {"value": 0.5}}}))
     state = SimpleNamespace(global_step=4, log_history=[])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -144,7 +144,7 @@ def main(spec_path: str) -> None:
     trackio's store back (after the run is finished) into OUT/trackio_logs.json."""
     from train_helpers import WaitForBaseline, tiny_config
 
-    from rufus_eval.callback import CheckpointEvalCallback
+    from rufus_eval.checkpoint_eval import CheckpointEvalCallback
     from rufus_train.runner import run_stage
     from rufus_train.stages import get_stage
 

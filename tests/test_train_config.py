@@ -240,8 +240,8 @@ def test_accelerate_configs_parse_with_accelerate():
 
 def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, monkeypatch):
     """`eval.eval_on_checkpoint` gives every stage runner the rufus-eval callback; an empty
-    `eval_devices` is refused at start-up, an overlap with the trainer's GPUs is a loud warning."""
-    from rufus_eval.callback import CheckpointEvalCallback
+    `devices.eval` is refused at start-up, an overlap with the trainer's GPUs is a loud warning."""
+    from rufus_eval.checkpoint_eval import CheckpointEvalCallback
     from rufus_train.runner import checkpoint_eval_callback
 
     base = {"data": [str(sft_shards["sft"])], "output_dir": str(tmp_path / "o")}
@@ -250,11 +250,11 @@ def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, m
         data = {"sft": sft_shards["sft"], "dpo": sft_shards["pref"], "reasoning_rl": sft_shards["rl"]}[stage]
         config = load(stage, **{**base, "data": [str(data)], "eval.eval_on_checkpoint": True, "eval.backend": "hf"})
         assert isinstance(checkpoint_eval_callback(config), CheckpointEvalCallback)
-    with pytest.raises(RufusError, match="eval_devices is empty"):
-        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "eval.eval_devices": ""}))
+    with pytest.raises(RufusError, match="devices.eval is empty"):
+        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "devices.eval": ""}))
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
-    with pytest.warns(UserWarning, match="overlap the trainer's GPUs"):
-        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "eval.eval_devices": "0,1"}))
+    with pytest.warns(UserWarning, match="overlap the trainer's on GPU 0"):
+        check_config(load("sft", **base, **{"eval.eval_on_checkpoint": True, "devices.eval": "0,1"}))
 
 
 def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
@@ -270,7 +270,7 @@ def test_sft_refuses_wrapped_packing_with_assistant_only_loss():
 def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs(tmp_path):
     """TRL drops the KV cache for sampling under gradient checkpointing; the stage asks for it, and a
     user's own trainer.generation_kwargs merges over the stage's, key by key."""
-    from rufus_train.runner import trl_kwargs_for
+    from rufus_train.trl_args import trl_kwargs_for
 
     online_dpo = get_stage("online_dpo").config_class
     assert load_stage_config("online_dpo", online_dpo).trl_kwargs()["generation_kwargs"] == {"use_cache": True}

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from test_train_grpo_dynamic import FlatOrRanked, make_trainer, prompts_dataset
 
-from rufus_train.checkpoints import LATEST, CompleteCheckpoints, resume_checkpoint
+from rufus_train.checkpoints import LATEST, CompleteCheckpoints
 from rufus_train.mirror import Mirror
+from rufus_train.resume import resume_checkpoint
 
 
 def scored_from(calls, step):

@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
+from rufus_eval.request import apply_overrides
 from rufus_train import examples
 from rufus_train.cli import app
-from rufus_train.pipeline import StageEval, eval_suite, load_pipeline, stage_configs
+from rufus_train.pipeline import StageEval, load_pipeline, stage_configs, stage_request
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread
@@ -59,9 +60,11 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tm
     assert dpo_adapter["base_model_name_or_path"] == str(tmp_path / "runs" / "01-sft")  # dpo started from sft
     sft_adapter = json.loads((tmp_path / "runs" / "01-sft" / "adapter_config.json").read_text())
     assert sft_adapter["base_model_name_or_path"] == "tiny-random"  # the built-in's name, not its cache path
-    # every row was scored greedily on the same items: the suite copy the pipeline wrote says so
-    suite = yaml.safe_load((tmp_path / "runs" / "eval" / "suite.yaml").read_text())
-    assert [(t["name"], t["samples"], t["sampling"]["temperature"]) for t in suite["tasks"]] == [("gsm8k", 1, 0.0)]
+    # every row was scored greedily on the same items: the task config each run wrote says so
+    for tag in ("00-base", "01-sft", "02-dpo"):
+        config = yaml.safe_load((tmp_path / "runs" / "eval" / tag / "tasks" / "gsm8k.yaml").read_text())
+        assert (config["repeats"], config["generation_kwargs"]["temperature"]) == (1, 0.0)
+    assert not (tmp_path / "runs" / "eval" / "suite.yaml").exists()  # no edited copy of the suite: overrides
     # the pipeline ends with the merged model, tokenizer beside it, ready for inference (no adapter left)
     merged = tmp_path / "runs" / "merged"
     assert (merged / "config.json").exists() and (merged / "tokenizer_config.json").exists()
@@ -150,10 +153,12 @@ def test_pipeline_defaults_go_under_every_stage_and_the_stage_wins(tmp_path):
 
 
 def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
-    path = eval_suite(StageEval(suite="quick", tasks=["gsm8k"], limit=4), tmp_path)
-    suite = load_suite(path)
-    assert [t.name for t in suite.tasks] == ["gsm8k"]
-    assert suite.sampling_for(suite.tasks[0]).temperature == 0.0 and suite.k(suite.tasks[0]) == 1
+    request = stage_request("tiny-random", StageEval(suite="quick", tasks=["gsm8k"], limit=4), tmp_path, "00-base")
+    assert (request.tasks, request.temperature, request.samples) == (["gsm8k"], 0.0, 1)
+    suite = load_suite(request.suite)
+    apply_overrides(suite, request)  # as the run applies them: temperature is an override like samples
+    gsm8k = next(t for t in suite.tasks if t.name == "gsm8k")
+    assert suite.sampling_for(gsm8k).temperature == 0.0 and suite.k(gsm8k) == 1
     with pytest.raises(ValueError, match=r"greedy decoding \(temperature 0\) gives 4 copies of one answer"):
         StageEval(samples=4)
 

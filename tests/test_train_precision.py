@@ -25,8 +25,9 @@ from rufus_data.shards import write_shards
 from rufus_train import guards, launch, modeling
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.runner import build_trl_args, run_stage
+from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
+from rufus_train.trl_args import build_trl_args
 
 REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = {"max_steps": 1, "per_device_train_batch_size": 2, "gradient_accumulation_steps": 1, "max_rows": 4,

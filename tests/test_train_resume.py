@@ -35,10 +35,10 @@ from rufus_train.checkpoints import (
     checkpoint_problem,
     local_storage,
     mark_complete,
-    resume_checkpoint,
 )
 from rufus_train.grpo.rollout_state import read_rollout_state
 from rufus_train.mirror import Mirror
+from rufus_train.resume import resume_checkpoint
 from rufus_train.runner import run_stage
 
 _ = one_torch_thread

@@ -15,8 +15,8 @@ from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, ti
 from rufus_data.errors import RufusError
 from rufus_train import examples, modeling
 from rufus_train.mask import loss_mask
-from rufus_train.runner import build_trl_args
 from rufus_train.stages import get_stage
+from rufus_train.trl_args import build_trl_args
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread  # the fixture is used through pytestmark

@@ -1,16 +1,16 @@
 """GRPO in Rufus, one module per job. The stages built on it (reasoning_rl, coding_rl, if_rl,
 rlhf and the agents) are registered from rufus_train/stages/, each a thin subclass.
 
-- config.py: the keys every GRPO stage shares (`GRPOStageConfig`, `DeviceRoles`).
+- config.py: the keys every GRPO stage shares (`GRPOStageConfig`).
 - stage.py: `GRPOStage`: checks before anything loads, the prompt dataset, rewards, tools, and
   the trainer (sync or async).
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
 - async_checks.py: every configuration TRL's AsyncGRPOTrainer cannot run, refused up front.
 - length_checks.py: prompt plus completion against the server's or the model's context.
-- gpu_roles.py: trainer, vLLM server and evaluation on disjoint GPUs.
 - rollout_state.py: where an async run resumes its rollouts.
 - tools.py, search_index.py: the agent stages' tools and environments, and the offline BM25 index.
 
-The vLLM server GRPO trains against is started by `rufus-train serve` (rufus_train/serve.py).
+The vLLM server GRPO trains against is started by `rufus-train serve` (rufus_train/serve.py), on
+the stage's `devices.server` (every role's GPUs: rufus_data/devices.py).
 Nothing is imported here: torch and TRL load only with dynamic_sampling.py, when a run starts."""

@@ -26,8 +26,8 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
 - Every stage setting the async config has no field for (async_config.py): refused by name.
 
 The checks every GRPO run shares sit beside this module: length_checks.py (completion length
-against the server's `max_model_len`), gpu_roles.py and rollout_state.py (the async resume
-position). The vLLM server async GRPO needs is started by `rufus-train serve`
+against the server's `max_model_len`) and rollout_state.py (the async resume position); the
+GPU roles are every stage's (rufus_data/devices.py). The vLLM server async GRPO needs is started by `rufus-train serve`
 (rufus_train/serve.py)."""
 
 from __future__ import annotations

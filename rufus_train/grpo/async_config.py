@@ -2,8 +2,8 @@
 the run is refused before anything loads, naming the setting.
 
 The settings a stage passes to TRL are the ones its sync run would pass (`trl_request`: the
-runner's TrainingArguments, the stage's GRPO keys and the `trainer:` block), plus the async-only
-keys of the stage (ASYNC_KEYS). Each one:
+TrainingArguments every stage sets, the stage's GRPO keys and the `trainer:` block, as
+rufus_train/trl_args.py builds them), plus the async-only keys of the stage (ASYNC_KEYS). Each one:
 - has a field of the same name in the installed TRL's AsyncGRPOConfig: passed as it is
   (learning rate, steps, batch, temperature, epsilon, `trainer.top_p`, `trainer.top_k`,
   `trainer.min_p`, `trainer.repetition_penalty`, ...);
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from rufus_train.grpo.config import GRPOStageConfig
+from rufus_train.trl_args import trl_kwargs_for
 
 # stage keys that exist only for async GRPO, each the AsyncGRPOConfig field of the same name
 ASYNC_KEYS = (
@@ -52,9 +53,7 @@ def async_fields() -> dict[str, dataclasses.Field]:
 
 
 def trl_request(config: GRPOStageConfig) -> dict[str, Any]:
-    """What the stage asks TRL for, as its sync run passes it (runner.trl_kwargs_for)."""
-    from rufus_train.runner import trl_kwargs_for  # the runner imports the stages, which import this module
-
+    """What the stage asks TRL for, as its sync run passes it."""
     return trl_kwargs_for(config, Path(config.output_dir))
 
 

@@ -1,6 +1,6 @@
-"""The keys every GRPO stage shares (`GRPOStageConfig`) and the GPU ids of each role
-(`DeviceRoles`). The `trainer:` block of a GRPO stage is checked against
-`RufusGRPOConfig` (TRL's GRPOConfig plus the dynamic-sampling settings)."""
+"""The keys every GRPO stage shares (`GRPOStageConfig`). The `trainer:` block of a GRPO stage is
+checked against `RufusGRPOConfig` (TRL's GRPOConfig plus the dynamic-sampling settings). The GPU
+ids of each role (`devices:`, with the server's) are every stage's (rufus_data/devices.py)."""
 
 from __future__ import annotations
 
@@ -9,24 +9,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, model_validator
 
 from rufus_data.rewards import parse_spec
-from rufus_data.yaml_config import StrictModel
 from rufus_train.config import StageConfig
-from rufus_train.grpo.gpu_roles import parse_devices
 
 TRL_DEFAULT_SERVER = "http://localhost:8000"
 # adv_norm -> TRL's scale_rewards (the advantage is always the reward minus its group's mean)
 ADV_NORM_TO_TRL = {"std": "group", "centered": "none", "batch_std": "batch"}
-
-
-class DeviceRoles(StrictModel):
-    """Physical GPU ids (CUDA_VISIBLE_DEVICES style) of each role, given verbatim to the processes
-    of that role: the trainer processes `rufus-train stage` launches, the vLLM server
-    `rufus-train serve --stage` starts, the checkpoint evaluation. trainer null = this process's
-    CUDA_VISIBLE_DEVICES."""
-
-    trainer: str | None = None
-    server: str | None = Field(None, description="the vLLM server's GPUs (`rufus-train serve --stage NAME` uses them)")
-    eval: str | None = Field(None, description="checkpoint evaluation's GPUs: the same setting as eval.eval_devices")
 
 
 class GRPOStageConfig(StageConfig):
@@ -43,6 +30,7 @@ class GRPOStageConfig(StageConfig):
     trl_aliases: ClassVar[dict[str, str]] = {
         "rewards": "reward_weights", "vllm_server": "vllm_server_base_url", "adv_norm": "scale_rewards",
     }
+    generation_server: ClassVar[bool] = True
 
     max_length: int | None = Field(None, description="not used by GRPO: refused (see max_length_unused_because)")
     rewards: list[str | dict[str, Any]] = Field(default_factory=list, description="reward specs (rewards registry)")
@@ -80,7 +68,6 @@ class GRPOStageConfig(StageConfig):
     fork_threshold_tokens: int = Field(
         1024, ge=0, description="async multi-turn: a re-tokenization drift of more trained tokens forks a new row"
     )
-    devices: DeviceRoles = Field(default_factory=DeviceRoles)
     tools: list[Literal["calculator", "run_python"]] = Field(default_factory=list)
     environment: Literal["coding", "search"] | None = None
     search_index: str | None = Field(None, description="search environment: duckdb BM25 index file")
@@ -99,24 +86,6 @@ class GRPOStageConfig(StageConfig):
     reward_model_weight: float = 1.0
     judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL of the judge (default: JUDGE_BASE_URL)")
     server_check_retries: int = Field(3, ge=1)
-
-    @model_validator(mode="after")
-    def _one_eval_devices(self) -> GRPOStageConfig:
-        """devices.eval and eval.eval_devices are one setting (the checkpoint evaluation's GPUs),
-        resolved here once: with checkpoint evaluation on, its GPUs are devices.eval even when
-        neither was given (eval_devices' default), so every pair of roles is checked against them."""
-        given = "eval_devices" in self.eval.model_fields_set
-        if self.devices.eval is None:
-            if given or self.eval.eval_on_checkpoint:
-                object.__setattr__(self.devices, "eval", self.eval.eval_devices)
-            return self
-        if given and parse_devices(self.eval.eval_devices) != parse_devices(self.devices.eval):
-            raise ValueError(
-                f"devices.eval ({self.devices.eval}) and eval.eval_devices ({self.eval.eval_devices}) name different "
-                "GPUs for the one checkpoint-evaluation role: set one of them"
-            )
-        object.__setattr__(self.eval, "eval_devices", self.devices.eval)
-        return self
 
     @model_validator(mode="after")
     def _reward_model_weight_needs_model(self) -> GRPOStageConfig:
@@ -138,9 +107,6 @@ class GRPOStageConfig(StageConfig):
         if self.grpo_execution == "async":
             return self.vllm_server or TRL_DEFAULT_SERVER
         return self.vllm_server
-
-    def trainer_devices(self) -> str | None:
-        return self.devices.trainer
 
     def reward_weights(self) -> list[float]:
         weights = [parse_spec(spec)[2] for spec in self.rewards]

@@ -14,7 +14,6 @@ asynchronously. Before the tokenizer, dataset or model load, `check` reads the c
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,7 +29,6 @@ from rufus_train.data import columns_of
 from rufus_train.grpo.async_checks import check_picklable, validate_async_args
 from rufus_train.grpo.async_config import async_config, weighted_rewards
 from rufus_train.grpo.config import GRPOStageConfig
-from rufus_train.grpo.gpu_roles import check_gpu_roles
 from rufus_train.grpo.kl_penalty import kl_estimator_problems
 from rufus_train.grpo.length_checks import check_prompt_fits, check_token_budget, context_limit
 from rufus_train.grpo.rollout_state import read_rollout_state
@@ -72,10 +70,6 @@ class GRPOStage(Stage):
             raise RufusError(f"stage {config.stage}: " + "; ".join(problems))
         if config.grpo_execution == "async":
             validate_async_args(config)  # every setting reaches AsyncGRPOConfig or is refused here (async_config.py)
-        trainer_devices = config.devices.trainer or os.environ.get("CUDA_VISIBLE_DEVICES")
-        # every pair of roles, server or not; with checkpoint evaluation on, its callback warns about eval vs trainer
-        check_gpu_roles(trainer_devices, config.devices.server, config.devices.eval,
-                        eval_vs_trainer=not config.eval.eval_on_checkpoint)
         context_limit(config, check=True)
 
     # ------------------------------------------------------------------ data

@@ -57,7 +57,7 @@ class OnlineDPOStageConfig(StageConfig):
             # TRL turns the KV cache off for sampling whenever gradient checkpointing is on (the stage
             # default); sampling runs without gradients, where transformers keeps the cache, and without it
             # every new token re-reads the whole sequence (a 2-step CPU run: 13 minutes). A user's
-            # trainer.generation_kwargs merges over it (runner.trl_kwargs_for).
+            # trainer.generation_kwargs merges over it (trl_args.trl_kwargs_for).
             "generation_kwargs": {"use_cache": True},
         }
 

@@ -1,0 +1,83 @@
+"""The checkpoint evaluation's results, as one curve: each finished evaluation's `results.json`
+becomes a point of `eval/<task>` on the `eval/step` axis, with `train/global_step` = the step,
+logged into the training log (`state.log_history`), `<output_dir>/eval_logs/metrics.jsonl` and the
+trackers (trackers.py).
+
+The process supervisor's thread queues a result when its evaluation ends; the trainer's thread
+logs it (`drain`): trackers and log_history are not thread-safe. A resumed run keeps the curve up
+to its step (`resume`)."""
+
+from __future__ import annotations
+
+import json
+import queue
+from pathlib import Path
+
+from rufus_data.console import console
+from rufus_data.paths import atomic_file
+from rufus_eval.checkpoint_eval.config import EVAL_LOGS
+from rufus_eval.checkpoint_eval.trackers import Trackers
+
+METRICS = "metrics.jsonl"
+
+
+class EvalCurve:
+    """The eval/step curve of one training run."""
+
+    def __init__(self, trackers: Trackers):
+        self.trackers = trackers
+        self.finished: queue.Queue = queue.Queue()  # (step, results record), from the supervisor's thread
+        self.logged: list[dict] = []
+        self.metrics_file: Path | None = None
+
+    def open(self, output_dir: str | Path) -> None:
+        self.metrics_file = Path(output_dir) / EVAL_LOGS / METRICS
+        self.metrics_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def evaluation_ended(self, step: int, out: Path, code: int | None) -> None:
+        """Queue the results of a finished evaluation, or say why there are none (the log's tail)."""
+        if code == 0 and (out / "results.json").exists():
+            self.finished.put((step, json.loads((out / "results.json").read_text())))
+            return
+        log = out / "eval.log"
+        tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+        console.print(f"[red]eval:[/] evaluation of step {step} failed (exit {code}); log {log}:\n{tail}")
+
+    def drain(self, state) -> None:
+        """Log the finished evaluations (the trainer's thread only)."""
+        while True:
+            try:
+                step, record = self.finished.get_nowait()
+            except queue.Empty:
+                return
+            entry = {f"eval/{task}": t["value"] for task, t in record["tasks"].items() if t["value"] is not None}
+            entry.update({"eval/step": step, "train/global_step": step})
+            self.logged.append(entry)
+            state.log_history.append({**entry, "step": state.global_step})
+            self.trackers.log(entry)
+            scores = ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if k.startswith("eval/") and k != "eval/step")
+            console.print(f"eval: step {step}: {scores}")
+            if self.metrics_file is not None:
+                with open(self.metrics_file, "a") as fh:
+                    fh.write(json.dumps(entry) + "\n")
+
+    def resume(self, output_dir: str | Path, step: int) -> None:
+        """A run resumed at `step`: metrics.jsonl keeps the evaluations up to it and drops those
+        after it (the run reaches and evaluates those steps again); an evaluation up to `step`
+        that the stopped job finished but never logged is queued now."""
+        logged = self._keep_up_to(step)
+        for folder in sorted((Path(output_dir) / EVAL_LOGS).glob("step-*")):
+            done = folder.name.removeprefix("step-")
+            if done.isdigit() and int(done) <= step and int(done) not in logged and (folder / "results.json").exists():
+                self.finished.put((int(done), json.loads((folder / "results.json").read_text())))
+
+    def _keep_up_to(self, step: int) -> set[int]:
+        """Drop the metrics.jsonl lines of steps after `step`; the steps of the lines kept."""
+        if self.metrics_file is None or not self.metrics_file.exists():
+            return set()
+        entries = [json.loads(line) for line in self.metrics_file.read_text().splitlines() if line.strip()]
+        kept = [entry for entry in entries if entry.get("eval/step", 0) <= step]
+        if len(kept) < len(entries):
+            with atomic_file(self.metrics_file) as tmp:
+                tmp.write_text("".join(json.dumps(entry) + "\n" for entry in kept))
+        return {entry["eval/step"] for entry in kept if "eval/step" in entry}
