@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.errors import RufusError
-from rufus_data.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
+from rufus_data.rollouts.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
 from rufus_data.shards import read_manifest, read_shards
 
 RUFUS_DATA = str(Path(sys.executable).parent / "rufus-data")
@@ -140,7 +140,7 @@ def test_bad_band_and_bad_input_are_clear_errors(tmp_path, hf_shards):
 
 def test_rollout_hash_follows_input_content_not_its_path(hf_shards, tmp_path):
     """A re-run from another directory (or on a copy of the shards) resumes the same journal."""
-    from rufus_data.generate.prompts import read_prompt_rows
+    from rufus_data.rollouts.prompts import read_prompt_rows
 
     copy = tmp_path / "copied" / "rl"
     shutil.copytree(hf_shards, copy)

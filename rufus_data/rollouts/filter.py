@@ -15,7 +15,7 @@ prompt is sampled k times with the policy, scored with the reward(s), and bucket
 The input is shard folders or catalogs (mixed first); none means the default RL mixture,
 catalogs/rl.yaml. Each row is scored by --reward, or else by its own source's reward (the
 `reward_spec` column mix writes from a catalog's `reward:`; rewards/data_rewards.py). `--limit N`
-takes a seeded sample of N prompts. Generation is resumable per prompt (generate/journal.py)
+takes a seeded sample of N prompts. Generation is resumable per prompt (journal.py)
 and the output folder is written atomically. `--from-rollouts DIR` re-buckets DIR's stored
 rewards (e.g. with another --keep band) without generating."""
 
@@ -33,21 +33,21 @@ import pyarrow.parquet as pq
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
-from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import FilterConfig
-from rufus_data.generate.prompts import (
+from rufus_data.generate.sampling import SamplingParams
+from rufus_data.output_step import OutputStep
+from rufus_data.report import markdown_table, pyplot
+from rufus_data.rewards.data_rewards import scoring_specs
+from rufus_data.rewards.groups import group_outcomes
+from rufus_data.rollouts.journal import Journal, run_journaled
+from rufus_data.rollouts.options import FilterConfig
+from rufus_data.rollouts.prompts import (
     default_out,
     input_entries,
     input_folders,
     read_holdout,
     read_prompt_rows,
 )
-from rufus_data.generate.sampling import SamplingParams
-from rufus_data.generate.scoring import Scorer, known_token_ids
-from rufus_data.output_step import OutputStep
-from rufus_data.report import markdown_table, pyplot
-from rufus_data.rewards.data_rewards import scoring_specs
-from rufus_data.rewards.groups import group_outcomes
+from rufus_data.rollouts.scoring import Scorer, known_token_ids
 from rufus_data.shards import DATA_DIR, MANIFEST, read_shards, write_shards
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")

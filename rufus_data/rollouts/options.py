@@ -124,7 +124,7 @@ def content_fingerprint(inputs: Sequence[dict]) -> list[dict[str, str]]:
 
 class FilterConfig(GenerationOptions):
     """`rufus-data filter`: everything that decides the rollouts (hashed for resumption) plus where
-    they run (rufus_data/filter.py)."""
+    they run (rufus_data/rollouts/filter.py)."""
 
     policy: str = Field(description="model: built-in name, local folder or hub id")
     reward: RewardSpecs = Field(default_factory=list)
@@ -138,7 +138,7 @@ class FilterConfig(GenerationOptions):
 
 
 class PairsConfig(GenerationOptions):
-    """`rufus-data pairs` (rufus_data/pairs.py)."""
+    """`rufus-data pairs` (rufus_data/rollouts/pairs.py)."""
 
     strong: str | None = Field(None, description="model whose answers are chosen")
     weak: str | None = Field(None, description="model whose answers are rejected")
