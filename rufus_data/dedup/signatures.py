@@ -20,11 +20,17 @@ from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
 from rufus_data.dedup.shuffle import KEYED, key_partition, partitioned_file
 from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.minhash_lsh import BatchMinHasher, band_keys, band_params
-from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, distinct, fold32, whole_text_hashes
 from rufus_data.shards import ORIGIN_COLUMN
-from rufus_data.text_fields import text_arrays
-from rufus_data.textnorm import tokenize_unordered
+from rufus_data.similarity.minhash_lsh import BatchMinHasher, band_keys, band_params
+from rufus_data.similarity.ngram_hash import (
+    TokenHasher,
+    batch_gram_hashes,
+    distinct,
+    fold32,
+    whole_text_hashes,
+)
+from rufus_data.similarity.text_fields import text_arrays
+from rufus_data.similarity.textnorm import tokenize_unordered
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 KEY_KINDS = ("bands", "sets", "origins")
