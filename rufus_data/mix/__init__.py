@@ -23,12 +23,12 @@ import yaml
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
+from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.output_step import OutputStep
 from rufus_data.paths import shipped_path
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.shards import write_shards
-from rufus_data.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.sources import (
     BadRow,
     Canonicaliser,
