@@ -48,6 +48,12 @@ def kind_columns_hint() -> str:
     return "; ".join(f"{kind}: {', '.join(columns)}" for kind, columns in KIND_COLUMNS.items())
 
 
+def as_messages(value, role: str = "user"):
+    """The one rule that reads a prompt (or a reply) as chat messages: a plain string is one turn
+    of `role` (a prompt's is the user's), a list of turns is the conversation as it is."""
+    return [{"role": role, "content": value}] if isinstance(value, str) else value
+
+
 @contextlib.contextmanager
 def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder that becomes `out` only if the block finishes without error."""

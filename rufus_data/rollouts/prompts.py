@@ -18,7 +18,7 @@ from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
 from rufus_data.mix import mix
 from rufus_data.paths import shipped_path
-from rufus_data.shards import DATA_DIR, folder_fingerprint, read_shards, shard_files
+from rufus_data.shards import DATA_DIR, as_messages, folder_fingerprint, read_shards, shard_files
 
 DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
 
@@ -55,11 +55,12 @@ def input_folders(entries: Sequence[Path], work: Path) -> tuple[list[Path], dict
 
 
 def normalise_prompt(value, where: str) -> list[dict]:
-    """A canonical prompt: a list of {role, content}; a plain string becomes one user turn."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if isinstance(value, Sequence) and value and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
-        return [{"role": str(m["role"]), "content": "" if m["content"] is None else str(m["content"])} for m in value]
+    """A canonical prompt as the {role, content} messages a generator takes (shards.as_messages:
+    a plain string is one user turn)."""
+    messages = as_messages(value)
+    if isinstance(messages, Sequence) and messages and all(isinstance(m, dict) and "role" in m and "content" in m
+                                                           for m in messages):
+        return [{"role": str(m["role"]), "content": "" if m["content"] is None else str(m["content"])} for m in messages]
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
 
 
