@@ -29,14 +29,8 @@ from rufus_data.paths import shipped_path
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.shards import write_shards
-from rufus_data.sources import (
-    BadRow,
-    Canonicaliser,
-    OpenedSource,
-    detect_format,
-    open_source,
-    resolve_columns,
-)
+from rufus_data.source_formats import BadRow, detect_format, resolve_columns
+from rufus_data.sources import Canonicaliser, OpenedSource, open_source
 from rufus_data.tokens import TokenCounter
 
 BATCH_ROWS = 1024
