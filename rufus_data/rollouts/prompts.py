@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from rufus_data.catalog import catalog_hash
@@ -18,7 +17,14 @@ from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
 from rufus_data.mix import mix
 from rufus_data.paths import shipped_path
-from rufus_data.shards import DATA_DIR, as_messages, folder_fingerprint, read_shards, shard_files
+from rufus_data.shards import (
+    DATA_DIR,
+    as_messages,
+    folder_fingerprint,
+    read_shards,
+    sample_indices,
+    shard_files,
+)
 
 DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
 
@@ -64,15 +70,6 @@ def normalise_prompt(value, where: str) -> list[dict]:
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
 
 
-def sample_rows(rows: list, limit: int | None, seed: int | None) -> list:
-    """A seeded sample of `limit` rows in their original order (all rows when limit is None or
-    not smaller), as a stage's `max_rows` takes one."""
-    if limit is None or len(rows) <= limit:
-        return rows
-    chosen = np.sort(np.random.default_rng(seed or 0).permutation(len(rows))[:limit])
-    return [rows[i] for i in chosen.tolist()]
-
-
 def read_prompt_rows(
     folders: Sequence[str | Path], limit: int | None = None, seed: int | None = 0
 ) -> tuple[list[dict], list[Prompt], list[dict], pa.Schema]:
@@ -101,7 +98,7 @@ def read_prompt_rows(
             messages = normalise_prompt(row["prompt"], where)
             rows.append(row)
             prompts.append(Prompt(row_id, messages))
-    picked = sample_rows(list(range(len(rows))), limit, seed)
+    picked = sample_indices(len(rows), limit, seed or 0)
     return ([rows[i] for i in picked], [prompts[i] for i in picked], inputs,
             pa.unify_schemas(schemas, promote_options="permissive"))
 
