@@ -145,7 +145,7 @@ def filter_command(
         if out is None:
             raise RufusError("--from-rollouts DIR needs --out: the folder for the re-bucketed output")
         result = rebucket(from_rollouts, out, options.get("keep", FilterConfig.model_fields["keep"].default),
-                          overwrite=overwrite)
+                          overwrite=overwrite, aggregation=options.get("aggregation"))
     else:
         if "policy" not in options:
             raise RufusError("filter needs --policy MODEL: the model whose samples decide the buckets "
