@@ -26,8 +26,6 @@ from rufus_data.perturb import perturb_final_answer
 from rufus_data.rewards.extract import extract_gsm8k
 from rufus_data.shards import write_manifest, write_shards
 
-GSM8K_SYSTEM = None  # use the template's default system prompt
-
 
 def _read_rows(path: Path, start: int, limit: int) -> list[dict]:
     """Rows `start` to `start + limit` of a JSONL file, each with its row number as `_index`."""

@@ -44,12 +44,6 @@ class EvalTexts:
     def text_ids(self, t: int) -> np.ndarray:
         return self.ids[self.offsets[t] : self.offsets[t + 1]]
 
-    def family_members(self) -> list[np.ndarray]:
-        """Item indices of each family, family by family."""
-        order = np.argsort(self.family, kind="stable")
-        cuts = np.flatnonzero(np.diff(self.family[order])) + 1
-        return np.split(order, cuts) if len(order) else []
-
 
 @dataclass
 class FieldBatch:

@@ -437,8 +437,3 @@ def _print_summary(manifest: dict) -> None:
     print_result(table)
     for note in manifest["notes"]:
         console.print(f"[yellow]note:[/] {note}")
-
-
-def realised_shares(manifest: dict) -> dict[str, float]:
-    return {s["name"]: s["share_realised"] for s in manifest["sources"]}
-

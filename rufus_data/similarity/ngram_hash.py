@@ -104,13 +104,6 @@ def fold32(hashes: np.ndarray) -> np.ndarray:
     return ((hashes ^ (hashes >> np.uint64(32))) & _MASK32).astype(np.uint32)
 
 
-def shingle32(token_ids: np.ndarray, k: int) -> np.ndarray:
-    """The distinct k-word shingles of one text as 32-bit ints (MinHash input); a text shorter
-    than k words is one shingle of all its words."""
-    grams = gram_hashes(token_ids, k) if len(token_ids) >= k else gram_hashes(token_ids, len(token_ids))
-    return np.unique(fold32(grams))
-
-
 def distinct(values: np.ndarray) -> np.ndarray:
     """The sorted distinct values: np.unique by one sort. numpy 2.4's np.unique of integers
     takes a hash-table path that is 50-100x slower than sorting on arrays of a million values."""

@@ -305,10 +305,6 @@ class Evidence:
     entities_total: int
     shared_words: tuple[str, ...]  # the rarest shared content words, for a reader
 
-    @property
-    def entity_share(self) -> float | None:
-        return self.entities_kept / self.entities_total if self.entities_total else None
-
 
 def word_share(item: ItemEvidence, row_words: set[str]) -> float:
     """The rarity-weighted share of `item`'s content words found in a text's `content_words` (the
