@@ -46,9 +46,9 @@ from rufus_data.decontam.semantic_stage import match_fields
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.dedup import DedupConfig, deduplicate
 from rufus_data.jsonl import read_jsonl
-from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import data_root
 from rufus_data.shards import write_shards
+from rufus_data.similarity.ngram_hash import TokenHasher
 
 AGAINST = ["gsm8k"]
 

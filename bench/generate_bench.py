@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from rufus_data.generate import SamplingParams
-from rufus_data.generate.prompts import normalise_prompt
+from rufus_data.rollouts.prompts import normalise_prompt
 
 
 def gsm8k_rows(count: int) -> list[dict]:
@@ -47,7 +47,7 @@ def gsm8k_rows(count: int) -> list[dict]:
 def bench_filter(rows, base_url: str, model: str, sampling: SamplingParams, concurrency: int) -> dict:
     import pyarrow as pa
 
-    from rufus_data.filter import FilterConfig, filter_prompts
+    from rufus_data.rollouts.filter import FilterConfig, filter_prompts
     from rufus_data.shards import write_shards
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -1,3 +1,22 @@
-"""rufus_data: canonical sources, token-share mixtures, decontamination, filtering, pairs, rewards."""
+"""rufus_data: the data steps of post-training, and the floors that rufus_eval and rufus_train
+share with them. It imports neither rufus_eval nor rufus_train.
+
+The data steps, each a folder, each writing a shard folder (cli.py runs them as `rufus-data`):
+- mix/: a catalog's sources, canonicalised and mixed by token share.
+- decontam/: rows that contain benchmark items, found and dropped.
+- dedup/: near-duplicate rows (MinHash; rewordings with --semantic), dropped.
+- rollouts/: `filter` (prompts bucketed by k scored rollouts) and `pairs` (preference pairs).
+
+The floors below them (none imports a data step: tests/test_layering.py):
+- generate/: the generation engine (hf, vllm, any OpenAI-compatible server), one interface.
+- rewards/: the reward functions and verifiers, as TRL calls them; group outcomes for GRPO.
+- similarity/: normalisation, n-gram hashes, MinHash + LSH, embeddings, vector search.
+- benchmarks/: the benchmark registry, suite schema, rows and their conversion.
+- sources: dataset_source.py (where rows come from), catalog.py, sources.py and source_formats.py
+  (canonical rows from a catalog source), builders.py, tokens.py and chat_render.py (counting).
+- shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py.
+- models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
+- the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
+  paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py."""
 
 __version__ = "0.1.0"

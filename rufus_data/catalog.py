@@ -19,11 +19,10 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards.data_rewards import Spec as RewardSpec
 from rufus_data.rewards.data_rewards import normalise_specs
 from rufus_data.shards import Kind
+from rufus_data.source_formats import DECLARED_FORMATS
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
-Format = Literal[
-    "auto", "messages", "alpaca", "sharegpt", "prompt_completion", "question_answer", "preference", "prompt_only"
-]
+Format = Literal[("auto", *DECLARED_FORMATS)]  # rufus_data/source_formats.py
 SHARE_TOLERANCE = 1e-6
 
 

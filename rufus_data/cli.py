@@ -12,8 +12,8 @@ from rich.text import Text
 from rufus_data.cli_options import CliApp, OverwriteOption, model_options
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
-from rufus_data.generate.options import FilterConfig, PairsConfig
 from rufus_data.models import list_models, pull
+from rufus_data.rollouts.options import FilterConfig, PairsConfig
 from rufus_data.yaml_config import config_from_cli, model_from_options
 
 app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
@@ -120,7 +120,7 @@ def sql_command(
     print_result(table)
 
 
-# --- generation: filter and pairs (rufus_data/filter.py, pairs.py, generate/) ----------------
+# --- generation: filter and pairs (rufus_data/rollouts/) ----------------
 # Their options are the fields of FilterConfig / PairsConfig, one flag each (cli_options.py); the
 # commands themselves load arrow, an HTTP client and a model, so they are imported when they run.
 InputsArgument = Annotated[list[Path], typer.Argument(
@@ -139,13 +139,13 @@ def filter_command(
 ) -> None:
     """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
     all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
-    from rufus_data.filter import filter_prompts, rebucket  # heavy: arrow, the generation backends
+    from rufus_data.rollouts.filter import filter_prompts, rebucket  # heavy: arrow, the generation backends
 
     if from_rollouts is not None:
         if out is None:
             raise RufusError("--from-rollouts DIR needs --out: the folder for the re-bucketed output")
         result = rebucket(from_rollouts, out, options.get("keep", FilterConfig.model_fields["keep"].default),
-                          overwrite=overwrite)
+                          overwrite=overwrite, aggregation=options.get("aggregation"))
     else:
         if "policy" not in options:
             raise RufusError("filter needs --policy MODEL: the model whose samples decide the buckets "
@@ -170,7 +170,7 @@ def pairs_command(
     options: dict | None = None,
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
-    from rufus_data.pairs import build_pairs  # heavy: arrow, the generation backends
+    from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
     result = build_pairs(inputs, out, model_from_options(PairsConfig, options), overwrite=overwrite)
     table = Table(title=f"{result['out']}: {result['method']}")

@@ -155,8 +155,3 @@ def _clock(seconds: float | None) -> str:
         return "?"
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-def not_yet(command: str, issue: str) -> None:
-    """For commands that a later issue adds: say so clearly, produce nothing, exit 2."""
-    raise RufusError(f"`{command}` is not available yet ({issue}); nothing was run")

@@ -48,6 +48,21 @@ def kind_columns_hint() -> str:
     return "; ".join(f"{kind}: {', '.join(columns)}" for kind, columns in KIND_COLUMNS.items())
 
 
+def sample_indices(count: int, limit: int | None, seed: int) -> list[int]:
+    """The one seeded row sample: `limit` of `count` row indices, chosen by a seeded permutation
+    and kept in their original order (all of them when limit is None or not smaller). filter's and
+    pairs' `--limit` and a stage's `max_rows` take their rows through it."""
+    if limit is None or count <= limit:
+        return list(range(count))
+    return np.sort(np.random.default_rng(seed).permutation(count)[:limit]).tolist()
+
+
+def as_messages(value, role: str = "user"):
+    """The one rule that reads a prompt (or a reply) as chat messages: a plain string is one turn
+    of `role` (a prompt's is the user's), a list of turns is the conversation as it is."""
+    return [{"role": role, "content": value}] if isinstance(value, str) else value
+
+
 @contextlib.contextmanager
 def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder that becomes `out` only if the block finishes without error."""

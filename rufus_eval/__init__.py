@@ -1,1 +1,20 @@
-"""rufus_eval."""
+"""rufus_eval: lm-evaluation-harness suites with true avg@k, and evaluation of checkpoints while
+training runs. It builds on rufus_data (benchmarks, rewards, the generation backends) and is
+imported by rufus_train, never the reverse.
+
+A suite run (`rufus-eval suite`):
+- cli.py: `rufus-eval` (suite, compare, vibe, data pull): thin wrappers.
+- runner.py: a suite's tasks through lm-eval, one model for all, results recorded.
+- task_data.py: where a task's rows come from (rufus_data.benchmarks), and what to do when they
+  are not here; tasks.py: a task as an lm-eval config over local JSON; native.py: lm-eval's own
+  tasks under Rufus's scoring.
+- backends.py: hf, vllm or server, as lm-eval model classes that seed every sample.
+- metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
+  judge pinned before anything is generated.
+- results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
+- vibe.py: your own prompts, answered side by side.
+
+While training (attached by every rufus-train stage):
+- callback.py: `CheckpointEvalCallback`: evaluates checkpoints in another process, never
+  blocking or breaking the run.
+- staging.py: what an evaluator loads, safe from checkpoint rotation."""

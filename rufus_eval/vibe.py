@@ -12,6 +12,7 @@ from rich.table import Table
 
 from rufus_data.console import print_result
 from rufus_data.errors import RufusError
+from rufus_data.shards import as_messages
 from rufus_data.yaml_config import StrictModel, read_yaml
 from rufus_eval.runner import prepare_model
 
@@ -50,9 +51,7 @@ def answer_all(ckpt: str, prompts: list[VibePrompt], max_tokens: int, temperatur
     answers = []
     torch.manual_seed(0)
     for prompt in prompts:
-        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + [
-            {"role": "user", "content": prompt.user}
-        ]
+        messages = ([{"role": "system", "content": prompt.system}] if prompt.system else []) + as_messages(prompt.user)
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
         with torch.no_grad():
             out = model.generate(

@@ -1,1 +1,23 @@
-"""rufus_train."""
+"""rufus_train: stage trainers (TRL + peft) on the shard folders rufus_data writes; one run folder
+per stage. It builds on rufus_data (shards, models, rewards, generation) and rufus_eval
+(checkpoint evaluation while training), never the reverse.
+
+The run, start to end:
+- cli.py: `rufus-train` (stage, stages, pipeline, export, plan, serve): thin wrappers.
+- config.py: the strict per-stage configs (catalogs/stages/NAME.yaml, CLI overrides, --dry-run).
+- guards.py: what is refused before any model or dataset loads.
+- launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.
+- data.py: what `data:` names (shard folders or catalogs, mixed first) and the rows read.
+- runner.py: one stage run: guards -> run folder -> model -> LoRA -> dataset -> trainer -> run.json.
+- stages/: the stage registry, one module per stage (sft, dpo, kto, orpo, distill, online_dpo,
+  the GRPO stages); grpo/: what the GRPO stages share (its own docstring maps it).
+- modeling.py: loading policies once, LoRA, merging adapters back.
+- pipeline.py: `rufus-train pipeline`: stages in order, each evaluated.
+
+Around the run:
+- checkpoints.py, mirror.py: complete checkpoints, exact resume, a mirror on a second place.
+- weight_update.py, model_card.py: how far the weights moved; the run folder's README.md.
+- mask.py: `--show-mask`: which tokens carry loss.
+- serve.py: `rufus-train serve`, the vLLM server GRPO trains against.
+- plan.py: `rufus-train plan`: how many GPUs a pretraining run needs.
+- examples.py, agent_examples.py: small real shard folders for the tests and benches."""

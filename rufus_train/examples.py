@@ -22,11 +22,9 @@ import pyarrow as pa
 
 from rufus_data.errors import RufusError
 from rufus_data.jsonl import read_jsonl
-from rufus_data.pairs import perturb_final_answer
+from rufus_data.perturb import perturb_final_answer
 from rufus_data.rewards.extract import extract_gsm8k
 from rufus_data.shards import write_manifest, write_shards
-
-GSM8K_SYSTEM = None  # use the template's default system prompt
 
 
 def _read_rows(path: Path, start: int, limit: int) -> list[dict]:

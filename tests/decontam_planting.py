@@ -8,8 +8,8 @@ from __future__ import annotations
 import random
 import re
 
-from rufus_data.ngram_hash import TokenHasher, gram_hashes
-from rufus_data.textnorm import words
+from rufus_data.similarity.ngram_hash import TokenHasher, gram_hashes
+from rufus_data.similarity.textnorm import words
 
 # Small hand-made synonym table for rewording (common words of math and coding prompts).
 SYNONYMS = {

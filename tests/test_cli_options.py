@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.cli_options import Flag, model_options
-from rufus_data.filter import FilterConfig
-from rufus_data.generate.options import GenerationOptions
-from rufus_data.pairs import PairsConfig
+from rufus_data.rollouts.filter import FilterConfig
+from rufus_data.rollouts.options import GenerationOptions
+from rufus_data.rollouts.pairs import PairsConfig
 
 COMMANDS = {"filter": FilterConfig, "pairs": PairsConfig}
 # the flags the two commands had when each declared its own options: none may go away

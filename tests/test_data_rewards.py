@@ -14,7 +14,6 @@ import pytest
 
 from rufus_data.catalog import load_catalog
 from rufus_data.errors import RufusError
-from rufus_data.generate.scoring import Scorer
 from rufus_data.mix import mix
 from rufus_data.rewards.data_rewards import (
     REWARD_COLUMN,
@@ -23,6 +22,7 @@ from rufus_data.rewards.data_rewards import (
     scoring_specs,
     specs_by_label,
 )
+from rufus_data.rollouts.scoring import Scorer
 from rufus_data.shards import read_shards
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,9 +21,9 @@ from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.benchmarks.against import resolve_against
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.errors import RufusError
-from rufus_data.minhash_lsh import BatchMinHasher, signatures
 from rufus_data.shards import read_shards, write_shards
-from rufus_data.textnorm import words
+from rufus_data.similarity.minhash_lsh import BatchMinHasher, signatures
+from rufus_data.similarity.textnorm import words
 
 PER_BENCHMARK = 24  # eval items planted per benchmark and kind
 

@@ -26,7 +26,7 @@ from rufus_data.dedup import deduplicate
 from rufus_data.errors import RufusError
 from rufus_data.rewards.bfcl import BFCL_WHEEL
 from rufus_data.shards import read_shards, write_shards
-from rufus_data.textnorm import words
+from rufus_data.similarity.textnorm import words
 
 REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"
 ONE = DecontamConfig(workers=1)

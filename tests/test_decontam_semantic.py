@@ -19,7 +19,12 @@ from openai_stub import Reply, Request
 
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
-from rufus_data.decontam.semantic_evidence import (
+from rufus_data.decontam.semantic_stage import eval_side, spans
+from rufus_data.errors import RufusError
+from rufus_data.rewards.llm_judge import LLMJudgeReward
+from rufus_data.shards import write_shards
+from rufus_data.similarity.ngram_hash import TokenHasher, tokenize_batch
+from rufus_data.similarity.semantic_evidence import (
     NUMBER_WORDS,
     EvidenceModel,
     compare,
@@ -28,13 +33,8 @@ from rufus_data.decontam.semantic_evidence import (
     may_hold_quantities,
     quantity_keys,
 )
-from rufus_data.decontam.semantic_stage import eval_side, spans
-from rufus_data.errors import RufusError
-from rufus_data.ngram_hash import TokenHasher, tokenize_batch
-from rufus_data.rewards.llm_judge import LLMJudgeReward
-from rufus_data.shards import write_shards
-from rufus_data.textnorm import words
-from rufus_data.vector_search import ClusteredSearch, ExactSearch
+from rufus_data.similarity.textnorm import words
+from rufus_data.similarity.vector_search import ClusteredSearch, ExactSearch
 
 PLANTED = 40
 

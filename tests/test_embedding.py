@@ -12,16 +12,16 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rufus_data.embedding import (
+from rufus_data.paths import atomic_file, data_root
+from rufus_data.similarity.embedding import (
     WORDLLAMA_CONFIG,
     WORDLLAMA_DIM,
     WordLlamaEmbedder,
     _wordllama_files,
     load_embedder,
 )
-from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import atomic_file, data_root
-from rufus_data.textnorm import tokenize_array, words
+from rufus_data.similarity.ngram_hash import TokenHasher
+from rufus_data.similarity.textnorm import tokenize_array, words
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_spans_are_the_embeddings_of_their_words(embedder):
 def test_loading_the_embedder_leaves_logging_alone():
     """wordllama calls logging.basicConfig(level=INFO) on import; the embedder reads the wheel's
     files without importing it, so a fresh process's logging stays as it was."""
-    script = ("import logging, sys; from rufus_data.embedding import load_embedder; load_embedder().embed(['a b c']); "
+    script = ("import logging, sys; from rufus_data.similarity.embedding import load_embedder; load_embedder().embed(['a b c']); "
               "root = logging.getLogger(); print(len(root.handlers), root.level, 'wordllama' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", str(logging.WARNING), "False"]

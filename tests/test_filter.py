@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.errors import RufusError
-from rufus_data.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
+from rufus_data.rollouts.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
 from rufus_data.shards import read_manifest, read_shards
 
 RUFUS_DATA = str(Path(sys.executable).parent / "rufus-data")
@@ -40,21 +40,20 @@ def hf_shards(tmp_path_factory, data_root) -> Path:
     return write_rl_shards(folder, arithmetic_rows(8) + gsm8k_rows(data_root, 2))
 
 
+def hf_filter(shards: Path, policy: str, out: Path) -> Path:
+    filter_prompts([shards], out, FilterConfig(policy=policy, reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS))
+    return out
+
+
 @pytest.fixture(scope="module")
 def hf_run(hf_shards, builtin_model, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("filter-hf") / "out"
-    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
-    filter_prompts([hf_shards], out, config)
-    return out
+    return hf_filter(hf_shards, "smollm2-135m", tmp_path_factory.mktemp("filter-hf") / "out")
 
 
 @pytest.fixture(scope="module")
 def tiny_run(hf_shards, tiny_model, tmp_path_factory) -> Path:
     """hf_run's filter on tiny-random: what a resumed run of it must end with."""
-    out = tmp_path_factory.mktemp("filter-tiny") / "out"
-    config = FilterConfig(policy="tiny-random", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
-    filter_prompts([hf_shards], out, config)
-    return out
+    return hf_filter(hf_shards, "tiny-random", tmp_path_factory.mktemp("filter-tiny") / "out")
 
 
 def bucket_ids(out: Path) -> dict[str, list[str]]:
@@ -140,7 +139,7 @@ def test_bad_band_and_bad_input_are_clear_errors(tmp_path, hf_shards):
 
 def test_rollout_hash_follows_input_content_not_its_path(hf_shards, tmp_path):
     """A re-run from another directory (or on a copy of the shards) resumes the same journal."""
-    from rufus_data.generate.prompts import read_prompt_rows
+    from rufus_data.rollouts.prompts import read_prompt_rows
 
     copy = tmp_path / "copied" / "rl"
     shutil.copytree(hf_shards, copy)
@@ -176,6 +175,16 @@ def _kill_midway(args: list[str], out: Path, at_least: int, timeout_s: float = 3
     return _journal_lines(out)
 
 
+def _kill_and_resume(args: list[str], out: Path, k: int) -> list[dict]:
+    """SIGKILL the CLI once 3 prompts are journaled, run it again to the end and check that no
+    prompt was lost or generated twice; returns the journal as the kill left it."""
+    before_kill = _kill_midway(args, out, at_least=3)
+    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    _assert_resumed(out, before_kill, k)
+    return before_kill
+
+
 def _assert_resumed(out: Path, before_kill: list[dict], k: int) -> None:
     rollouts = pq.read_table(out / "rollouts.parquet").to_pylist()
     per_prompt: dict[str, list] = {}
@@ -193,12 +202,8 @@ def _assert_resumed(out: Path, before_kill: list[dict], k: int) -> None:
 @pytest.mark.spawn
 def test_hf_resume_after_sigkill_ends_with_the_uninterrupted_buckets(hf_shards, tiny_run, tmp_path):
     out = tmp_path / "resumed"
-    args = cli_args(hf_shards, out, policy="tiny-random")
-    before_kill = _kill_midway(args, out, at_least=3)
+    before_kill = _kill_and_resume(cli_args(hf_shards, out, policy="tiny-random"), out, k=4)
     assert 3 <= len(before_kill) < 10
-    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    _assert_resumed(out, before_kill, k=4)
     assert bucket_ids(out) == bucket_ids(tiny_run)
     ours = pq.read_table(out / "rollouts.parquet").select(["prompt_id", "completion", "reward"])
     assert ours.equals(pq.read_table(tiny_run / "rollouts.parquet").select(["prompt_id", "completion", "reward"]))
@@ -237,11 +242,7 @@ def test_vllm_resume_after_sigkill_loses_and_repeats_no_prompt(vllm_server, data
     shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4) + gsm8k_rows(data_root, 12))
     out = tmp_path / "out"
     args = cli_args(shards, out, "server", ("--base-url", vllm_server.base_url, "--concurrency", "1"))
-    before_kill = _kill_midway(args, out, at_least=3)
-    assert len(before_kill) < 16
-    done = subprocess.run([RUFUS_DATA, *args], check=False, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    _assert_resumed(out, before_kill, k=4)
+    assert len(_kill_and_resume(args, out, k=4)) < 16
     assert len(pq.read_table(out / "rollouts.parquet")) == 16 * 4
     shutil.rmtree(out)
 

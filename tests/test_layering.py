@@ -7,7 +7,12 @@ module imports one that imports it back: a lazy import is no way round either ru
 Benchmarks have one room, rufus_data/benchmarks/: the registry, the suite schema, the rows and
 their conversion, BFCL's wheel rows and pulling are defined there and nowhere else; nothing outside
 it reads the suite or registry YAML or loads rows for eval; it builds on the rewards (a suite's
-scorers), never the reverse."""
+scorers), never the reverse.
+
+Inside rufus_data the floors show: the data steps are folders (mix/, decontam/, dedup/, rollouts/);
+the services they share (the generation engine in generate/, the rewards, the similarity kit, the
+benchmarks, and the root modules: CLI machinery, console, errors, paths, models, shards, sources)
+import no data step, and a data step builds on another only where STEP_ON_STEP says why."""
 
 from __future__ import annotations
 
@@ -236,3 +241,65 @@ def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
         "rufus_train/grpo/setup.py:2 (stages) imports rufus_train.runner (one run)"]
     assert import_cycles(paths, tmp_path) == [["rufus_train.checkpoints", "rufus_train.mirror"],
                                               ["rufus_train.grpo.setup", "rufus_train.runner"]]
+
+
+DATA = REPO / "rufus_data"
+# rufus_data's data steps, each a folder
+DATA_STEPS = ("mix", "decontam", "dedup", "rollouts")
+# the one module that runs them all: the `rufus-data` command line
+STEP_RUNNERS = ("rufus_data/cli.py",)
+# (step, step it imports): why
+STEP_ON_STEP = {("rollouts", "mix"): "filter and pairs mix a catalog given as input before reading its prompts"}
+FLOORS = {"generate": DATA / "generate", "rewards": DATA / "rewards", "similarity": DATA / "similarity",
+          "benchmarks": DATA / "benchmarks", "root modules": DATA}
+
+
+def data_step(module: str) -> str | None:
+    """The data step a dotted module name belongs to (None for a floor)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "rufus_data" and parts[1] in DATA_STEPS else None
+
+
+def floor_files(floor: str) -> list[Path]:
+    folder = FLOORS[floor]
+    return sorted(folder.glob("*.py")) if floor == "root modules" else sorted(folder.rglob("*.py"))
+
+
+def step_imports(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Where these files import a data step (the files' own step not counted)."""
+    found = []
+    for path in paths:
+        own = data_step(".".join(path.relative_to(root).with_suffix("").parts))
+        for line, module in imported_modules(path):
+            step = data_step(module)
+            if step is not None and step != own:
+                found.append(f"{path.relative_to(root)}:{line} imports {module}")
+    return found
+
+
+@pytest.mark.parametrize("floor", list(FLOORS))
+def test_the_floors_import_no_data_step(floor):
+    paths = [p for p in floor_files(floor) if str(p.relative_to(REPO)) not in STEP_RUNNERS]
+    assert paths and step_imports(paths) == []
+
+
+def test_data_steps_build_on_each_other_only_where_documented():
+    found = []
+    for step in DATA_STEPS:
+        for hit in step_imports(sorted((DATA / step).rglob("*.py"))):
+            used = data_step(hit.rsplit(" imports ", 1)[1])
+            if (step, used) not in STEP_ON_STEP:
+                found.append(hit)
+    assert found == []
+
+
+def test_every_data_step_is_a_folder():
+    """A module at rufus_data's root is a floor: no step hides among them."""
+    assert [step for step in DATA_STEPS if not (DATA / step / "__init__.py").exists()] == []
+
+
+def test_the_floor_check_sees_a_step_import(tmp_path):
+    module = tmp_path / "rufus_data" / "dedup" / "m.py"
+    module.parent.mkdir(parents=True)
+    module.write_text("import rufus_data.dedup.rows\n\n\ndef f():\n    from rufus_data.mix import mix\n")
+    assert step_imports([module], root=tmp_path) == ["rufus_data/dedup/m.py:5 imports rufus_data.mix"]

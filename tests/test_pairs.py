@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.errors import RufusError
-from rufus_data.generate.prompts import read_prompt_rows
-from rufus_data.generate.scoring import Scorer
-from rufus_data.pairs import PairsConfig, build_pairs, make_pairs, perturb_final_answer
+from rufus_data.rollouts.pairs import PairsConfig, build_pairs, make_pairs, perturb_final_answer
+from rufus_data.rollouts.prompts import read_prompt_rows
+from rufus_data.rollouts.scoring import Scorer
 from rufus_data.shards import read_manifest, read_shards
 
 GSM8K_REWARD = {"name": "string_match", "extractor": "gsm8k", "answer_column": "expected_output"}
@@ -85,7 +85,7 @@ def test_limit_pairs_a_seeded_sample_of_the_prompts(tmp_path, data_root):
 
 
 def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch):
-    import rufus_data.pairs
+    import rufus_data.rollouts.pairs
 
     seen = {}
 
@@ -93,7 +93,7 @@ def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch
         seen["config"] = config
         return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None, "out": str(out)}
 
-    monkeypatch.setattr(rufus_data.pairs, "build_pairs", capture)
+    monkeypatch.setattr(rufus_data.rollouts.pairs, "build_pairs", capture)
     result = CliRunner().invoke(app, [
         "pairs", str(tmp_path), "--out", str(tmp_path / "p"), "--strong", "a", "--weak", "b", "--top-k", "20",
         "--min-p", "0.05", "--repetition-penalty", "1.1", "--max-model-len", "4096", "--served-model-name", "served",

@@ -14,6 +14,7 @@ from rufus_data.rewards import (
     add_response_schema,
     combine_rewards,
     group_outcomes,
+    group_signal,
     grpo_advantages,
     overlong_penalty,
     parse_response,
@@ -36,6 +37,25 @@ def test_group_outcomes_combines_several_functions_like_trl():
     assert combine_rewards([correctness, penalty], weights=[1.0, 2.0]) == [1.0, 0.0, None, 0.0]
     outcomes = group_outcomes([correctness, penalty], k=2, weights=[1.0, 2.0])
     assert [o.outcome for o in outcomes] == ["learnable", "all_fail"]
+
+
+def test_group_signal_is_what_trl_takes_advantages_from():
+    """normalize_then_sum as TRL's GRPOTrainer computes it: each reward normalised in the group,
+    weighted, nansummed; a completion no reward scored stays unscored (None), never 0."""
+    from trl.trainer.utils import nanstd
+
+    per_function = [[1.0, 0.0, None, 0.5], [0.2, None, None, 0.9], [None, 3.0, None, None]]
+    weights = [1.0, 2.0, 0.5]
+    grouped = torch.tensor([[math.nan if r is None else r for r in f] for f in per_function]).T.unsqueeze(0)
+    mean = torch.nanmean(grouped, dim=1, keepdim=True)
+    normalised = (grouped - mean) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+    trl = (normalised * torch.tensor(weights)).nansum(dim=2).flatten().tolist()
+    ours = group_signal(per_function, weights, "normalize_then_sum")
+    assert ours[2] is None and torch.isnan(grouped[0, 2]).all()
+    assert [o for i, o in enumerate(ours) if i != 2] == pytest.approx([v for i, v in enumerate(trl) if i != 2], abs=1e-5)
+    assert group_signal(per_function, weights) == combine_rewards(per_function, weights)
+    with pytest.raises(RufusError, match="aggregation must be one of"):
+        group_signal(per_function, weights, "sum")
 
 
 def test_grpo_advantages_match_trl_formula():

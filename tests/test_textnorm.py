@@ -1,4 +1,4 @@
-"""The shared normalisation (rufus_data/textnorm.py): the order-free tokenizer dedup uses (ASCII
+"""The shared normalisation (rufus_data/similarity/textnorm.py): the order-free tokenizer dedup uses (ASCII
 texts through ASCII kernels) gives every text exactly the words of `tokenize_array`."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 from conftest import read_jsonl
 
-from rufus_data.textnorm import tokenize_array, tokenize_unordered
+from rufus_data.similarity.textnorm import tokenize_array, tokenize_unordered
 
 
 def per_text(words: pa.Array, offsets: np.ndarray) -> list[list[str]]:

@@ -6,14 +6,18 @@ from __future__ import annotations
 import json
 import pickle
 import warnings
+from typing import get_args
 
 import duckdb
+import pyarrow as pa
 import pytest
 import torch
+from trl import GRPOConfig
 from typer.testing import CliRunner
 
 from rufus_data.errors import RufusError
-from rufus_data.rewards import build_rewards
+from rufus_data.rewards import AGGREGATIONS, build_rewards, combine_rewards, teaches_nothing
+from rufus_data.rollouts.filter import FilterConfig, bucket_prompts
 from rufus_train import serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
@@ -221,9 +225,55 @@ def test_dead_groups_are_decided_per_group():
     assert dead_groups(rows_at_mean, torch.ones(1), 3).tolist() == [False]
     two = torch.tensor([[1.0, 0.0], [0.0, 1.0]])  # sums equal, each function varies
     assert dead_groups(two, torch.ones(2), 2).tolist() == [True]
-    assert dead_groups(two, torch.ones(2), 2, "normalize_then_sum").tolist() == [False]
+    # normalised one by one, the two rewards cancel: every row gets the same advantage
+    assert dead_groups(two, torch.ones(2), 2, "normalize_then_sum").tolist() == [True]
+    assert dead_groups(two, torch.tensor([1.0, 2.0]), 2, "normalize_then_sum").tolist() == [False]
     unscored = torch.tensor([[float("nan")], [float("nan")]])
     assert dead_groups(unscored, torch.ones(1), 2).tolist() == [True]
+
+
+NAN = float("nan")
+# one group of 4 completions each: (per-function rewards, weights), and whether it teaches nothing
+# under (sum_then_normalize, normalize_then_sum)
+GROUPS = {
+    "varies": ([[1.0, 0.0, 1.0, 0.0]], [1.0], (False, False)),
+    "flat": ([[1.0, 1.0, 1.0, 1.0]], [1.0], (True, True)),
+    "cancel out": ([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]], [1.0, 1.0], (True, True)),
+    # the sum varies; normalised, the flat reward is 0 and one scored once adds nothing
+    "flat only after normalize_then_sum": ([[1.0, 1.0, 1.0, 1.0], [None, 5.0, None, None]], [1.0, 1.0], (False, True)),
+    # the weighted sum is equal; normalised, the rewards differ by their weights
+    "flat only in the sum": ([[1.0, 0.0, 1.0, 0.0], [0.0, 0.5, 0.0, 0.5]], [1.0, 2.0], (True, False)),
+    "None left out, not 0.0": ([[None, 1.0, 1.0, None]], [1.0], (True, True)),
+    "unscored": ([[None] * 4], [1.0], (True, True)),
+}
+
+
+@pytest.mark.parametrize("aggregation", ["sum_then_normalize", "normalize_then_sum"])
+@pytest.mark.parametrize("name", list(GROUPS))
+def test_filter_and_dynamic_sampling_agree_on_what_teaches_nothing(name, aggregation):
+    """filter's learnable/ bucket and dynamic sampling's live groups are one predicate, under either
+    aggregation: the bucket comes from the stored rollouts, the verdict from the trainer's tensor."""
+    per_function, weights, expected = GROUPS[name]
+    names = [f"r{i}" for i in range(len(per_function))]
+    rollouts = pa.table({
+        "prompt_id": ["p"] * 4,
+        "reward": combine_rewards(per_function, weights),
+        "rewards": [json.dumps({n: f[j] for n, f in zip(names, per_function)}) for j in range(4)],
+    })
+    bucket, _ = bucket_prompts(rollouts, 4, "0<=p", aggregation, dict(zip(names, weights)))["p"]
+    tensor = torch.tensor([[NAN if f[j] is None else f[j] for f in per_function] for j in range(4)])
+    dead = dead_groups(tensor, torch.tensor(weights), 4, aggregation).tolist()
+    teaches_nothing_now = expected[aggregation == "normalize_then_sum"]
+    assert dead == [teaches_nothing_now]
+    assert (bucket != "learnable") == teaches_nothing_now
+    if name == "None left out, not 0.0":
+        assert bucket == "all_pass" and not teaches_nothing([[0.0, 1.0, 1.0, 0.0]])
+
+
+def test_filter_offers_the_aggregations_trl_has():
+    assert get_args(FilterConfig.model_fields["aggregation"].annotation) == AGGREGATIONS
+    trl_help = GRPOConfig.__dataclass_fields__["multi_objective_aggregation"].metadata["help"]
+    assert all(f"'{aggregation}'" in trl_help for aggregation in AGGREGATIONS)
 
 
 def test_resample_stream_restores_from_its_cursor():

@@ -52,6 +52,12 @@ def run_grpo(stage, data, out, **overrides):
     return result
 
 
+def code_rewards(**penalty) -> list[dict]:
+    """The code stages' rewards at 32 completion tokens: the tests' passed fraction, DAPO's overlong penalty."""
+    return [{"name": "code_execution", "pass_fraction": True},
+            {"name": "overlong_penalty", "max_length": 32, "cache": 16, **penalty}]
+
+
 @pytest.mark.model
 def test_reasoning_rl_gsm8k_with_overlong_penalty(rl_shards, tmp_path):
     result = run_grpo("reasoning_rl", rl_shards["math"], tmp_path / "reasoning", max_completion_length=16)
@@ -62,11 +68,8 @@ def test_reasoning_rl_gsm8k_with_overlong_penalty(rl_shards, tmp_path):
 
 @pytest.mark.model
 def test_coding_rl_sandboxed_code_reward(rl_shards, tmp_path):
-    result = run_grpo(
-        "coding_rl", rl_shards["code"], tmp_path / "coding", max_completion_length=32,
-        rewards=[{"name": "code_execution", "pass_fraction": True},
-                 {"name": "overlong_penalty", "max_length": 32, "cache": 16, "weight": 0.5}],
-    )
+    result = run_grpo("coding_rl", rl_shards["code"], tmp_path / "coding", max_completion_length=32,
+                      rewards=code_rewards(weight=0.5))
     assert "rewards/code_execution/mean" in result.metrics[0]
     assert result.trainer.reward_weights.tolist() == [1.0, 0.5]
 
@@ -90,11 +93,8 @@ def test_general_agent_with_calculator_and_python_tools(rl_shards, tmp_path):
 
 @pytest.mark.model
 def test_coding_agent_with_sandboxed_environment(rl_shards, tmp_path):
-    result = run_grpo(
-        "coding_agent", rl_shards["code"], tmp_path / "coding_agent", max_completion_length=32,
-        rewards=[{"name": "code_execution", "pass_fraction": True},
-                 {"name": "overlong_penalty", "max_length": 32, "cache": 16}],
-    )
+    result = run_grpo("coding_agent", rl_shards["code"], tmp_path / "coding_agent", max_completion_length=32,
+                      rewards=code_rewards())
     assert sorted(tool.__name__ for tool in result.trainer.tools) == ["run_python", "run_tests"]
 
 

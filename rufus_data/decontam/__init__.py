@@ -9,7 +9,7 @@ The package is a pipeline of small steps, one job per module:
     exact_stage.py    stage 1: exact word n-grams (n=8) of problems and distinctive answers
     minhash_stage.py  stage 2: near duplicates, MinHash + LSH, re-checked by exact containment
     semantic_stage.py stage 3 (--semantic): embedding retrieval, decided by the evidence a paraphrase keeps
-    semantic_evidence.py  that evidence: quantities, rare content words, entities
+                      (rufus_data/similarity/: the embedder, the search, that evidence)
     semantic_judge.py the optional LLM judge of stage 3, run in the parent
     index.py          the eval side: one index per stage, kept in $RUFUS_CACHE and in the process
     candidates.py     what a stage reports: (training row, eval item) candidates and their evidence

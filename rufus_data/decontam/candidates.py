@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rufus_data.decontam.semantic_evidence import Evidence
+from rufus_data.similarity.semantic_evidence import Evidence
 
 
 @dataclass

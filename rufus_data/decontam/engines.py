@@ -15,7 +15,7 @@ from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.index import EvalIndex
 from rufus_data.decontam.scan import scan_table
 from rufus_data.engines import RowGroupTask, TaskWorker, plan_row_groups, run_tasks
-from rufus_data.ngram_hash import TokenHasher
+from rufus_data.similarity.ngram_hash import TokenHasher
 
 ScanTask = RowGroupTask  # one parquet row group of one shard, scanned in batches of `batch_rows`
 

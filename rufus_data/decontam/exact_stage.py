@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
-from rufus_data.ngram_hash import gram_hashes, rolling_gram_hashes, sorted_member
+from rufus_data.similarity.ngram_hash import gram_hashes, rolling_gram_hashes, sorted_member
 
 FILTER_BITS = 22
 

@@ -15,8 +15,8 @@ import numpy as np
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
-from rufus_data.minhash_lsh import BandIndex, BatchMinHasher
-from rufus_data.ngram_hash import batch_gram_hashes, fold32, gram_hashes, sorted_member
+from rufus_data.similarity.minhash_lsh import BandIndex, BatchMinHasher
+from rufus_data.similarity.ngram_hash import batch_gram_hashes, fold32, gram_hashes, sorted_member
 
 
 @dataclass

@@ -14,7 +14,7 @@ from rufus_data.decontam.minhash_stage import scan_minhash
 from rufus_data.decontam.rules import may_count
 from rufus_data.decontam.semantic_stage import scan_semantic
 from rufus_data.decontam.texts import FieldBatch
-from rufus_data.ngram_hash import TokenHasher
+from rufus_data.similarity.ngram_hash import TokenHasher
 
 
 def scan_table(table: pa.Table, index: EvalIndex, first_row: int, hasher: TokenHasher | None = None) -> list[Candidate]:

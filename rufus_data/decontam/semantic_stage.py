@@ -1,14 +1,15 @@
 """Stage 3 (semantic, off by default): training texts that restate an eval item in other words.
 
 1. Retrieve: every eval problem and every training text field of at least `semantic_min_words`
-   words is embedded (rufus_data/embedding.py); a field longer than `semantic_window` words is cut into windows of
-   that many words (stride half a window), so an item inside a long prompt is compared with a
-   window about its size. Each field or window gets its `semantic_top_k` nearest eval items by
-   cosine (rufus_data/vector_search.py: exact, or clustered where the eval side is large). A
-   span without any quantity (no digit, no number word) is compared only with the items the
-   rule can pass without one (step 2), so on math benchmarks it is neither embedded nor searched.
-2. Decide with evidence (semantic_evidence.py): a pair at or above `semantic_min_cosine` is a
-   hit when the text keeps what a paraphrase keeps. An item with at least
+   words is embedded (rufus_data/similarity/embedding.py); a field longer than `semantic_window`
+   words is cut into windows of that many words (stride half a window), so an item inside a long
+   prompt is compared with a window about its size. Each field or window gets its `semantic_top_k`
+   nearest eval items by cosine (rufus_data/similarity/vector_search.py: exact, or clustered where
+   the eval side is large). A span without any quantity (no digit, no number word) is compared
+   only with the items the rule can pass without one (step 2), so on math benchmarks it is
+   neither embedded nor searched.
+2. Decide with evidence (rufus_data/similarity/semantic_evidence.py): a pair at or above
+   `semantic_min_cosine` is a hit when the text keeps what a paraphrase keeps. An item with at least
    `semantic_min_quantities` quantities needs `semantic_quantity_share` of them and
    `semantic_word_share` of its content words (both weighted by rarity among the eval items); an item with fewer quantities
    (code, instructions) needs `semantic_few_quantities_cosine`, `semantic_few_quantities_word_share`
@@ -25,12 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rufus_data import embedding, ngram_hash, textnorm
 from rufus_data.benchmarks import EvalItem
-from rufus_data.decontam import semantic_evidence
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
-from rufus_data.decontam.semantic_evidence import (
+from rufus_data.decontam.texts import FieldBatch
+from rufus_data.paths import cached_pickle
+from rufus_data.similarity import embedding, ngram_hash, semantic_evidence, textnorm
+from rufus_data.similarity.embedding import Embedder, load_embedder
+from rufus_data.similarity.ngram_hash import TokenHasher
+from rufus_data.similarity.semantic_evidence import (
     NUMBER_WORDS,
     Evidence,
     EvidenceModel,
@@ -41,11 +45,7 @@ from rufus_data.decontam.semantic_evidence import (
     quantity_keys,
     word_share,
 )
-from rufus_data.decontam.texts import FieldBatch
-from rufus_data.embedding import Embedder, load_embedder
-from rufus_data.ngram_hash import TokenHasher
-from rufus_data.paths import cached_pickle
-from rufus_data.vector_search import ClusteredSearch, ExactSearch, vector_search
+from rufus_data.similarity.vector_search import ClusteredSearch, ExactSearch, vector_search
 
 
 def needed_word_share(config: DecontamConfig, item: ItemEvidence) -> float:

@@ -1,4 +1,4 @@
-"""The tokenised texts the stages see, normalised once by rufus_data/textnorm.py: `EvalTexts`
+"""The tokenised texts the stages see, normalised once by rufus_data/similarity/textnorm.py: `EvalTexts`
 (every problem and answer of the eval items) when the index is built, `FieldBatch` (every text
 field of a batch of training rows) when rows are scanned. Both sides go through the same
 tokeniser and token hasher, so a gram or shingle hash means the same words on either side."""
@@ -11,8 +11,8 @@ import numpy as np
 import pyarrow as pa
 
 from rufus_data.benchmarks import EvalItem
-from rufus_data.ngram_hash import TokenHasher, tokenize_batch
-from rufus_data.text_fields import text_fields
+from rufus_data.similarity.ngram_hash import TokenHasher, tokenize_batch
+from rufus_data.similarity.text_fields import text_fields
 
 PROBLEM, ANSWER = "problem", "answer"
 
@@ -43,12 +43,6 @@ class EvalTexts:
 
     def text_ids(self, t: int) -> np.ndarray:
         return self.ids[self.offsets[t] : self.offsets[t + 1]]
-
-    def family_members(self) -> list[np.ndarray]:
-        """Item indices of each family, family by family."""
-        order = np.argsort(self.family, kind="stable")
-        cuts = np.flatnonzero(np.diff(self.family[order])) + 1
-        return np.split(order, cuts) if len(order) else []
 
 
 @dataclass

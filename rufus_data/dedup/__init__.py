@@ -56,9 +56,9 @@ from rufus_data.dedup.report import (
 from rufus_data.dedup.rows import ids_at, rows_at, shard_copier, task_of
 from rufus_data.dedup.work import remove_work, work_folder, work_key
 from rufus_data.engines import RowGroupTask, auto_workers, plan_row_groups
-from rufus_data.ngram_hash import distinct
 from rufus_data.output_step import OutputStep
 from rufus_data.shards import read_manifest, shard_row_counts, split_files
+from rufus_data.similarity.ngram_hash import distinct
 
 if TYPE_CHECKING:
     from rufus_data.dedup.semantic import SemanticPair

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rufus_data.dedup.verify import ShingleStore, jaccard
-from rufus_data.ngram_hash import distinct
+from rufus_data.similarity.ngram_hash import distinct
 
 
 def cluster_roots(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

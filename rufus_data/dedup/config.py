@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from rufus_data.embedding import DEFAULT_MODEL
+from rufus_data.similarity.embedding import DEFAULT_MODEL
 from rufus_data.yaml_config import StrictModel
 
 

@@ -35,7 +35,7 @@ from rufus_data.dedup.verify import (
 )
 from rufus_data.dedup.work import load_arrays, write_atomic
 from rufus_data.engines import RowGroupTask, TaskWorker, run_tasks
-from rufus_data.minhash_lsh import band_params
+from rufus_data.similarity.minhash_lsh import band_params
 
 
 @dataclass

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.engines import RowGroupTask, TaskWorker, run_tasks
-from rufus_data.ngram_hash import distinct
 from rufus_data.shards import write_without_rows
+from rufus_data.similarity.ngram_hash import distinct
 
 
 def task_of(tasks: list[RowGroupTask], rows: np.ndarray) -> np.ndarray:

@@ -2,11 +2,11 @@
 
 MinHash (rufus_data/dedup/) finds rows that share most of their word shingles; a reworded
 row shares almost none. This second stage runs over the rows MinHash kept, with the embedder of
-the semantic decontam stage (rufus_data/embedding.py, offline) and its paraphrase evidence
-(rufus_data/decontam/semantic_evidence.py):
+the semantic decontam stage (rufus_data/similarity/embedding.py, offline) and its paraphrase evidence
+(rufus_data/similarity/semantic_evidence.py):
 
 1. every row (all its text fields, one vector) is embedded, and each row's `semantic_top_k`
-   nearest rows at cosine >= `semantic_min_cosine` are found (rufus_data/vector_search.py);
+   nearest rows at cosine >= `semantic_min_cosine` are found (rufus_data/similarity/vector_search.py);
 2. a later row duplicates an earlier kept row when the pair keeps what a rewording keeps: the
    same quantities (digits, written-out numbers and unit changes alike: every quantity of one
    row is in the other, and every quantity of either but a 0 or 1, since a rewording may add a
@@ -30,13 +30,13 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
-from rufus_data.decontam.semantic_evidence import content_words, item_quantities, normalised_words
 from rufus_data.dedup.rows import rows_at
-from rufus_data.embedding import load_embedder
 from rufus_data.engines import RowGroupTask
-from rufus_data.ngram_hash import distinct
-from rufus_data.text_fields import text_fields
-from rufus_data.vector_search import ClusteredSearch, top_k_above
+from rufus_data.similarity.embedding import load_embedder
+from rufus_data.similarity.ngram_hash import distinct
+from rufus_data.similarity.semantic_evidence import content_words, item_quantities, normalised_words
+from rufus_data.similarity.text_fields import text_fields
+from rufus_data.similarity.vector_search import ClusteredSearch, top_k_above
 
 SMALL_INTEGERS = 12  # quantities 0..12 (integers) say little about which problem a row is
 ADDED_BY_REWORDING = 1  # a rewording may add quantities up to this ("a week" -> "one week")

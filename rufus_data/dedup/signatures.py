@@ -17,14 +17,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
+from rufus_data.dedup.report import source_tokens
 from rufus_data.dedup.shuffle import KEYED, key_partition, partitioned_file
 from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.minhash_lsh import BatchMinHasher, band_keys, band_params
-from rufus_data.ngram_hash import TokenHasher, batch_gram_hashes, distinct, fold32, whole_text_hashes
 from rufus_data.shards import ORIGIN_COLUMN
-from rufus_data.text_fields import text_arrays
-from rufus_data.textnorm import tokenize_unordered
+from rufus_data.similarity.minhash_lsh import BatchMinHasher, band_keys, band_params
+from rufus_data.similarity.ngram_hash import (
+    TokenHasher,
+    batch_gram_hashes,
+    distinct,
+    fold32,
+    whole_text_hashes,
+)
+from rufus_data.similarity.text_fields import text_arrays
+from rufus_data.similarity.textnorm import tokenize_unordered
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 KEY_KINDS = ("bands", "sets", "origins")
@@ -132,7 +139,7 @@ class SketchWorker(TaskWorker):
                 out("origins", origin_keys, first + rows)
                 if counted:
                     column_seen |= plan.token_column in table.column_names
-                    for source, count in _source_tokens(table, plan.token_column).items():
+                    for source, count in source_tokens(table, plan.token_column).items():
                         tokens[source] = tokens.get(source, 0) + count
         save_arrays(sketch_file(plan.folder, task, "meta"), has_words=np.concatenate(has_words) if has_words else np.zeros(0, bool),
                     sources=np.asarray(list(tokens), dtype=str), tokens=np.asarray(list(tokens.values()), dtype=np.int64),
@@ -147,13 +154,3 @@ class SketchWorker(TaskWorker):
         rows = np.flatnonzero(column.is_valid().to_numpy(zero_copy_only=False))
         return rows, self.hasher(column.drop_null().combine_chunks() if rows.size else pa.array([], pa.large_string()))
 
-
-def _source_tokens(table: pa.Table, column: str) -> dict[str, int]:
-    """Each source's tokens in these rows (`column`; one a row where the rows have no such column)."""
-    n = table.num_rows
-    sources = (pc.cast(table.column("source"), pa.large_string()).fill_null("None") if "source" in table.column_names
-               else pa.array(["?"] * n, pa.large_string()))
-    tokens = (pc.cast(table.column(column), pa.int64()).fill_null(0) if column in table.column_names
-              else pa.array(np.ones(n, np.int64)))
-    sums = pa.table({"source": sources, "tokens": tokens}).group_by("source").aggregate([("tokens", "sum")])
-    return dict(zip(sums.column("source").to_pylist(), sums.column("tokens_sum").to_pylist()))

@@ -21,7 +21,7 @@ from rufus_data.dedup.shuffle import PAIRS, read_partition
 from rufus_data.dedup.signatures import row_shingles
 from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_atomic
 from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.ngram_hash import TokenHasher, distinct
+from rufus_data.similarity.ngram_hash import TokenHasher, distinct
 
 EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("jaccard", pa.float64())])
 CHUNK_SHINGLES = 4_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)

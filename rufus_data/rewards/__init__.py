@@ -18,7 +18,15 @@ from rufus_data.rewards.extract import (
     split_reasoning,
     strip_reasoning,
 )
-from rufus_data.rewards.groups import GroupOutcome, combine_rewards, group_outcomes, grpo_advantages
+from rufus_data.rewards.groups import (
+    AGGREGATIONS,
+    GroupOutcome,
+    combine_rewards,
+    group_outcomes,
+    group_signal,
+    grpo_advantages,
+    teaches_nothing,
+)
 from rufus_data.rewards.ifeval import IFEvalReward, ensure_punkt, ifeval_scores
 from rufus_data.rewards.llm_judge import LLMJudgeReward, parse_score
 from rufus_data.rewards.math_equivalence import MathEquivalenceReward
@@ -41,6 +49,7 @@ from rufus_data.rewards.sandbox import (
 from rufus_data.rewards.string_match import StringMatchReward
 
 __all__ = [
+    "AGGREGATIONS",
     "EXTRACTORS",
     "REWARDS",
     "RUFUS_RESPONSE_TEMPLATE",
@@ -69,6 +78,7 @@ __all__ = [
     "extract_gsm8k",
     "extract_last_number",
     "group_outcomes",
+    "group_signal",
     "grpo_advantages",
     "ifeval_scores",
     "namespaces_available",
@@ -83,4 +93,5 @@ __all__ = [
     "score_bfcl",
     "split_reasoning",
     "strip_reasoning",
+    "teaches_nothing",
 ]

@@ -74,11 +74,7 @@ class RewardFunction:
 
     # -- the TRL entry point
     def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
-        completions = list(completions or [])
-        rows = rows_from_kwargs(len(completions), kwargs)
-        prompts = list(prompts) if prompts is not None else [None] * len(completions)
-        texts, closed = self.answer_texts(completions)
-        applies = self.applies(rows)
+        prompts, texts, closed, rows, applies = self.call_inputs(prompts, completions, kwargs)
         scores = self.score_rows(
             [p for p, a in zip(prompts, applies) if a],
             [t for t, a in zip(texts, applies) if a],
@@ -94,6 +90,15 @@ class RewardFunction:
         return results
 
     # -- pieces subclasses may reuse
+    def call_inputs(self, prompts, completions, kwargs: dict) -> tuple[list, list[str], list[bool], list[Row], list[bool]]:
+        """One TRL call, per completion: (prompt, answer text, whether its <think> closed, dataset
+        row, whether this reward scores it)."""
+        completions = list(completions or [])
+        rows = rows_from_kwargs(len(completions), kwargs)
+        prompts = list(prompts) if prompts is not None else [None] * len(completions)
+        texts, closed = self.answer_texts(completions)
+        return prompts, texts, closed, rows, self.applies(rows)
+
     def answer_texts(self, completions: Sequence) -> tuple[list[str], list[bool]]:
         texts, closed = [], []
         for completion in completions:

@@ -39,7 +39,7 @@ from rufus_data.openai_api import (
     model_list,
     v1_url,
 )
-from rufus_data.rewards.contract import RewardFunction, is_missing, rows_from_kwargs
+from rufus_data.rewards.contract import RewardFunction, is_missing
 
 JUDGE_PROMPT = """You are grading an answer to a task. Judge correctness first, then helpfulness.
 
@@ -129,11 +129,7 @@ class LLMJudgeReward(RewardFunction):
         return judge_connection(self.base_url, self.model)
 
     async def __call__(self, prompts=None, completions=None, completion_ids=None, **kwargs) -> list[float | None]:
-        completions = list(completions or [])
-        rows = rows_from_kwargs(len(completions), kwargs)
-        prompts = list(prompts) if prompts is not None else [None] * len(completions)
-        texts, closed = self.answer_texts(completions)
-        applies = self.applies(rows)
+        prompts, texts, closed, rows, applies = self.call_inputs(prompts, completions, kwargs)
         log_metric = kwargs.get("log_metric")
         base_url, model, key = self.connection()
         counts = {"failed": 0, "unparsable": 0}

@@ -34,9 +34,10 @@ from datasets import IterableDataset
 from transformers import ProcessorMixin
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
-from trl.trainer.utils import RepeatSampler, nanstd
+from trl.trainer.utils import RepeatSampler
 
 from rufus_data.errors import RufusError
+from rufus_data.rewards.groups import teaches_nothing
 
 DYNAMIC_SAMPLING_MODES = ("mask", "resample")
 STATE_FILE = "dynamic_sampling_state.json"
@@ -78,22 +79,20 @@ class RufusGRPOConfig(GRPOConfig):
 def dead_groups(
     rewards_per_func: torch.Tensor, weights: torch.Tensor, num_generations: int, aggregation: str = "sum_then_normalize"
 ) -> torch.Tensor:
-    """Boolean per group: True when the group's rewards give every one of its rows zero advantage.
+    """Boolean per group: True when the group's rewards give every one of its rows the same
+    advantage (rufus_data.rewards.teaches_nothing, the predicate `rufus-data filter` buckets with).
 
     `rewards_per_func` is (rows, funcs) with NaN where a function did not apply, rows grouped in
-    consecutive runs of `num_generations` (GRPO's layout). With `sum_then_normalize` a group is
-    dead when its weighted total reward does not vary; with `normalize_then_sum` each function
-    is normalised on its own, so the group is dead only when no function varies."""
-    grouped = rewards_per_func.view(-1, num_generations, rewards_per_func.size(1))
-    if aggregation == "normalize_then_sum":
-        spread = nanstd(grouped, dim=1)  # (groups, funcs); NaN where a function scored < 2 rows
-        flat = torch.isnan(spread) | torch.isclose(spread, torch.zeros_like(spread))
-        return flat.all(dim=1)
-    totals = (grouped * weights.to(grouped.device).view(1, 1, -1)).nansum(dim=2)
-    unscorable = torch.isnan(grouped).all(dim=2)
-    totals = totals.masked_fill(unscorable, float("nan"))
-    spread = nanstd(totals, dim=1)
-    return torch.isnan(spread) | torch.isclose(spread, torch.zeros_like(spread))
+    consecutive runs of `num_generations` (GRPO's layout); `aggregation` is TRL's
+    multi_objective_aggregation."""
+    rows = rewards_per_func.detach().double().cpu().tolist()
+    weight_list = weights.detach().double().cpu().tolist()
+    dead = []
+    for start in range(0, len(rows), num_generations):
+        group = rows[start : start + num_generations]
+        per_function = [[row[f] for row in group] for f in range(rewards_per_func.size(1))]
+        dead.append(teaches_nothing(per_function, weight_list, aggregation))
+    return torch.tensor(dead, dtype=torch.bool, device=rewards_per_func.device)
 
 
 class ResampleStream:

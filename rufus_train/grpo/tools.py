@@ -189,4 +189,3 @@ def search_environment_factory(index_path: str, k: int = 3):
 
 
 TOOLS = {"calculator": calculator, "run_python": run_python}
-ENVIRONMENTS = ("coding", "search")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
+from rufus_data.shards import as_messages
 from rufus_train.config import StageConfig
 
 if TYPE_CHECKING:
@@ -68,11 +69,6 @@ class Stage:
 
 def conversational(rows: pa.Table, column: str) -> list:
     """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped);
-    a plain-string prompt becomes one user turn, as the canonical rows define it."""
-    out = []
-    for value in rows.column(column).to_pylist():
-        if isinstance(value, str):
-            out.append([{"role": "user", "content": value}])
-        else:
-            out.append([{k: v for k, v in m.items() if v is not None} for m in (value or [])])
-    return out
+    a plain-string prompt becomes one user turn (rufus_data.shards.as_messages)."""
+    return [[{k: v for k, v in m.items() if v is not None} for m in (as_messages(value) or [])]
+            for value in rows.column(column).to_pylist()]

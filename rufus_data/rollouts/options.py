@@ -12,7 +12,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Sequence
-from typing import Annotated
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import Field
@@ -124,21 +124,25 @@ def content_fingerprint(inputs: Sequence[dict]) -> list[dict[str, str]]:
 
 class FilterConfig(GenerationOptions):
     """`rufus-data filter`: everything that decides the rollouts (hashed for resumption) plus where
-    they run (rufus_data/filter.py)."""
+    they run (rufus_data/rollouts/filter.py)."""
 
     policy: str = Field(description="model: built-in name, local folder or hub id")
     reward: RewardSpecs = Field(default_factory=list)
     k: int = Field(8, ge=1, description="samples per prompt")
     keep: str = Field("0<p<1", description="pass-rate band of learnable/, e.g. '0.1<p<0.9'")
+    # the values of rufus_data.rewards.groups.AGGREGATIONS (not imported: it loads every reward)
+    aggregation: Literal["sum_then_normalize", "normalize_then_sum"] = Field(
+        "sum_then_normalize", description="how the GRPO run will combine several rewards (its "
+        "multi_objective_aggregation): a prompt is learnable when its samples would get different advantages")
 
     def rollout_hash(self, inputs: list[dict], reward: list | None = None) -> str:
-        """The journal key (--keep and --limit do not change a prompt's rollouts and are left out);
+        """The journal key (--keep, --aggregation and --limit do not change a prompt's rollouts and are left out);
         `reward`: the specs that score, when they come from the data rather than --reward."""
         return self.run_hash(self.k, inputs, policy=self.policy, reward=self.reward if reward is None else reward)
 
 
 class PairsConfig(GenerationOptions):
-    """`rufus-data pairs` (rufus_data/pairs.py)."""
+    """`rufus-data pairs` (rufus_data/rollouts/pairs.py)."""
 
     strong: str | None = Field(None, description="model whose answers are chosen")
     weak: str | None = Field(None, description="model whose answers are rejected")

@@ -1,5 +1,5 @@
 """The one text normalisation that decontam, dedup and the embedder share (the hashes of its
-words and n-grams are in rufus_data/ngram_hash.py).
+words and n-grams are in ngram_hash.py).
 
 Rules (both sides of every comparison go through the same function):
 - Unicode NFKC, then lowercase, so full-width digits, ligatures and case compare equal;

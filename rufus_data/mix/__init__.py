@@ -23,20 +23,14 @@ import yaml
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
+from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.output_step import OutputStep
 from rufus_data.paths import shipped_path
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.shards import write_shards
-from rufus_data.shuffled_shards import read_holdout, unified_schema, write_train
-from rufus_data.sources import (
-    BadRow,
-    Canonicaliser,
-    OpenedSource,
-    detect_format,
-    open_source,
-    resolve_columns,
-)
+from rufus_data.source_formats import BadRow, detect_format, resolve_columns
+from rufus_data.sources import Canonicaliser, OpenedSource, open_source
 from rufus_data.tokens import TokenCounter
 
 BATCH_ROWS = 1024
@@ -443,8 +437,3 @@ def _print_summary(manifest: dict) -> None:
     print_result(table)
     for note in manifest["notes"]:
         console.print(f"[yellow]note:[/] {note}")
-
-
-def realised_shares(manifest: dict) -> dict[str, float]:
-    return {s["name"]: s["share_realised"] for s in manifest["sources"]}
-

@@ -1,4 +1,4 @@
-"""Hashes of normalised words (rufus_data/textnorm.py) and of their n-grams: 64-bit token ids
+"""Hashes of normalised words (textnorm.py) and of their n-grams: 64-bit token ids
 from polars' seeded vectorised string hash, n-grams as polynomial rolling hashes of the token
 ids in numpy, and the 32-bit shingles that MinHash takes. decontam's exact stage looks grams up
 with these; the MinHash stage, dedup and the embedder's word cache build on them."""
@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from rufus_data.textnorm import tokenize_array
+from rufus_data.similarity.textnorm import tokenize_array
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)  # odd 64-bit multiplier of the rolling n-gram hash
 _MASK32 = np.uint64(0xFFFFFFFF)
@@ -102,13 +102,6 @@ def rolling_gram_hashes(token_ids: np.ndarray, lengths: list[int]):
 def fold32(hashes: np.ndarray) -> np.ndarray:
     """64-bit gram hashes to the 32-bit inputs datasketch's affine32 MinHash expects."""
     return ((hashes ^ (hashes >> np.uint64(32))) & _MASK32).astype(np.uint32)
-
-
-def shingle32(token_ids: np.ndarray, k: int) -> np.ndarray:
-    """The distinct k-word shingles of one text as 32-bit ints (MinHash input); a text shorter
-    than k words is one shingle of all its words."""
-    grams = gram_hashes(token_ids, k) if len(token_ids) >= k else gram_hashes(token_ids, len(token_ids))
-    return np.unique(fold32(grams))
 
 
 def distinct(values: np.ndarray) -> np.ndarray:

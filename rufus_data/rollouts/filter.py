@@ -15,7 +15,7 @@ prompt is sampled k times with the policy, scored with the reward(s), and bucket
 The input is shard folders or catalogs (mixed first); none means the default RL mixture,
 catalogs/rl.yaml. Each row is scored by --reward, or else by its own source's reward (the
 `reward_spec` column mix writes from a catalog's `reward:`; rewards/data_rewards.py). `--limit N`
-takes a seeded sample of N prompts. Generation is resumable per prompt (generate/journal.py)
+takes a seeded sample of N prompts. Generation is resumable per prompt (journal.py)
 and the output folder is written atomically. `--from-rollouts DIR` re-buckets DIR's stored
 rewards (e.g. with another --keep band) without generating."""
 
@@ -33,21 +33,21 @@ import pyarrow.parquet as pq
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
-from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import FilterConfig
-from rufus_data.generate.prompts import (
+from rufus_data.generate.sampling import SamplingParams
+from rufus_data.output_step import OutputStep
+from rufus_data.report import markdown_table, pyplot
+from rufus_data.rewards.data_rewards import scoring_specs
+from rufus_data.rewards.groups import group_outcomes
+from rufus_data.rollouts.journal import Journal, run_journaled
+from rufus_data.rollouts.options import FilterConfig
+from rufus_data.rollouts.prompts import (
     default_out,
     input_entries,
     input_folders,
     read_holdout,
     read_prompt_rows,
 )
-from rufus_data.generate.sampling import SamplingParams
-from rufus_data.generate.scoring import Scorer, known_token_ids
-from rufus_data.output_step import OutputStep
-from rufus_data.report import markdown_table, pyplot
-from rufus_data.rewards.data_rewards import scoring_specs
-from rufus_data.rewards.groups import group_outcomes
+from rufus_data.rollouts.scoring import Scorer, known_token_ids
 from rufus_data.shards import DATA_DIR, MANIFEST, read_shards, write_shards
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
@@ -170,6 +170,7 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
         rollouts,
         config.k,
         config.keep,
+        config.aggregation,
         run={
             "config": config.model_dump(),
             "config_hash": config_hash,
@@ -177,7 +178,8 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
             "seed": config.seed,
             "generation": timings,
             "max_model_len_check": context_status,
-            "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names},
+            "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names,
+                        "weights": dict(zip(scorer.names, scorer.weights, strict=True))},
         },
         holdout=read_holdout(folders),
     )
@@ -231,29 +233,39 @@ def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampl
 
 
 # --- bucketing and output -------------------------------------------------------------------
-def bucket_prompts(rollouts: pa.Table, k: int, keep: str) -> dict[str, tuple[str, float | None]]:
-    """{prompt id: (bucket, pass rate)} from the stored per-completion rewards."""
+def bucket_prompts(rollouts: pa.Table, k: int, keep: str, aggregation: str = "sum_then_normalize",
+                   weights: dict[str, float] | None = None) -> dict[str, tuple[str, float | None]]:
+    """{prompt id: (bucket, pass rate)} from the stored rewards: each completion's combined reward,
+    or under normalize_then_sum each reward's own score (the `rewards` column), weighted by
+    `weights` (1.0 where it names none), since GRPO then normalises each reward by itself."""
     band = parse_band(keep)
     ids = rollouts.column("prompt_id").to_pylist()
-    rewards = rollouts.column("reward").to_pylist()
-    grouped: dict[str, list] = {}
-    for pid, reward in zip(ids, rewards):
-        grouped.setdefault(pid, []).append(reward)
+    combined = rollouts.column("reward").to_pylist()
+    per_name = ([json.loads(scores) for scores in rollouts.column("rewards").to_pylist()]
+                if aggregation == "normalize_then_sum" else None)
+    grouped: dict[str, list[int]] = {}
+    for index, pid in enumerate(ids):
+        grouped.setdefault(pid, []).append(index)
     result = {}
     for pid, group in grouped.items():
         if len(group) != k:
             raise RufusError(f"rollouts: prompt {pid} has {len(group)} completions, expected k={k}")
-        outcome = group_outcomes(group, k)[0]
+        if per_name is None:
+            outcome = group_outcomes([combined[i] for i in group], k)[0]
+        else:
+            names = sorted({name for i in group for name in per_name[i]})
+            outcome = group_outcomes([[per_name[i].get(name) for i in group] for name in names], k,
+                                     [(weights or {}).get(name, 1.0) for name in names], aggregation=aggregation)[0]
         result[pid] = (bucket_of(outcome.outcome, outcome.p, band), outcome.p)
     return result
 
 
 def write_filter_output(step: OutputStep, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str,
-                        run: dict, holdout: pa.Table | None = None) -> dict:
+                        aggregation: str, run: dict, holdout: pa.Table | None = None) -> dict:
     """Write the bucket folders (input schema + pass_rate; each with report.md and manifest.json),
     the input's holdout split into learnable/, rollouts, report and manifest, atomically.
     `run`: what made the rollouts (config, config_hash, inputs, generation, ...), for the manifest."""
-    buckets = bucket_prompts(rollouts, k, keep)
+    buckets = bucket_prompts(rollouts, k, keep, aggregation, (run.get("rewards") or {}).get("weights"))
     by_bucket: dict[str, list[dict]] = {b: [] for b in BUCKETS + EXTRA_BUCKETS}
     for row in rows:
         bucket, pass_rate = buckets[str(row["id"])]
@@ -264,7 +276,7 @@ def write_filter_output(step: OutputStep, rows: list[dict], schema: pa.Schema, r
     counts = {b: len(r) for b, r in by_bucket.items()}
     holdout_rows = holdout.num_rows if holdout is not None else 0
     summary = {"counts": counts, "prompts": len(rows), "completions": rollouts.num_rows, "keep": keep, "k": k,
-               "holdout_rows": holdout_rows}
+               "aggregation": aggregation, "holdout_rows": holdout_rows}
     core = {"config": run.get("config"), "config_hash": run.get("config_hash"), "inputs": run.get("inputs"),
             "versions": ("transformers", "torch", "httpx")}
     with step.folder() as tmp:
@@ -291,7 +303,8 @@ BUCKET_MEANING = {
     "learnable": "some samples passed and some failed, with a pass rate inside the keep band: train on these",
     "all_fail": "no sample passed: too hard for this policy now (try again after training)",
     "unscored": "no reward scored any sample (every reward was None: a missing gold answer or tests)",
-    "constant": "every sample got the same reward, neither 0 nor 1: no GRPO signal",
+    "constant": "every sample got the same reward, neither 0 nor 1 (or, with normalize_then_sum, rewards that "
+                "cancel out): no GRPO signal",
     "outside_band": "some passed and some failed, but the pass rate is outside the keep band",
 }
 
@@ -337,7 +350,8 @@ def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict,
         "",
         (
             f"Policy `{rollouts.column('model')[0].as_py() if rollouts.num_rows else '?'}`, "
-            f"{rollouts.num_rows // max(len(rows), 1)} samples per prompt, keep band `{keep}` for `learnable/`."
+            f"{rollouts.num_rows // max(len(rows), 1)} samples per prompt, keep band `{keep}` for `learnable/`"
+            f"{_aggregation_note(manifest.get('aggregation'))}."
         ),
         "",
         _rewards_line(manifest.get("rewards")),
@@ -381,6 +395,13 @@ def _rewards_line(rewards) -> str:
     return f"Rewards: {', '.join(rewards or []) or '-'}."
 
 
+def _aggregation_note(aggregation: str | None) -> str:
+    """Said only when the rewards are not simply summed (TRL's default)."""
+    if aggregation in (None, "sum_then_normalize"):
+        return ""
+    return f"; several rewards are normalised one by one, then summed (`{aggregation}`), as the GRPO run will"
+
+
 def _inputs_line(prompts: int, limit: int | None, holdout_rows: int) -> str:
     sample = f"a seeded sample of {prompts:,} prompts (--limit {limit})" if limit else f"{prompts:,} prompts"
     held = (f"; the input's holdout split ({holdout_rows:,} rows) passes through unfiltered into `learnable/`"
@@ -388,8 +409,10 @@ def _inputs_line(prompts: int, limit: int | None, holdout_rows: int) -> str:
     return f"Input: {sample}{held}."
 
 
-def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False) -> dict:
-    """Re-bucket a finished filter output from its stored rewards (no generation)."""
+def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False,
+             aggregation: str | None = None) -> dict:
+    """Re-bucket a finished filter output from its stored rewards (no generation); `aggregation`
+    None: the earlier run's."""
     step = OutputStep("rufus-data filter --from-rollouts", out, overwrite=overwrite)
     src = Path(rollouts_dir)
     path = src / ROLLOUTS
@@ -411,4 +434,6 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
     k = previous.get("k") or rollouts.num_rows // max(len(order), 1)
     run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
     run.update(from_rollouts=str(src), max_model_len_check="n/a (no generation)")
-    return write_filter_output(step, rows, schema, rollouts, k, keep, run, holdout=read_holdout([src / HOLDOUT_BUCKET]))
+    aggregation = aggregation or previous.get("aggregation") or FilterConfig.model_fields["aggregation"].default
+    return write_filter_output(step, rows, schema, rollouts, k, keep, aggregation, run,
+                               holdout=read_holdout([src / HOLDOUT_BUCKET]))

@@ -41,22 +41,22 @@ import pyarrow as pa
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
-from rufus_data.generate.journal import Journal, run_journaled
-from rufus_data.generate.options import PairsConfig
-from rufus_data.generate.prompts import (
+from rufus_data.generate.sampling import prompt_seed
+from rufus_data.models import DEFAULT_MODEL
+from rufus_data.output_step import OutputStep
+from rufus_data.perturb import perturb_final_answer
+from rufus_data.report import markdown_table
+from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
+from rufus_data.rollouts.journal import Journal, run_journaled
+from rufus_data.rollouts.options import PairsConfig
+from rufus_data.rollouts.prompts import (
     default_out,
     input_entries,
     input_folders,
     normalise_prompt,
     read_prompt_rows,
 )
-from rufus_data.generate.sampling import prompt_seed
-from rufus_data.generate.scoring import Scorer, known_token_ids
-from rufus_data.models import DEFAULT_MODEL
-from rufus_data.output_step import OutputStep
-from rufus_data.perturb import perturb_final_answer
-from rufus_data.report import markdown_table
-from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
+from rufus_data.rollouts.scoring import Scorer, known_token_ids
 from rufus_data.shards import read_manifest, write_shards
 from rufus_data.tokens import TokenCounter
 

@@ -9,7 +9,7 @@ from datasketch import MinHash
 from datasketch.lsh import _optimal_param
 from datasketch.minhash import _fmix
 
-from rufus_data.ngram_hash import sorted_member
+from rufus_data.similarity.ngram_hash import sorted_member
 
 
 def minhash_kwargs(num_perm: int, seed: int) -> dict:

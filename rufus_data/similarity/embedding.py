@@ -4,7 +4,7 @@ Default: `wordllama`, the 256-dimension static model (`l2_supercat`) that ships 
 wordllama wheel, so it works after a plain `pip install` with no hub access. A static model is a
 table of token vectors; a text's vector is the mean of its tokens' vectors. Two things make it
 fast here:
-- texts go through Rufus's normalisation (rufus_data/textnorm.py: NFKC, lowercase, no sentence
+- texts go through Rufus's normalisation (textnorm.py: NFKC, lowercase, no sentence
   punctuation) and are split into words by Arrow kernels, as in the exact and MinHash stages;
 - each distinct word is tokenised once by the model's tokenizer and its token-vector sum and
   token count are cached, so a text's vector is a sparse (texts x words) count matrix times the
@@ -30,9 +30,9 @@ from scipy import sparse
 from tokenizers import Tokenizer
 
 from rufus_data.errors import RufusError
-from rufus_data.ngram_hash import TokenHasher
 from rufus_data.paths import atomic_file, cache_dir
-from rufus_data.textnorm import tokenize_array
+from rufus_data.similarity.ngram_hash import TokenHasher
+from rufus_data.similarity.textnorm import tokenize_array
 
 DEFAULT_MODEL = "wordllama"
 WORDLLAMA_CONFIG = "l2_supercat"

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 
 from rufus_data.catalog import catalog_hash
@@ -18,7 +17,14 @@ from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
 from rufus_data.mix import mix
 from rufus_data.paths import shipped_path
-from rufus_data.shards import DATA_DIR, folder_fingerprint, read_shards, shard_files
+from rufus_data.shards import (
+    DATA_DIR,
+    as_messages,
+    folder_fingerprint,
+    read_shards,
+    sample_indices,
+    shard_files,
+)
 
 DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
 
@@ -55,21 +61,13 @@ def input_folders(entries: Sequence[Path], work: Path) -> tuple[list[Path], dict
 
 
 def normalise_prompt(value, where: str) -> list[dict]:
-    """A canonical prompt: a list of {role, content}; a plain string becomes one user turn."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}]
-    if isinstance(value, Sequence) and value and all(isinstance(m, dict) and "role" in m and "content" in m for m in value):
-        return [{"role": str(m["role"]), "content": "" if m["content"] is None else str(m["content"])} for m in value]
+    """A canonical prompt as the {role, content} messages a generator takes (shards.as_messages:
+    a plain string is one user turn)."""
+    messages = as_messages(value)
+    if isinstance(messages, Sequence) and messages and all(isinstance(m, dict) and "role" in m and "content" in m
+                                                           for m in messages):
+        return [{"role": str(m["role"]), "content": "" if m["content"] is None else str(m["content"])} for m in messages]
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
-
-
-def sample_rows(rows: list, limit: int | None, seed: int | None) -> list:
-    """A seeded sample of `limit` rows in their original order (all rows when limit is None or
-    not smaller), as a stage's `max_rows` takes one."""
-    if limit is None or len(rows) <= limit:
-        return rows
-    chosen = np.sort(np.random.default_rng(seed or 0).permutation(len(rows))[:limit])
-    return [rows[i] for i in chosen.tolist()]
 
 
 def read_prompt_rows(
@@ -100,7 +98,7 @@ def read_prompt_rows(
             messages = normalise_prompt(row["prompt"], where)
             rows.append(row)
             prompts.append(Prompt(row_id, messages))
-    picked = sample_rows(list(range(len(rows))), limit, seed)
+    picked = sample_indices(len(rows), limit, seed or 0)
     return ([rows[i] for i in picked], [prompts[i] for i in picked], inputs,
             pa.unify_schemas(schemas, promote_options="permissive"))
 

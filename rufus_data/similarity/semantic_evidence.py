@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rufus_data.textnorm import tokenize_array
+from rufus_data.similarity.textnorm import tokenize_array
 
 # A short English stopword list: function words carry no identity of an item.
 STOPWORDS = frozenset((
@@ -131,7 +131,7 @@ OTHER: tuple = ()
 
 @lru_cache(maxsize=500_000)
 def word_info(word: str) -> tuple[tuple[str, ...], tuple[tuple, ...]]:
-    """(content stems, quantity parts) of one normalised word (rufus_data/textnorm.py), cached:
+    """(content stems, quantity parts) of one normalised word (textnorm.py), cached:
     a batch repeats the same few thousand words."""
     stems, parts = [], []
     for token in _TOKEN.findall(word):
@@ -304,10 +304,6 @@ class Evidence:
     entities_kept: int
     entities_total: int
     shared_words: tuple[str, ...]  # the rarest shared content words, for a reader
-
-    @property
-    def entity_share(self) -> float | None:
-        return self.entities_kept / self.entities_total if self.entities_total else None
 
 
 def word_share(item: ItemEvidence, row_words: set[str]) -> float:

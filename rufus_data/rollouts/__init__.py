@@ -1,0 +1,12 @@
+"""`rufus-data filter` and `rufus-data pairs`: the data steps that sample a policy's answers
+(rollouts) on RL prompts and score them with the rewards.
+
+    filter.py    bucket prompts by k scored rollouts: all_pass / learnable / all_fail ...
+    pairs.py     preference pairs from sampled answers (strong vs weak, best vs worst, perturbed)
+    options.py   their settings: GenerationOptions (shared), FilterConfig, PairsConfig
+    prompts.py   their inputs: rl shard folders or catalogs (mixed first) -> generation prompts
+    scoring.py   the rewards called on sampled completions, as TRL calls them
+    journal.py   resumable generation: finished prompts appended to a JSONL journal
+
+They stand on the floors below: the generation engine (rufus_data/generate/), the rewards
+(rufus_data/rewards/) and the shard folder (rufus_data/shards.py)."""
