@@ -44,14 +44,15 @@ from rufus_data.generate.backends import check_model, check_prompts_fit, open_ge
 from rufus_data.generate.journal import Journal, run_journaled
 from rufus_data.generate.options import PairsConfig
 from rufus_data.generate.prompts import (
+    DEFAULT_RL_CATALOG,
     default_out,
-    input_entries,
     input_folders,
     normalise_prompt,
     read_prompt_rows,
 )
 from rufus_data.generate.sampling import prompt_seed
 from rufus_data.generate.scoring import Scorer, known_token_ids
+from rufus_data.inputs import data_inputs
 from rufus_data.models import DEFAULT_MODEL
 from rufus_data.output_step import OutputStep
 from rufus_data.perturb import perturb_final_answer
@@ -70,7 +71,7 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
                 overwrite: bool = False) -> dict:
     """Build the pairs; `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
     outputs/<input name>-pairs. Returns the summary that also goes into the manifest."""
-    entries = input_entries(inputs)
+    entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data pairs", out if out is not None else default_out(entries, "pairs"), overwrite=overwrite)
     out = step.out
     config.method(data_rewards=True)  # refuses a configuration that builds no pairs, before anything loads
