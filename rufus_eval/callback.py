@@ -53,10 +53,10 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.launcher import die_with_parent
 from rufus_data.paths import atomic_file
+from rufus_data.run_folder import EVAL_LOGS, METRICS, STAGING, checkpoint_dir
 from rufus_data.yaml_config import StrictModel
-from rufus_eval.staging import STAGING, sharded_kind, stage_checkpoint, staging_usage, write_model_files
+from rufus_eval.staging import sharded_kind, stage_checkpoint, staging_usage, write_model_files
 
-EVAL_LOGS = "eval_logs"
 STAGING_LOG = "staging.jsonl"
 TRACKERS = ("wandb", "trackio")
 # the trainer's launcher (torchrun, accelerate) describes ITS process group in these; an evaluation
@@ -182,7 +182,7 @@ class CheckpointEvalCallback(TrainerCallback):
         if not self.config.eval_on_checkpoint or not state.is_world_process_zero:
             return
         self._setup_trackers(args)
-        self._metrics_file = Path(args.output_dir) / EVAL_LOGS / "metrics.jsonl"
+        self._metrics_file = Path(args.output_dir) / EVAL_LOGS / METRICS
         self._metrics_file.parent.mkdir(parents=True, exist_ok=True)
         if state.global_step > 0:
             self._resume(args, state.global_step, model, processing_class)
@@ -222,8 +222,8 @@ class CheckpointEvalCallback(TrainerCallback):
             self._finish(state)
 
     def _stage_and_start(self, args, step: int, model=None, processing_class=None) -> None:
-        source = Path(args.output_dir) / f"checkpoint-{step}"
-        staged = Path(args.output_dir) / STAGING / f"checkpoint-{step}"
+        source = checkpoint_dir(args.output_dir, step)
+        staged = checkpoint_dir(Path(args.output_dir) / STAGING, step)
         stage_checkpoint(source, staged)
         if sharded_kind(staged) and model is not None:
             write_model_files(staged, model, processing_class, self.starting_model)
@@ -244,7 +244,7 @@ class CheckpointEvalCallback(TrainerCallback):
         console.print(f"eval: resumed at step {step}: eval/step keeps the evaluations up to step {step}; no baseline "
                       "(the resumed weights are not the starting model)")
         lost = (logs / f"step-{step}" / "job.json").exists() and not (logs / f"step-{step}" / "results.json").exists()
-        if lost and (Path(args.output_dir) / f"checkpoint-{step}").is_dir():
+        if lost and checkpoint_dir(args.output_dir, step).is_dir():
             console.print(f"eval: the evaluation of checkpoint-{step} did not finish before the run stopped: again")
             self._stage_and_start(args, step, model, processing_class)
 
