@@ -14,7 +14,6 @@ too), and this machine as it is (its CPU, or its GPU on a GPU machine). About a 
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from unittest import mock
@@ -22,6 +21,7 @@ from unittest import mock
 import pyarrow as pa
 
 from rufus_data.models import pull
+from rufus_data.run_folder import read_run_json
 from rufus_data.shards import write_shards
 from rufus_train import modeling
 from rufus_train.config import load_stage_config
@@ -52,7 +52,7 @@ def one_step(model: str, data: Path, out: Path, lora: bool, dtype: str, forced: 
             result = run_stage(config)
     else:
         result = run_stage(config)
-    return json.loads((result.output_dir / "run.json").read_text())["precision"]
+    return read_run_json(result.output_dir)["precision"]
 
 
 def fp32_masters(report: dict) -> bool:

@@ -18,13 +18,12 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.models import file_lock, resolve_model
 from rufus_data.paths import atomic_file
+from rufus_data.run_folder import MERGED_DIR, read_run_json
 from rufus_data.shards import atomic_output_dir, file_sha256
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
-MERGED_DIR = "merged"
 MERGED_FROM = "rufus-merged.json"
-RUN_JSON = "run.json"
 # peft 0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`:
 # a FutureWarning on every LoRA load that no Rufus setting can avoid (peft must rename it).
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
@@ -78,7 +77,7 @@ def merged_model(run: str | Path) -> Path:
 
 def merge_source(run: Path) -> dict:
     """What a merged copy is made from: the adapter's weights, its base and the merge dtype."""
-    summary = json.loads((run / RUN_JSON).read_text()) if (run / RUN_JSON).exists() else {}
+    summary = read_run_json(run)
     weights = run / ADAPTER_WEIGHTS
     return {
         "adapter_sha256": file_sha256(weights) if weights.exists() else None,

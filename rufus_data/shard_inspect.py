@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 
 from rufus_data.errors import RufusError
+from rufus_data.inputs import shard_folder
 from rufus_data.shards import DATA_DIR, read_manifest, shard_files
 
 REASONING_TAGS = ("/think", "/no_think")
@@ -31,9 +32,9 @@ class Inspection:
     warnings: list[str] = field(default_factory=list)
 
 
-def connect(folder: str | Path) -> duckdb.DuckDBPyConnection:
+def connect(folder: str | Path, command: str = "rufus-data inspect") -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with views `train` (alias `shards`) and, when present, `holdout`."""
-    folder = Path(folder)
+    folder = shard_folder(folder, command)
     shard_files(folder)  # clear error when the folder holds no shards
     con = duckdb.connect()
     for split in ("train", "holdout"):
@@ -45,7 +46,7 @@ def connect(folder: str | Path) -> duckdb.DuckDBPyConnection:
 
 
 def run_sql(folder: str | Path, query: str) -> tuple[list[str], list[tuple]]:
-    con = connect(folder)
+    con = connect(folder, "rufus-data sql")
     try:
         result = con.execute(query)
     except duckdb.Error as err:

@@ -1,10 +1,12 @@
 """`rufus-eval compare RUN...`: one table of every task's metric across runs (checkpoints), and a
 PNG of metric vs training step per task.
 
-The table is a result (stdout); a skipped task reads `skipped`, never 0. The plot shows what it
-is given: metric vs step when every run has its own step (run folders record it: checkpoint-N,
-run.json's global_step, 0 for a base model), else one point per run in the order given, with the
-reason printed; tasks with no number in any run are named, not drawn as empty lines."""
+The table is a result (stdout); a skipped task reads `skipped`, never 0, and a number scored on a
+benchmark the run's training data was never checked against reads NOT CHECKED under it (why: on
+stderr). The plot shows what it is given: metric vs step when every run has its own step (run
+folders record it: checkpoint-N, run.json's global_step, 0 for a base model), else one point per
+run in the order given, with the reason printed; tasks with no number in any run are named, not
+drawn as empty lines."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
+from rufus_eval.data_check import flagged_notes
 from rufus_eval.results import Cell, cell_text, read_results
 
 
@@ -98,6 +102,15 @@ def plot_metric_vs_step(records: list[dict], png: Path) -> Plot:
     return plot
 
 
+def compare_cell(cell: Cell | None) -> Text:
+    """The number, and under it NOT CHECKED when the run's training data was never checked against
+    the task's benchmark."""
+    text = Text(cell_text(cell))
+    if cell is not None and cell.check is not None and cell.check.flagged:
+        text.append("\nNOT CHECKED", style="bold red")
+    return text
+
+
 def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[dict], Path | None]:
     records = load_runs(runs)
     tasks, rows = comparison_rows(records)
@@ -107,8 +120,11 @@ def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[
     for task in tasks:
         table.add_column(task)
     for row in rows:
-        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[cell_text(row[t]) for t in tasks])
+        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[compare_cell(row[t]) for t in tasks])
     print_result(table)
+    for record in records:
+        for note in flagged_notes(record):
+            console.print(f"{record['run']}: {note}", style="red", highlight=False, markup=False, soft_wrap=True)
     first = Path(runs[0])
     plot = plot_metric_vs_step(records, Path(png or (first if first.is_dir() else first.parent) / "compare.png"))
     for note in plot.notes:

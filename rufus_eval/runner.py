@@ -2,8 +2,9 @@
 
 The model is created once; tasks run one after the other under a rich progress bar. Each run
 folder holds `tasks/` (the lm-eval configs and data Rufus wrote), `lm_eval/` (lm-eval's results
-and samples, as lm-eval produced them), and `results.json`; the run is also added to the DuckDB
-file of all runs."""
+and samples, as lm-eval produced them), `results.json` and `report.md`; the run is also added to
+the DuckDB file of all runs. Each task says whether the model's training data was checked against
+its benchmark (data_check.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import contextlib
 import datetime as dt
 import json
 import logging
-import re
 import subprocess
 from pathlib import Path
 
@@ -28,18 +28,17 @@ from rufus_data.errors import RufusError
 from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
 from rufus_data.models import BUILTINS, resolve_model
+from rufus_data.run_folder import RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.shards import atomic_output_dir
 from rufus_eval.backends import open_backend
+from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.request import EvalRequest, apply_overrides
-from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_results
+from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_report, write_results
 from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
-
-STEP_RE = re.compile(r"checkpoint-(\d+)$")
-RUN_JSON = "run.json"  # what rufus-train writes last into a finished run folder (global_step, ...)
 
 
 def git_describe_quietly() -> str | None:
@@ -59,19 +58,13 @@ lm_eval_evaluator.get_git_commit_hash = git_describe_quietly  # simple_evaluate 
 def checkpoint_step(checkpoint: str) -> tuple[int, str]:
     """(training step, where it was read): `checkpoint-N` in the name, else a run folder's run.json
     `global_step`, else 0 (a base model: a built-in, a hub id, a folder that is no run)."""
-    match = STEP_RE.search(str(checkpoint).rstrip("/"))
-    if match:
-        return int(match.group(1)), "checkpoint folder name"
-    run_json = Path(checkpoint).expanduser() / RUN_JSON
-    if run_json.is_file():
-        try:
-            step = json.loads(run_json.read_text()).get("global_step")
-        except json.JSONDecodeError:
-            raise RufusError(f"{run_json} is not valid JSON: did the training run finish? give --step N") from None
-        if isinstance(step, int):
-            return step, f"{RUN_JSON} global_step"
-        raise RufusError(f"{run_json} has no integer global_step ({step!r}): give --step N")
-    return 0, "base model (no run.json)"
+    step = checkpoint_step_of(checkpoint)
+    if step is not None:
+        return step, "checkpoint folder name"
+    step = run_step(Path(checkpoint).expanduser())
+    if step is not None:
+        return step, f"{RUN_JSON} global_step"
+    return 0, f"base model (no {RUN_JSON})"
 
 
 def prepare_model(checkpoint: str) -> str:
@@ -146,6 +139,7 @@ def run_suite(req: EvalRequest) -> dict:
     out = Path(req.out or Path("outputs/eval") / run_name)
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
     model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
+    training_run, data_checks = task_data_checks(tasks, req.checkpoint)
     record = {
         "run": run_name,
         "suite": suite.name,
@@ -156,6 +150,7 @@ def run_suite(req: EvalRequest) -> dict:
         "limit": req.limit,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "system_prompt": suite.system_prompt,
+        "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
         "tasks": {},
         "judges": {},
     }
@@ -175,9 +170,11 @@ def run_suite(req: EvalRequest) -> dict:
         for task in tasks:
             if task.name in skipped:
                 record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
-        record["tasks"] = {t.name: record["tasks"][t.name] for t in tasks}  # suite order
+        record["tasks"] = {t.name: {**record["tasks"][t.name], "data_check": data_checks[t.name].as_dict()}
+                           for t in tasks}  # suite order
         _repoint(work / "tasks", work, out)
         write_results(record, work)
+        write_report(record, work)
     store_run(record, out / RESULTS_JSON, req.db_path)
     print_summary(record)
     console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,

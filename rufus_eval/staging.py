@@ -28,7 +28,6 @@ from pathlib import Path
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 
-STAGING = "_eval_staging"
 # what a checkpoint folder holds that evaluation does not need (pytorch_model_fsdp.bin: FSDP's
 # FULL_STATE_DICT copy for resuming, beside the model.safetensors that save_model writes)
 SKIP_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 import warnings
 from collections.abc import Collection
 from pathlib import Path
@@ -30,12 +29,12 @@ from transformers import TrainerCallback
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file
+from rufus_data.run_folder import checkpoint_dir, checkpoint_step_of
 from rufus_eval.staging import FSDP_SHARDED_PREFIX, WEIGHT_PATTERNS, ZERO_PREFIX
 
 LATEST = "latest"
 MARKER = "rufus_complete.json"
 TRAINER_STATE = "trainer_state.json"
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
 
 
 def storage(location: str, key: str = "checkpoint_mirror"):
@@ -88,9 +87,9 @@ def checkpoint_steps(fs, root: str) -> list[tuple[int, str]]:
     found = []
     for entry in entries:
         path = entry["name"].rstrip("/")
-        match = CHECKPOINT_NAME.fullmatch(path.rsplit("/", 1)[-1])
-        if match and entry.get("type") == "directory":
-            found.append((int(match[1]), path))
+        step = checkpoint_step_of(path)
+        if step is not None and entry.get("type") == "directory":
+            found.append((step, path))
     return sorted(found, reverse=True)
 
 
@@ -173,7 +172,7 @@ class CompleteCheckpoints(TrainerCallback):
         if self.mirror is None or not state.is_world_process_zero:
             return
         self.mirror.start(Path(args.output_dir), args.save_total_limit)
-        resumed = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        resumed = checkpoint_dir(args.output_dir, state.global_step)
         if state.global_step > 0 and resumed.is_dir():  # the mirror may have lost it with the killed job
             self.mirror.submit(resumed, state.global_step, only_if_missing=True)
 
@@ -181,7 +180,7 @@ class CompleteCheckpoints(TrainerCallback):
         wait_for_every_process()  # each rank writes its own RNG state (and shards) into the folder
         if not state.is_world_process_zero:
             return
-        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        folder = checkpoint_dir(args.output_dir, state.global_step)
         missing = mark_complete(folder, state.global_step, args.world_size)
         if missing:
             if not self.unmarked:

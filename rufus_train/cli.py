@@ -18,8 +18,9 @@ from rufus_data.cli_options import CliApp, OverwriteOption
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import format_command
+from rufus_data.inputs import is_catalog
 from rufus_data.merged_model import adapter_base
-from rufus_train.data import check_columns, is_catalog, read_rows
+from rufus_train.data import check_columns, read_rows
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan

@@ -1,8 +1,13 @@
 """What a stage's `data:` names: shard folders written by rufus-data, or rufus-data mixture
-catalogs (`*.yaml`), which the run builds into OUT/data/NAME/ with `rufus_data.mix` first. Every
-stage YAML names a default catalog under catalogs/data/ (real data by hub id at a pinned revision,
-with offline fallbacks under $RUFUS_DATA_ROOT); a relative `catalogs/...` entry is read from the
-working directory when it is there, else from the Rufus repository (as catalogs/stages/ is).
+catalogs (`*.yaml`), which the run builds into RUN/data/NAME/ with `rufus_data.mix` first (both
+resolved by rufus_data.inputs). Every stage YAML names a default catalog under catalogs/data/
+(real data by hub id at a pinned revision, with offline fallbacks under $RUFUS_DATA_ROOT); a
+relative `catalogs/...` entry is read from the working directory when it is there, else from the
+Rufus repository (as catalogs/stages/ is).
+
+When the data is ready its lineage (rufus_data/lineage.py) goes to RUN/lineage.json and, said
+plainly on the console, what each entry was checked against: a catalog mixed at the start was
+never decontaminated, and the note gives the commands that check it.
 
 Checks read only parquet footers or the catalog file, so they run before anything loads."""
 
@@ -14,47 +19,37 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from rich.text import Text
 
 from rufus_data.builders import BUILDERS
 from rufus_data.catalog import load_catalog
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.mix import mix
-from rufus_data.paths import shipped_path
+from rufus_data.inputs import data_input, data_inputs
+from rufus_data.lineage import chain_text, checked_benchmarks, folder_lineage, rows_text, run_lineage
+from rufus_data.mix import mix_inputs
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
+from rufus_data.run_folder import mixed_data_dir, write_lineage
 from rufus_data.shards import KIND_COLUMNS, ROW_COLUMNS, kind_columns_hint, read_shards, shard_files
 
 log = logging.getLogger("rufus_train")
-
-
-def is_catalog(entry: str) -> bool:
-    return entry.endswith((".yaml", ".yml"))
-
-
-def resolve_entry(entry: str) -> str:
-    """`entry` as given when it exists; a relative path that exists only in the Rufus repository
-    (the default catalogs/data/*.yaml of the stage YAMLs) from there."""
-    return str(shipped_path(entry))
 
 
 def check_data(entries: list[str], stage: str) -> None:
     """Every entry is a shard folder with shards, or a valid mixture catalog."""
     if not entries:
         raise RufusError(f"stage {stage} has no `data`: set `data: [SHARD_FOLDER or CATALOG.yaml, ...]`")
-    for entry in map(resolve_entry, entries):
-        if is_catalog(entry):
-            load_catalog(entry)  # strict validation, names file/line/key
-        else:
-            shard_files(Path(entry))  # raises a RufusError naming the folder
+    for item in data_inputs(entries):
+        item.check()  # names the folder, or the catalog's file/line/key
 
 
 def columns_of(entry: str) -> set[str]:
     """The columns the entry's rows have: a shard folder's schema, or what its catalog's kind makes
     plus the columns its builder steps write (on every place a source may load from) and the
     reward column when every source declares `reward:`."""
-    entry = resolve_entry(entry)
-    if is_catalog(entry):
-        catalog = load_catalog(entry)
+    item = data_input(entry)
+    if item.catalog:
+        catalog = load_catalog(item.path)
         built: set[str] = set()
         for source in catalog.sources:
             steps = [rows.build for rows in (source, source.fallback) if rows is not None]
@@ -63,7 +58,7 @@ def columns_of(entry: str) -> set[str]:
         if all(source.reward is not None for source in catalog.sources):
             built.add(REWARD_COLUMN)
         return {*ROW_COLUMNS, *KIND_COLUMNS[catalog.kind], *built}
-    return set(pq.read_schema(shard_files(entry)[0]).names)
+    return set(pq.read_schema(shard_files(item.path)[0]).names)
 
 
 def check_columns(entries: list[str], required: tuple, stage: str) -> None:
@@ -80,21 +75,50 @@ def check_columns(entries: list[str], required: tuple, stage: str) -> None:
                 )
 
 
-def mix_catalog_entries(entries: list[str], output_dir: Path) -> list[str]:
-    """Shard folders for every entry: catalogs are mixed into OUT/data/NAME/ (rebuilt each run);
-    where each source's rows came from (a fallback, a builder step) goes to the console and train.log."""
-    folders = []
-    for entry in map(resolve_entry, entries):
-        if is_catalog(entry):
-            out = Path(output_dir) / "data" / Path(entry).stem
-            result = mix(entry, out=out, overwrite=True)
-            for line in data_origins(result.manifest):
-                log.info("data %s: %s", Path(entry).stem, line)
-                console.print(f"data {Path(entry).stem}: {line}", highlight=False)
-            folders.append(str(out))
-        else:
-            folders.append(entry)
-    return folders
+def prepare_data(entries: list[str], output_dir: Path, base_model: str, suite: str) -> tuple[list[str], dict]:
+    """Shard folders for every entry (catalogs mixed into RUN/data/NAME/, rebuilt each run) and the
+    run's data lineage, written to RUN/lineage.json. Where each source's rows came from and what
+    each entry was checked against go to the console and train.log; `suite` (the stage's eval
+    suite) is what the notes suggest checking against."""
+    entries_lineage = []
+    mixed = mix_inputs(data_inputs(entries), lambda item: mixed_data_dir(output_dir, item.name))
+    for found in mixed:
+        item = found.input
+        for line in data_origins(found.manifest) if found.manifest else []:
+            _say(f"data {item.name}: {line}")
+        entry = {"entry": item.given, "name": item.name, "catalog": str(item.path) if item.catalog else None,
+                 "shipped": item.shipped, "folder": folder_lineage(found.folder)}
+        entries_lineage.append(entry)
+        _say(lineage_note(entry, suite), warn=not checked_benchmarks(entry["folder"]))
+    lineage = run_lineage(entries_lineage, base_model)
+    write_lineage(output_dir, lineage)
+    return [str(found.folder) for found in mixed], lineage
+
+
+def lineage_note(entry: dict, suite: str) -> str:
+    """One entry's lineage said plainly: what it was checked against, or that it never was and the
+    commands that check it."""
+    name, node = entry["name"], entry["folder"]
+    if entry["catalog"]:
+        whose = "the stage's default catalog" if entry["shipped"] else "your catalog"
+        clean = f"outputs/{name}-clean"
+        return (f"data {name}: {whose} {entry['catalog']} was mixed at the start of this run and NOT decontaminated: "
+                f"its rows were never checked against any benchmark. To train on checked data: `rufus-data mix "
+                f"{entry['catalog']} --out outputs/{name} && rufus-data decontam outputs/{name} --against {suite} "
+                f"--out {clean}`, then `--data {clean}`")
+    checked = checked_benchmarks(node)
+    chain = chain_text(node)
+    if not checked:
+        clean = f"{node['path']}-clean"
+        return (f"data {name}: {node['path']} ({chain}) was NOT decontaminated. To check it: `rufus-data decontam "
+                f"{node['path']} --against {suite} --out {clean}`, then `--data {clean}`")
+    found = ", ".join(f"{bench} ({f'{rows_text(rows)} removed' if rows else 'clean'})" for bench, rows in checked.items())
+    return f"data {name}: {node['path']} ({chain}): checked against {found}"
+
+
+def _say(line: str, warn: bool = False) -> None:
+    (log.warning if warn else log.info)("%s", line)
+    console.print(Text(line, style="yellow" if warn else ""), highlight=False, soft_wrap=True)
 
 
 def data_origins(manifest: dict) -> list[str]:

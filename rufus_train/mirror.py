@@ -26,9 +26,9 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.run_folder import checkpoint_name, checkpoint_step_of
 from rufus_eval.staging import link_or_copy
 from rufus_train.checkpoints import (
-    CHECKPOINT_NAME,
     MARKER,
     checkpoint_problem,
     checkpoint_steps,
@@ -86,7 +86,7 @@ class Mirror:
         while (item := self._queue.get()) is not None:
             step, snapshot, protect, only_if_missing = item
             try:
-                final = f"{self.root}/checkpoint-{step}"
+                final = f"{self.root}/{checkpoint_name(step)}"
                 if not (only_if_missing and checkpoint_problem(self.fs, final) is None):
                     self._copy(snapshot, final)
                     self.copied.append(step)
@@ -122,7 +122,7 @@ class Mirror:
         for entry in self.fs.ls(self.root, detail=False):
             name = entry.rstrip("/").rsplit("/", 1)[-1]
             head, _, tail = name.partition(".tmp-")
-            if CHECKPOINT_NAME.fullmatch(head) and tail.isdigit():
+            if checkpoint_step_of(head) is not None and tail.isdigit():
                 self.fs.rm(entry, recursive=True)
         complete = [path for _, path in checkpoint_steps(self.fs, self.root) if checkpoint_problem(self.fs, path) is None]
         if self._keep:

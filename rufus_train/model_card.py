@@ -7,15 +7,14 @@ moved, so it writes the card itself; the checkpoints keep TRL's."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import yaml
 
 from rufus_data.models import BUILTINS
+from rufus_data.run_folder import CONFIG_YAML, METRICS, RUN_JSON, TRAIN_LOG, is_run_folder, read_run_json
 
 CARD = "README.md"
-RUN_JSON = "run.json"
 
 
 def hub_base(reference: str) -> str | None:
@@ -25,7 +24,7 @@ def hub_base(reference: str) -> str | None:
         return BUILTINS[reference].hub_id
     path = Path(reference)
     if (path / RUN_JSON).exists():
-        return hub_base(json.loads((path / RUN_JSON).read_text()).get("base_model") or "")
+        return hub_base(read_run_json(path).get("base_model") or "")
     if path.exists() or not reference or reference.startswith((".", "/", "~")):
         return None
     return reference
@@ -36,7 +35,7 @@ def base_description(reference: str) -> str:
         spec = BUILTINS[reference]
         return f"`{reference}`, the Rufus built-in {spec.description} ([{spec.hub_id}](https://huggingface.co/{spec.hub_id}))"
     if Path(reference).exists():
-        kind = "the Rufus run" if (Path(reference) / RUN_JSON).exists() else "the model folder"
+        kind = "the Rufus run" if is_run_folder(reference) else "the model folder"
         return f"{kind} `{reference}`"
     return f"[{reference}](https://huggingface.co/{reference})"
 
@@ -83,8 +82,9 @@ def model_card(out: Path, summary: dict) -> str:
         f"- time: {summary['seconds']} s",
         f"- versions: {', '.join(f'{k} {v}' for k, v in (summary.get('versions') or {}).items())}",
         "",
-        ("The resolved stage config is `config.yaml`, the metrics of every logged step `metrics.jsonl`, the logs "
-         "`train.log`, the summary `run.json`."),
+        (f"The resolved stage config is `{CONFIG_YAML}`, the metrics of every logged step `{METRICS}`, the logs "
+         f"`{TRAIN_LOG}`, the summary `{RUN_JSON}` (with the data's lineage: what it was made from and which "
+         "benchmarks it was checked against)."),
         "",
     ]
     return "\n".join(lines)

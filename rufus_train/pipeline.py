@@ -25,6 +25,7 @@ from rufus_data.benchmarks.suite import load_suite
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.paths import shipped_path
+from rufus_data.run_folder import MERGED_DIR
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
@@ -33,7 +34,6 @@ from rufus_train.runner import check_config, run_stage
 from rufus_train.stages import get_stage
 
 CHAINED_KEYS = ("model", "output_dir")  # set by the pipeline for every stage
-MERGED = "merged"
 
 
 class StageEval(EvalSettings):
@@ -148,7 +148,7 @@ def _indent(text: str) -> str:
 
 
 def merged_path(pipeline: PipelineConfig) -> Path:
-    return Path(pipeline.output_dir) / MERGED
+    return Path(pipeline.output_dir) / MERGED_DIR
 
 
 def run_pipeline(pipeline: PipelineConfig) -> list[dict]:

@@ -3,12 +3,14 @@
     guards (no loading) -> run folder -> tokenizer + model (once) -> LoRA -> dataset
     -> TRL config -> stage's trainer -> train -> adapter/model + run.json
 
-The run folder:
+The run folder (its names and run.json's reader and writer: rufus_data/run_folder.py):
 
     OUT/config.yaml      the resolved config (what --dry-run prints)
     OUT/train.log        the run's log: Rufus, transformers and TRL (INFO and up), Python warnings,
                          and one line per trainer log (loss, grad norm, ...)
     OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
+    OUT/data/NAME/       the catalogs of `data:`, mixed when the run starts
+    OUT/lineage.json     the data's lineage (rufus_data/lineage.py): written once the data is ready
     OUT/checkpoint-N/    TRL/transformers checkpoints, rufus_complete.json written last (checkpoints.py);
                          `--resume_from_checkpoint latest` resumes from the newest complete one, and
                          `checkpoint_mirror` copies each to a second place (mirror.py)
@@ -17,7 +19,7 @@ The run folder:
     OUT/README.md        the model card (rufus_train/model_card.py)
     OUT/run.json         written last: stage, base model, steps, final metrics, the dtypes that trained
                          (weights, autocast, optimizer), how far the weights moved (and a warning when
-                         they barely did), timings, versions
+                         they barely did), the data's lineage, timings, versions
     OUT/merged/          made on demand (rufus-eval, `rufus-train export`): the adapter merged in
 """
 
@@ -39,6 +41,7 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
+from rufus_data.run_folder import CONFIG_YAML, LINEAGE_JSON, METRICS, RUN_JSON, TRAIN_LOG, write_run_json
 from rufus_data.shards import package_versions
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
@@ -50,8 +53,6 @@ from rufus_train.stages import StageContext, get_stage
 from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
-RUN_JSON = "run.json"
-METRICS = "metrics.jsonl"
 TEST_HOOKS = "RUFUS_TEST_HOOKS"  # a module whose install(trainer) the kill-and-resume tests use
 
 
@@ -99,7 +100,7 @@ def run_logging(output_dir: Path):
     """For the run's duration, OUT/train.log receives the INFO lines of Rufus, transformers, TRL,
     peft and accelerate, and Python warnings; the console keeps showing what it showed before
     (the libraries' own stderr handlers stay at their level, warnings are still printed)."""
-    handler = logging.FileHandler(output_dir / "train.log")
+    handler = logging.FileHandler(output_dir / TRAIN_LOG)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     loggers = [logging.getLogger(n) for n in LOGGED]
@@ -139,7 +140,7 @@ def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
     if out.exists() and config.overwrite and not config.resume_from_checkpoint:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.yaml").write_text(resolved_yaml(config))
+    (out / CONFIG_YAML).write_text(resolved_yaml(config))
     if config.checkpoint_mirror:
         open_mirror(config.checkpoint_mirror)
     resume = resume_checkpoint(config.resume_from_checkpoint, out, config.checkpoint_mirror)
@@ -148,6 +149,7 @@ def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
     else:
         (out / METRICS).unlink(missing_ok=True)
     (out / RUN_JSON).unlink(missing_ok=True)  # run.json marks a finished run: written again at the end
+    (out / LINEAGE_JSON).unlink(missing_ok=True)  # written again once the data is ready
     return out, resume
 
 
@@ -174,8 +176,8 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         log.info("stage %s: model %s, data %s, output %s", config.stage, config.model, config.data, out)
         if resume:
             log.info("resuming from %s", resume)
-        # catalogs are mixed before any weights load, by one process
-        folders = launch.on_main_process(data.mix_catalog_entries, config.data, out)
+        # catalogs are mixed before any weights load, by one process; the lineage is on disk from here
+        folders, lineage = launch.on_main_process(data.prepare_data, config.data, out, config.model, config.eval.suite)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
         # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
@@ -213,6 +215,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
             "model": config.model,
             "base_model": portable_reference(config.model),
             "data": config.data,
+            "lineage": lineage,  # what the data was made from, and what it was checked against
             "lora": config.lora.model_dump() if config.lora.enabled else None,
             "dtype": weights_dtype,  # of the trained weights (a merge uses it)
             "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes
@@ -229,7 +232,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         }
         if trainer.is_world_process_zero():
             write_model_card(out, summary)
-            (out / RUN_JSON).write_text(json.dumps(summary, indent=2, default=str) + "\n")
+            write_run_json(out, summary)
         if warning:
             log.warning(warning)
             console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

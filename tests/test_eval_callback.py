@@ -24,8 +24,9 @@ from transformers import TrainerCallback
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.launcher import group_members
+from rufus_data.run_folder import STAGING
 from rufus_eval.checkpoint_eval import STAGING_LOG, CheckpointEvalCallback
-from rufus_eval.staging import STAGING, consolidate, sharded_kind, stage_checkpoint, write_model_files
+from rufus_eval.staging import consolidate, sharded_kind, stage_checkpoint, write_model_files
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -17,9 +17,10 @@ from rufus_data.builders import BUILDERS, SEED_CONSTRAINTS, build_rows
 from rufus_data.catalog import SourceRows, load_catalog
 from rufus_data.dataset_source import load_rows
 from rufus_data.errors import RufusError
+from rufus_data.inputs import data_input
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_data.sources import open_source
-from rufus_train.data import check_columns, resolve_entry
+from rufus_train.data import check_columns
 from rufus_train.stages import all_stages
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def default_catalogs() -> dict[str, list[str]]:
 
 
 def catalog_files() -> list[Path]:
-    return sorted({Path(resolve_entry(e)) for entries in default_catalogs().values() for e in entries})
+    return sorted({data_input(e).path for entries in default_catalogs().values() for e in entries})
 
 
 def places(rows: SourceRows):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rufus_data.benchmarks.registry import ALL, DEFAULT_REGISTRY, Registry, nearest
-from rufus_data.benchmarks.suite import find_suite, known_suites, load_suite
+from rufus_data.benchmarks.suite import find_suite, known_suites, load_suite, task_benchmark
 from rufus_data.errors import RufusError
 
 
@@ -64,7 +64,7 @@ def _add_suite(registry: Registry, name: str, registry_path: Path, resolved: Aga
         if task.data is not None:
             resolved.not_checked[where] = "its data is inline in the suite (`data:`), not a benchmark of the registry"
             continue
-        benchmark = task.benchmark or (task.name if task.name in registry.benchmarks else None)
+        benchmark = task_benchmark(task, registry)
         if benchmark is None:
             raise RufusError(
                 f"suite `{suite.name}` task `{task.name}` names no benchmark of {registry_path}: give it `benchmark: "

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from rufus_data.benchmarks.registry import CATALOGS, load_registry
+from rufus_data.benchmarks.registry import CATALOGS, Registry, load_registry
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
@@ -166,6 +166,14 @@ class Suite(StrictModel):
     def selected(self, final: bool) -> list[Task]:
         """Validation tasks always; test tasks only for a final evaluation."""
         return [t for t in self.tasks if t.role == "validation" or final]
+
+
+def task_benchmark(task: Task, registry: Registry) -> str | None:
+    """The registry benchmark a task scores: its `benchmark:`, else the one named like the task;
+    None for a task whose data is inline in its suite (no benchmark to check data against)."""
+    if task.data is not None:
+        return None
+    return task.benchmark or (task.name if task.name in registry.benchmarks else None)
 
 
 def find_suite(name: str) -> Path | None:

@@ -36,11 +36,18 @@ from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
 from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_index
-from rufus_data.decontam.report import DecontamResult, decontam_report, source_benchmark_counts, summary_table
+from rufus_data.decontam.report import (
+    DecontamResult,
+    decontam_report,
+    rows_removed_by_benchmark,
+    source_benchmark_counts,
+    summary_table,
+)
 from rufus_data.decontam.rules import HIT_SCHEMA, finalise
 from rufus_data.decontam.scan import scan_table
 from rufus_data.decontam.semantic_judge import judge_candidates
 from rufus_data.errors import RufusError
+from rufus_data.inputs import shard_folder
 from rufus_data.output_step import OutputStep
 from rufus_data.shards import shard_row_counts, split_files
 
@@ -62,6 +69,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
     if config.judge_url and not config.semantic:
         raise RufusError("--judge-url judges the pairs of the semantic stage: add --semantic (or `semantic: true` "
                          "in --config), or drop --judge-url")
+    shards = shard_folder(shards, "rufus-data decontam")
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
     step = OutputStep("rufus-data decontam", out, overwrite=overwrite, dry_run=dry_run)
@@ -102,6 +110,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
             report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
             against=against, against_suites=loaded.suites, not_decontaminable=loaded.not_decontaminable, splits=splits,
             benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
+            rows_dropped_by_benchmark=rows_removed_by_benchmark(result),
             boilerplate_train_grams=boiler[:100], judge=verdicts,
         )
         result.out = step.out

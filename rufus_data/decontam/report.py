@@ -41,6 +41,15 @@ def source_benchmark_counts(result: DecontamResult) -> dict[tuple[str, str], set
     return counts
 
 
+def rows_removed_by_benchmark(result: DecontamResult) -> dict[str, int]:
+    """Benchmark -> the rows it flagged, for every benchmark checked (0: checked and clean); a row
+    that hits two benchmarks counts for both. The manifest records it: a run's lineage reads it."""
+    rows: dict[str, set[int]] = {name: set() for name in result.benchmarks}
+    for bench, row in zip(*(result.hits.column(c).to_pylist() for c in ("benchmark", "row"))):
+        rows.setdefault(bench, set()).add(row)
+    return {name: len(found) for name, found in sorted(rows.items())}
+
+
 def summary_table(result: DecontamResult) -> Table:
     counts = source_benchmark_counts(result)
     benches = sorted({b for _, b in counts}) or ["-"]

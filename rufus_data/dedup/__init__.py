@@ -56,6 +56,7 @@ from rufus_data.dedup.report import (
 from rufus_data.dedup.rows import ids_at, rows_at, shard_copier, task_of
 from rufus_data.dedup.work import remove_work, work_folder, work_key
 from rufus_data.engines import RowGroupTask, auto_workers, plan_row_groups
+from rufus_data.inputs import shard_folder
 from rufus_data.output_step import OutputStep
 from rufus_data.shards import read_manifest, shard_row_counts, split_files
 from rufus_data.similarity.ngram_hash import distinct
@@ -70,6 +71,7 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
                 config: DedupConfig | None = None, show_progress: bool = True) -> DedupResult:
     """Drop near-duplicate rows (keep the first of each cluster); write clean shards + clusters.parquet."""
     config = config or DedupConfig()
+    shards = shard_folder(shards, "rufus-data dedup")
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
     step = OutputStep("rufus-data dedup", out, overwrite=overwrite, dry_run=dry_run)

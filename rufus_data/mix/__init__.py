@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ import yaml
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
 from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
+from rufus_data.inputs import DataInput
 from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.output_step import OutputStep
 from rufus_data.paths import shipped_path
@@ -115,6 +117,30 @@ def mix(
         step.finish(tmp, manifest, _report(tmp, catalog, manifest))
     _print_summary(manifest)
     return MixResult(out=step.out, manifest=manifest)
+
+
+@dataclass
+class MixedInput:
+    """A command's input (rufus_data.inputs) as a shard folder: the folder given, or the one its
+    catalog was mixed into (`manifest`: that mix's manifest)."""
+
+    input: DataInput
+    folder: Path
+    manifest: dict | None = None
+
+
+def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Path]) -> list[MixedInput]:
+    """Shard folders for the inputs of filter, pairs or a training stage: each catalog is mixed into
+    `folder_for(input)` (replacing what is there: the same catalog gives the same shards), each
+    folder is taken as it is."""
+    found = []
+    for item in items:
+        if not item.catalog:
+            found.append(MixedInput(item, item.path))
+            continue
+        result = mix(item.path, out=folder_for(item), overwrite=True)
+        found.append(MixedInput(item, result.out, result.manifest))
+    return found
 
 
 def _rewards_by_label(catalog: MixtureCatalog) -> dict[str, list]:

@@ -34,6 +34,7 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import SamplingParams
+from rufus_data.inputs import data_inputs
 from rufus_data.output_step import OutputStep
 from rufus_data.report import markdown_table, pyplot
 from rufus_data.rewards.data_rewards import scoring_specs
@@ -41,8 +42,8 @@ from rufus_data.rewards.groups import group_outcomes
 from rufus_data.rollouts.journal import Journal, run_journaled
 from rufus_data.rollouts.options import FilterConfig
 from rufus_data.rollouts.prompts import (
+    DEFAULT_RL_CATALOG,
     default_out,
-    input_entries,
     input_folders,
     read_holdout,
     read_prompt_rows,
@@ -111,7 +112,7 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
                    overwrite: bool = False) -> dict:
     """Sample, score and bucket; returns the summary that also goes into the manifest. `inputs`:
     shard folders or catalogs (None: catalogs/rl.yaml); `out` None: outputs/<input name>-filtered."""
-    entries = input_entries(inputs)
+    entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data filter", out if out is not None else default_out(entries, "filtered"), overwrite=overwrite)
     out = step.out
     parse_band(config.keep)

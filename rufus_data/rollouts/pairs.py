@@ -42,6 +42,7 @@ import pyarrow as pa
 from rufus_data.errors import RufusError
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import prompt_seed
+from rufus_data.inputs import data_inputs
 from rufus_data.models import DEFAULT_MODEL
 from rufus_data.output_step import OutputStep
 from rufus_data.perturb import perturb_final_answer
@@ -50,8 +51,8 @@ from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
 from rufus_data.rollouts.journal import Journal, run_journaled
 from rufus_data.rollouts.options import PairsConfig
 from rufus_data.rollouts.prompts import (
+    DEFAULT_RL_CATALOG,
     default_out,
-    input_entries,
     input_folders,
     normalise_prompt,
     read_prompt_rows,
@@ -70,7 +71,7 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
                 overwrite: bool = False) -> dict:
     """Build the pairs; `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
     outputs/<input name>-pairs. Returns the summary that also goes into the manifest."""
-    entries = input_entries(inputs)
+    entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data pairs", out if out is not None else default_out(entries, "pairs"), overwrite=overwrite)
     out = step.out
     config.method(data_rewards=True)  # refuses a configuration that builds no pairs, before anything loads

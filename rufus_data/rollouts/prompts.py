@@ -1,9 +1,9 @@
 """The inputs of `filter` and `pairs`: RL prompts (canonical `rl` rows) read from shard folders,
 or from catalogs mixed on the fly, into generation prompts.
 
-With no input the commands read the default RL mixture, `catalogs/rl.yaml`; a catalog input is
-mixed (rufus_data.mix) into the run's working folder first, deterministically, so a resumed run
-finds the same shards and the same journal."""
+With no input the commands read the default RL mixture, `catalogs/rl.yaml`; inputs resolve
+through rufus_data.inputs, and a catalog is mixed into the run's working folder first,
+deterministically, so a resumed run finds the same shards and the same journal."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rufus_data.catalog import catalog_hash
 from rufus_data.errors import RufusError
 from rufus_data.generate.base import Prompt
-from rufus_data.mix import mix
-from rufus_data.paths import shipped_path
+from rufus_data.inputs import DataInput
+from rufus_data.mix import mix_inputs
 from rufus_data.shards import (
     DATA_DIR,
     as_messages,
@@ -29,35 +28,16 @@ from rufus_data.shards import (
 DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
 
 
-def is_catalog(entry: str | Path) -> bool:
-    return str(entry).endswith((".yaml", ".yml"))
-
-
-def input_entries(entries: Sequence[str | Path] | None) -> list[Path]:
-    """The inputs as given, or the default RL mixture; a relative catalog path the working folder
-    lacks is read from the Rufus repository."""
-    return [shipped_path(e) if is_catalog(e) else Path(e) for e in (entries or [DEFAULT_RL_CATALOG])]
-
-
-def default_out(entries: Sequence[Path], suffix: str) -> Path:
+def default_out(items: Sequence[DataInput], suffix: str) -> Path:
     """`outputs/<input name>-<suffix>`: the folder or catalog name (names joined by '+' for several)."""
-    names = [Path(e).stem if is_catalog(e) else Path(e).resolve().name for e in entries]
-    return Path("outputs") / f"{'+'.join(names)}-{suffix}"
+    return Path("outputs") / f"{'+'.join(item.name for item in items)}-{suffix}"
 
 
-def input_folders(entries: Sequence[Path], work: Path) -> tuple[list[Path], dict[str, dict]]:
+def input_folders(items: Sequence[DataInput], work: Path) -> tuple[list[Path], dict[str, dict]]:
     """Shard folders for the inputs: each catalog is mixed into `work`/input-<name>. Returns the
     folders and, per mixed folder, its catalog (path and sha256) for the manifest."""
-    folders, catalogs = [], {}
-    for entry in entries:
-        if not is_catalog(entry):
-            folders.append(Path(entry))
-            continue
-        out = Path(work) / f"input-{Path(entry).stem}"
-        mix(entry, out=out, overwrite=True)
-        folders.append(out)
-        catalogs[str(out)] = {"path": str(entry), "sha256": catalog_hash(entry)}
-    return folders, catalogs
+    found = mix_inputs(items, lambda item: Path(work) / f"input-{item.name}")
+    return [m.folder for m in found], {str(m.folder): m.input.catalog_record() for m in found if m.manifest is not None}
 
 
 def normalise_prompt(value, where: str) -> list[dict]:

@@ -13,7 +13,8 @@ from transformers import TrainerCallback
 from rufus_data import devices as gpus
 from rufus_data.console import console
 from rufus_data.devices import DeviceRoles
-from rufus_eval.checkpoint_eval.config import EVAL_LOGS, CheckpointEvalConfig
+from rufus_data.run_folder import EVAL_LOGS, checkpoint_dir
+from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 from rufus_eval.checkpoint_eval.curve import EvalCurve
 from rufus_eval.checkpoint_eval.process import JOB, EvaluationProcess, evaluation_command
 from rufus_eval.checkpoint_eval.staged import StagedCheckpoints
@@ -152,7 +153,7 @@ class CheckpointEvalCallback(TrainerCallback):
                       "(the resumed weights are not the starting model)")
         logs = Path(args.output_dir) / EVAL_LOGS / f"step-{step}"
         lost = (logs / JOB).exists() and not (logs / "results.json").exists()
-        if lost and (Path(args.output_dir) / f"checkpoint-{step}").is_dir():
+        if lost and checkpoint_dir(args.output_dir, step).is_dir():
             console.print(f"eval: the evaluation of checkpoint-{step} did not finish before the run stopped: again")
             self._stage_and_start(args, step, model, processing_class)
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from rufus_eval.request import EvalSettings, FolderBackend
 
-EVAL_LOGS = "eval_logs"  # <output_dir>/eval_logs/: step-N/ per evaluation, metrics.jsonl, staging.jsonl
-
 
 class CheckpointEvalConfig(EvalSettings):
     """What each checkpoint's evaluation runs (the request's settings) and its schedule."""

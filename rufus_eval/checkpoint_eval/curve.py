@@ -15,10 +15,8 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.paths import atomic_file
-from rufus_eval.checkpoint_eval.config import EVAL_LOGS
+from rufus_data.run_folder import EVAL_LOGS, METRICS
 from rufus_eval.checkpoint_eval.trackers import Trackers
-
-METRICS = "metrics.jsonl"
 
 
 class EvalCurve:

@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 
 from rufus_data.console import console
-from rufus_eval.staging import STAGING, sharded_kind, stage_checkpoint, staging_usage, write_model_files
+from rufus_data.run_folder import STAGING, checkpoint_dir
+from rufus_eval.staging import sharded_kind, stage_checkpoint, staging_usage, write_model_files
 
 STAGING_LOG = "staging.jsonl"
 
@@ -31,8 +32,8 @@ class StagedCheckpoints:
     def stage(self, output_dir: str | Path, step: int, model=None, processing_class=None,
               base_model: str | None = None) -> Path:
         """Snapshot checkpoint-`step` of `output_dir`; the staged folder."""
-        source = Path(output_dir) / f"checkpoint-{step}"
-        staged = Path(output_dir) / STAGING / f"checkpoint-{step}"
+        source = checkpoint_dir(output_dir, step)
+        staged = checkpoint_dir(Path(output_dir) / STAGING, step)
         stage_checkpoint(source, staged)
         if sharded_kind(staged) and model is not None:
             write_model_files(staged, model, processing_class, base_model)
