@@ -24,6 +24,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -92,37 +93,27 @@ def judge_connection(base_url: str | None = None, model: str | None = None) -> t
     return v1_url(base), model, api_key(JUDGE_KEY_VARIABLE, default="EMPTY")
 
 
+@dataclass(eq=False)
 class LLMJudgeReward(RewardFunction):
-    def __init__(
-        self,
-        reference_column: str = "reference",
-        only_label: str | None = None,
-        base_url: str | None = None,
-        model: str | None = None,
-        threshold: float = 7,
-        concurrency: int = 16,
-        timeout_s: float = 120.0,
-        retries: int = 2,
-        backoff_s: float = 1.0,
-        max_tokens: int = 2048,
-        prompt_template: str = JUDGE_PROMPT,
-        sleep: Callable[[float], Awaitable] = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
-    ):
-        self.reference_column = reference_column
-        self.base_url = base_url
-        self.model = model
-        self.threshold = threshold
-        self.concurrency = concurrency
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_tokens = max_tokens
-        self.prompt_template = prompt_template
-        self.sleep = sleep
-        self.clock = clock
-        self.name = "llm_judge"
-        super().__init__(only_label=only_label)
+    """1.0 when the judge scores an answer >= `threshold`; None when no score came back (excluded)."""
+
+    reference_column: str = "reference"
+    only_label: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    threshold: float = 7
+    concurrency: int = 16
+    timeout_s: float = 120.0
+    retries: int = 2
+    backoff_s: float = 1.0
+    max_tokens: int = 2048
+    prompt_template: str = JUDGE_PROMPT
+    sleep: Callable[[float], Awaitable] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    name: str = field(default="llm_judge", init=False)
+
+    def __post_init__(self):
+        super().__init__(only_label=self.only_label)
 
     # -- connection (explicit arguments, else the environment read at call time)
     def connection(self) -> tuple[str, str | None, str]:
