@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.text import Text
@@ -30,7 +29,14 @@ from rufus_data.lineage import chain_text, checked_benchmarks, folder_lineage, r
 from rufus_data.mix import mix_inputs
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.run_folder import mixed_data_dir, write_lineage
-from rufus_data.shards import KIND_COLUMNS, ROW_COLUMNS, kind_columns_hint, read_shards, shard_files
+from rufus_data.shards import (
+    KIND_COLUMNS,
+    ROW_COLUMNS,
+    kind_columns_hint,
+    read_shards,
+    sample_indices,
+    shard_files,
+)
 
 log = logging.getLogger("rufus_train")
 
@@ -140,8 +146,7 @@ def read_rows(folders: list[str], max_rows: int | None, seed: int, stage: str) -
     """All rows of the folders; `max_rows` takes a seeded sample (in the original order)."""
     table = pa.concat_tables([read_shards(f) for f in folders], promote_options="default")
     if max_rows is not None and table.num_rows > max_rows:
-        order = np.random.default_rng(seed).permutation(table.num_rows)[:max_rows]
-        table = table.take(pa.array(np.sort(order)))
+        table = table.take(pa.array(sample_indices(table.num_rows, max_rows, seed)))
     if table.num_rows == 0:
         raise RufusError(f"stage {stage}: the shards in {folders} hold no rows")
     return table
