@@ -62,7 +62,7 @@ STAGE_HELP = (
     "Run one post-training stage: the keys of catalogs/stages/NAME.yaml, each overridable as `--key value` "
     "(the command line wins).\n\n"
     "Any key of the stage YAML is an option here, e.g. `--data DIR` (shard folders or rufus-data catalogs; "
-    "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_ratio 0.1` (any field "
+    "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_steps 0.1` (any field "
     "of the TRL config); a boolean key is a bare flag (`--overwrite`, `--no-packing`). To see a stage's keys: the "
     "stage YAML lists each with its default and what it does, and `rufus-train stage NAME --dry-run` prints them "
     "all resolved.\n\n"

@@ -251,7 +251,7 @@ def typed_override(config_cls: type[StageConfig], dotted: str, raw: str | None) 
 
 
 def apply_overrides(data: dict, overrides: dict[str, Any]) -> dict:
-    """Set dotted keys (`lora.r`, `trainer.warmup_ratio`) in a copy of `data`; CLI wins."""
+    """Set dotted keys (`lora.r`, `trainer.warmup_steps`) in a copy of `data`; CLI wins."""
     data = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     for dotted, value in overrides.items():
         parts = dotted.split(".")
