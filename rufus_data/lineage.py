@@ -98,7 +98,7 @@ def decontam_checks(folder: Path, manifest: dict) -> dict:
             for name in removed:
                 removed[name] = len({hit["row"] for hit in hits if hit["benchmark"] == name})
     return {"benchmarks": removed, "against": manifest.get("against") or [],
-            "suites": manifest.get("against_suites") or [], "not_checked": manifest.get("not_decontaminable") or {}}
+            "against_suites": manifest.get("against_suites") or [], "not_checked": manifest.get("not_decontaminable") or {}}
 
 
 def run_lineage(data: list[dict], base_model: str) -> dict:
@@ -162,7 +162,7 @@ def chain_text(node: dict) -> str:
     """`filter <- decontam (against quick) <- mix catalogs/x.yaml`: the steps, nearest first."""
     command = (node.get("command") or "no manifest").removeprefix("rufus-data ")
     if node.get("checked"):
-        command += f" (against {', '.join(node['checked']['against'] + node['checked']['suites']) or '?'})"
+        command += f" (against {', '.join(node['checked']['against'] + node['checked']['against_suites']) or '?'})"
     if node.get("command") == MIX and node.get("catalog"):
         command += f" {node['catalog']['path']}"
     if node.get("on_disk", "same") != "same":
