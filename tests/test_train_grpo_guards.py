@@ -15,13 +15,14 @@ import torch
 from trl import GRPOConfig
 from typer.testing import CliRunner
 
+from rufus_data.devices import DeviceRoles
 from rufus_data.errors import RufusError
 from rufus_data.rewards import AGGREGATIONS, build_rewards, combine_rewards, teaches_nothing
 from rufus_data.rollouts.filter import FilterConfig, bucket_prompts
 from rufus_train import serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
-from rufus_train.grpo import async_checks, gpu_roles, length_checks, rollout_state
+from rufus_train.grpo import async_checks, length_checks, rollout_state
 from rufus_train.grpo.async_config import async_config
 from rufus_train.grpo.dynamic_sampling import (
     ResampleStream,
@@ -172,12 +173,12 @@ def test_stage_check_reads_server_before_loading(models_server, tmp_path):
 
 def test_gpu_roles():
     with pytest.raises(RufusError, match="GPU 1 is both a trainer device"):
-        gpu_roles.check_gpu_roles("0,1", "1")
+        DeviceRoles(trainer="0,1", server="1").check()
     with pytest.warns(UserWarning, match="evaluation devices \\(2\\) overlap the vLLM server's"):
-        gpu_roles.check_gpu_roles("0", "1,2", "2")
+        DeviceRoles(trainer="0", server="1,2", eval="2").check()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        gpu_roles.check_gpu_roles("0", "1", "2")
+        DeviceRoles(trainer="0", server="1", eval="2").check()
 
 
 # ------------------------------------------------------------------ stage configs
