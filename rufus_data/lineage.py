@@ -162,7 +162,8 @@ def chain_text(node: dict) -> str:
     """`filter <- decontam (against quick) <- mix catalogs/x.yaml`: the steps, nearest first."""
     command = (node.get("command") or "no manifest").removeprefix("rufus-data ")
     if node.get("checked"):
-        command += f" (against {', '.join(node['checked']['against'] + node['checked']['against_suites']) or '?'})"
+        named = dict.fromkeys(node["checked"]["against"] + node["checked"]["against_suites"])  # a suite may be both
+        command += f" (against {', '.join(named) or '?'})"
     if node.get("command") == MIX and node.get("catalog"):
         command += f" {node['catalog']['path']}"
     if node.get("on_disk", "same") != "same":
