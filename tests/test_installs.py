@@ -7,12 +7,14 @@ needs the package index)."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import subprocess
 import tomllib
 from importlib.metadata import requires
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -71,10 +73,31 @@ def test_make_installs_with_the_constraints_and_ci_checks_the_gpu_resolve():
                                       "pip freeze --exclude-editable", "bash scripts/check_resolve.sh")]
     assert order == sorted(order)
 
-    ci = (REPO / ".ci" / "run").read_text().splitlines()
-    assert ci.index("make check-resolve") < ci.index("make test")
     script = REPO / "scripts" / "check_resolve.sh"
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     text = script.read_text()
     assert re.search(r'pip install --dry-run .*--report "\$tmp/report.json" -c constraints.txt', text)
     assert '".[train,eval,gpu]"' in text
+
+
+@pytest.mark.parametrize(("resolve_rc", "test_rc", "expected_rc"), [(0, 0, 0), (3, 0, 3), (0, 2, 2)])
+def test_ci_resolves_the_gpu_install_beside_the_tests_and_fails_on_either(tmp_path, resolve_rc, test_rc, expected_rc):
+    """.ci/run with a `make` that records its targets: check-resolve and test both run, the dry
+    run's output is printed, and either one failing fails CI."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "make"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!/usr/bin/env bash
+echo "$1" >> {calls}
+if [ "$1" = check-resolve ]; then sleep 0.5; echo "dry run said {resolve_rc}"; exit {resolve_rc}; fi
+exit {test_rc}
+""")
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake.parent}:{os.environ['PATH']}", "RUFUS_DATA_ROOT": str(tmp_path)}
+    done = subprocess.run(["bash", str(REPO / ".ci" / "run")], env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == expected_rc, done.stdout + done.stderr
+    if test_rc == 0:  # the dry run is waited for and its output printed once the tests are done
+        assert sorted(calls.read_text().split()) == ["check-resolve", "test"]
+        assert f"dry run said {resolve_rc}" in done.stdout
+    else:  # failed tests end CI at once (the dry run, still running, is stopped)
+        assert "test" in calls.read_text().split()
