@@ -35,8 +35,10 @@ demo: venv
 	$(BIN)/rufus-data mix catalogs/sft.yaml --overwrite
 	$(BIN)/rufus-data inspect outputs/sft
 
-# PYTEST_ARGS adds options to a run, e.g. PYTEST_ARGS="-n 2 --dist loadfile" (pytest-xdist, the dev
-# extra: each file in one worker, one torch thread each, one vLLM server for both; tests/conftest.py).
+# Two pytest-xdist workers (the dev extra): each test file in one worker, one torch thread each, one
+# vLLM server for both (tests/conftest.py). On 2 cores the whole suite took 1,095 s this way against
+# 1,607 s in one process. PYTEST_ARGS= (empty) runs in one process; other options go there too.
+PYTEST_ARGS ?= -n 2 --dist loadfile
 test: venv
 	-$(MAKE) vllm-venv
 	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
