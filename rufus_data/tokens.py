@@ -8,6 +8,7 @@ trainable when it overlaps an assistant span: the same rule transformers applies
 from __future__ import annotations
 
 import json
+import os
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
@@ -59,6 +60,11 @@ class TokenCounter:
         self.backend = self.tokenizer.backend_tokenizer
         self.template_kwargs = dict(self.tokenizer.special_tokens_map)
         self.renderer = ChatRenderer(self.template, self.has_generation_markers)
+        # special tokens a batch's shared prefix may end at (_shared_prefix), and whether cutting there
+        # was checked to count what the whole texts count (None: not yet)
+        self.cut_tokens = [t.content for t in self.tokenizer.added_tokens_decoder.values()
+                           if t.special and not t.rstrip and not t.normalized and t.content]
+        self.prefix_checked: bool | None = None
 
     def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False, tools: list | None = None):
         """(rendered texts, assistant spans of each) of conversations that share the tool schemas
@@ -113,13 +119,35 @@ class TokenCounter:
         return first
 
     def _encode(self, rendered: list[str], spans) -> Counts:
+        cut = self._shared_prefix(rendered, spans)
+        if cut and self.prefix_checked is None:  # checked once, not assumed: the whole texts must count the same
+            self.prefix_checked = self._encode_from(rendered, spans, cut) == self._encode_from(rendered, spans, 0)
+        return self._encode_from(rendered, spans, cut if self.prefix_checked else 0)
+
+    def _encode_from(self, rendered: list[str], spans, cut: int) -> Counts:
+        """Counts of the texts, the first `cut` characters (shared by all) tokenized once."""
+        shared = len(self.backend.encode(rendered[0][:cut], add_special_tokens=False)) if cut else 0
+        texts = [text[cut:] for text in rendered] if cut else rendered
         if spans is None or not any(spans):
-            encodings = self.backend.encode_batch_fast(rendered, add_special_tokens=False)
-            return Counts([len(e) for e in encodings], [0] * len(encodings))
-        encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
-        total = [len(e) for e in encodings]
-        trainable = [_overlapping_tokens(e, s) for e, s in zip(encodings, spans, strict=True)]
+            encodings = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+            return Counts([shared + len(e) for e in encodings], [0] * len(encodings))
+        encodings = self.backend.encode_batch(texts, add_special_tokens=False)
+        total = [shared + len(e) for e in encodings]
+        trainable = [_overlapping_tokens(e, [(a - cut, b - cut) for a, b in s]) for e, s in zip(encodings, spans, strict=True)]
         return Counts(total, trainable)
+
+    def _shared_prefix(self, rendered: list[str], spans) -> int:
+        """How many leading characters every text shares up to the end of a special token, before
+        any trainable span (a default system turn, say): 0 when none. The tokenizer splits its
+        input at special tokens before anything else, so the pieces on either side tokenize as
+        they would in the whole text; a token that strips the whitespace after it is not a cut."""
+        if len(rendered) < 2 or not self.cut_tokens:
+            return 0
+        prefix = os.path.commonprefix(rendered)
+        starts = [row[0][0] for row in spans or () if row]
+        if starts:
+            prefix = prefix[: min(starts)]
+        return max((prefix.rfind(token) + len(token) for token in self.cut_tokens if token in prefix), default=0)
 
 
 def _overlapping_tokens(encoding, spans: list[tuple[int, int]]) -> int:

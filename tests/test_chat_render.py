@@ -9,7 +9,7 @@ import json
 import pytest
 from jinja2.exceptions import TemplateError
 
-from rufus_data.chat_render import ROWS_PER_CALL, SEPARATOR, ChatRenderer, render_each
+from rufus_data.chat_render import ROWS_PER_CALL, SEPARATOR, ChatRenderer, is_plain, render_each
 from rufus_data.tokens import TokenCounter
 
 
@@ -80,3 +80,34 @@ def test_a_template_error_names_the_row_at_fault(counter, data_root):
     with pytest.raises(TemplateError, match="no answer"):
         renderer.render(rows(data_root), **counter.template_kwargs)
     assert renderer.batched  # the first group rendered in the loop; the failing group alone
+
+
+def test_values_that_are_not_plain_go_through_transformers_copy(counter, data_root):
+    """Rows of exactly the built-in JSON types render without transformers' copy into plain types;
+    a value of another type (a numpy string, a tuple) sends its group through that copy, and
+    both render what one call per conversation renders."""
+    np = pytest.importorskip("numpy")
+    conversations = rows(data_root)[:ROWS_PER_CALL]
+    assert is_plain(conversations) and is_plain(counter.template_kwargs)
+    odd = [[{**m, "content": np.str_(m["content"])} for m in chat] for chat in conversations]
+    odd[1] = tuple(odd[1])
+    assert not is_plain(odd) and not is_plain({"content": (1, 2)}) and is_plain({"a": [1, 2.5, None, True]})
+    for chats in (conversations, odd):
+        renderer = ChatRenderer(counter.template, True)
+        assert renderer.render(chats, **counter.template_kwargs) == each(counter, conversations)
+        assert renderer.batched
+
+
+def test_a_shared_prefix_is_tokenized_once_and_counts_the_same(counter, data_root):
+    """Every GSM8K chat opens with the template's default system turn: the counter tokenizes it once
+    per batch (cut after a special token), checked on first use against the whole texts."""
+    conversations = rows(data_root)[:ROWS_PER_CALL]
+    rendered, spans = counter.render(conversations)
+    cut = counter._shared_prefix(rendered, spans)
+    assert rendered[0][:cut].endswith("<|im_start|>") and "You are a helpful AI assistant" in rendered[0][:cut]
+    whole = counter._encode_from(rendered, spans, 0)
+    assert counter.count_conversations(conversations) == whole and counter.prefix_checked is True
+    assert counter._encode_from(rendered, spans, cut) == whole
+    encodings = counter.backend.encode_batch(rendered, add_special_tokens=False)
+    assert whole.total == [len(e) for e in encodings]
+    assert counter._shared_prefix(rendered[:1], spans[:1]) == 0  # one text shares nothing with another
