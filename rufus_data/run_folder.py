@@ -10,7 +10,7 @@ and every reader of run.json is here:
                              evaluation during training can read it
     RUN/checkpoint-N/        trainer checkpoints (rufus_train/checkpoints.py)
     RUN/_eval_staging/checkpoint-N/   checkpoints being evaluated (rufus_eval/staging.py)
-    RUN/eval_logs/           checkpoint evaluations (rufus_eval/callback.py)
+    RUN/eval_logs/           checkpoint evaluations (rufus_eval/checkpoint_eval/)
     RUN/run.json             written last: the summary of a finished run, lineage included
     RUN/merged/              the adapter merged into its base, made on demand (merged_model.py)
 
