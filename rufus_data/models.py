@@ -263,7 +263,6 @@ def _convert_gguf(gguf: Path, out: Path, spec: BuiltinModel) -> None:
     config = AutoConfig.from_pretrained(folder, gguf_file=name)
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    config.dtype = torch.bfloat16
     fresh = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
     if missing or unexpected:
