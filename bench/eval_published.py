@@ -41,7 +41,7 @@ tasks:
     benchmark: gsm8k
     prompt: "{{question}}"
     gold_fields: [answer]
-    scorer: {{name: string_match, extractor: last_number, gold_extractor: gsm8k, answer_column: answer}}
+    scorer: {{name: final_number, answer_column: answer}}
 """
 
 

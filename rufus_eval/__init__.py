@@ -13,6 +13,8 @@ A suite run (`rufus-eval suite`):
   judge pinned before anything is generated.
 - results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
 - vibe.py: your own prompts, answered side by side.
+- replay.py: responses generated elsewhere (released outputs, gold solutions) scored through a
+  task's own lm-eval config: the reference checks of docs/eval.md.
 
 While training (attached by every rufus-train stage):
 - callback.py: `CheckpointEvalCallback`: evaluates checkpoints in another process, never

@@ -36,8 +36,8 @@ def test_smollm3_local_tasks_prepare(tmp_path, data_root):
     assert suite.k(tasks["livecodebench"]) == 16
     assert [t.name for t in suite.selected(final=False)] == [t.name for t in suite.tasks if t.role == "validation"]
     gsm_plus = task_rows(tasks["gsm_plus"])
-    assert len(gsm_plus) == 2100  # 2,400 minus the 300 critical-thinking rows whose gold is "None"
-    assert all(json.loads(r["gold"])["answer"] != "None" for r in gsm_plus)
+    # all 2,400, the 300 critical-thinking rows (gold "None") scored as GSM-Plus defines them
+    assert len(gsm_plus) == 2400 and sum(json.loads(r["gold"])["answer"] == "None" for r in gsm_plus) == 300
     config = write_task(suite, tasks["aime25"], tmp_path)
     assert config["repeats"] == 64 and config["dataset_path"] == "json"
     assert config["generation_kwargs"]["temperature"] == 0.6 and config["generation_kwargs"]["top_p"] == 0.95

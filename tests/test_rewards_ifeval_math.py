@@ -83,6 +83,9 @@ def test_math_equivalence_is_value_equality():
         solution=["1/2", r"$0.5$", r"\frac{1}{2}", "1/2", None],
     )
     assert scores == [1.0, 1.0, 0.0, 0.0, None]
+    # MATH-500 writes three golds with an escaped dollar (`\$18.90`): a currency sign, not a math delimiter
+    dollars = reward(completions=[r"\boxed{\$18.90}", r"\boxed{18.9}", r"\boxed{19}"], solution=[r"\$18.90"] * 3)
+    assert dollars == [1.0, 1.0, 0.0]
     # AsyncGRPOTrainer calls sync rewards through asyncio.to_thread: off the main thread (no SIGALRM there)
     import asyncio
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from fractions import Fraction
 
 from rufus_data.errors import RufusError
 
@@ -128,6 +129,63 @@ def extract_last_number(text: str) -> str | None:
     for last in _NUMBER.finditer(text):
         pass
     return None if last is None else last.group(0)
+
+
+# ---------------------------------------------------------------- the final number (eval scoring)
+
+# What published GSM8K-style evaluations read as the final answer: the text after the last of these
+# markers (GSM8K's `####`, the "The answer is" of chain-of-thought prompts, a `\boxed{}`), else the
+# last number of the response.
+_ANSWER_MARKER = re.compile(r"####|\bthe (?:final )?answer is\b\s*:?", re.IGNORECASE)
+# A number token as `_NUMBER`, or a fraction of two (`1/4`: GSM-Plus golds hold a few).
+_NUMBER_OR_FRACTION = re.compile(rf"{_NUMBER.pattern}(?:/\d+)?")
+
+
+def final_answer_text(text: str) -> str | None:
+    """The text the final answer is read from: after the last answer marker (to the end of that line,
+    or the line after when the marker ends its line), the last box's content; None without a marker."""
+    candidates = []
+    markers = list(_ANSWER_MARKER.finditer(text))
+    if markers:
+        rest = text[markers[-1].end():].lstrip()
+        candidates.append((markers[-1].start(), rest.split("\n", 1)[0]))
+    box = extract_boxed(text)
+    if box is not None:
+        candidates.append((max(text.rfind("\\boxed"), text.rfind("\\fbox")), box))
+    return max(candidates)[1] if candidates else None
+
+
+def extract_final_number(text: str) -> str | None:
+    """The final answer's number: the first number after the last answer marker (after the last `=` of
+    that line: `#### 5 + 3 = 8 apples` is 8), so words and units after it do not count (`#### 7 dozen
+    eggs in 4 weeks` is 7); without a marker, or with no number after it, the last number of the text."""
+    marked = final_answer_text(text)
+    if marked is not None:
+        found = _NUMBER_OR_FRACTION.search(marked.rsplit("=", 1)[-1])
+        if found:
+            return found.group(0)
+    last = None
+    for last in _NUMBER_OR_FRACTION.finditer(text):
+        pass
+    return None if last is None else last.group(0)
+
+
+def number_value(token: str | None) -> Fraction | None:
+    """A number token as an exact value: `16.00` == `16`, `1,000` == `1000`, `1/4` == `0.25`; None if none."""
+    if token is None:
+        return None
+    try:
+        return Fraction(token.replace(",", "").lstrip("+"))
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+def format_number(value: Fraction) -> str:
+    """One spelling per value (what maj@ votes on): `16`, `0.25`, `1/3`."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    as_float = float(value)
+    return repr(as_float) if Fraction(repr(as_float)) == value else str(value)
 
 
 def extract_full(text: str) -> str | None:

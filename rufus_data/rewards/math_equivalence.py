@@ -6,10 +6,13 @@ works in the main thread, so off the main thread it runs without them.
 
 from __future__ import annotations
 
+import re
 import threading
 
 from rufus_data.rewards.contract import RewardFunction, is_missing
 from rufus_data.rewards.extract import extract_boxed
+
+_MATH_DELIMITER = re.compile(r"(?<!\\)\$")  # a `$` that opens or closes math; `\$` is a dollar sign
 
 
 class MathEquivalenceReward(RewardFunction):
@@ -39,8 +42,8 @@ class MathEquivalenceReward(RewardFunction):
                 scores.append(0.0)
                 continue
             gold_text = str(gold_text)
-            if "\\boxed" not in gold_text and "$" not in gold_text:
-                gold_text = f"${gold_text}$"  # a bare answer like 1/2 or \frac{1}{2}
+            if "\\boxed" not in gold_text and not _MATH_DELIMITER.search(gold_text):
+                gold_text = f"${gold_text}$"  # a bare answer like 1/2, \frac{1}{2} or \$18.90 (an escaped dollar)
             gold = parse(gold_text, parsing_timeout=timeout)
             if not gold:
                 scores.append(None)

@@ -17,6 +17,7 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards.bfcl import BFCLASTReward
 from rufus_data.rewards.code_execution import CodeExecutionReward
 from rufus_data.rewards.contract import RewardFunction
+from rufus_data.rewards.final_number import FinalNumberReward
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_data.rewards.llm_judge import LLMJudgeReward
 from rufus_data.rewards.math_equivalence import MathEquivalenceReward
@@ -26,6 +27,7 @@ from rufus_data.rewards.string_match import StringMatchReward
 REWARDS: dict[str, type[RewardFunction]] = {
     "string_match": StringMatchReward,
     "math_equivalence": MathEquivalenceReward,
+    "final_number": FinalNumberReward,
     "ifeval": IFEvalReward,
     "code_execution": CodeExecutionReward,
     "llm_judge": LLMJudgeReward,
