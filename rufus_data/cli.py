@@ -19,6 +19,8 @@ from rufus_data.yaml_config import config_from_cli, model_from_options
 app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
 models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
+catalogs_app = CliApp(help="The catalogs Rufus ships (stages, suites, data catalogs, samples): list them, copy one to edit.")
+app.add_typer(catalogs_app, name="catalogs")
 
 
 @app.callback()
@@ -43,6 +45,34 @@ def models_list() -> None:
 def models_pull(name: str = typer.Argument("smollm2-135m", help="built-in model name")) -> None:
     """Download, check and convert a built-in model into the cache ($RUFUS_CACHE); prints its folder."""
     print_result(str(pull(name)), highlight=False)
+
+
+@catalogs_app.command("list")
+@cli_errors
+def catalogs_list() -> None:
+    """List the shipped catalogs, and which of them your ./catalogs/ overrides (yours are read first)."""
+    from rufus_data.catalog_files import find_catalog_file, shipped_catalogs, shipped_root
+
+    table = Table(title=f"shipped catalogs ({shipped_root()})")
+    for col in ("catalog", "read from"):
+        table.add_column(col)
+    for name in shipped_catalogs():
+        found = find_catalog_file(name)
+        table.add_row(name, "shipped" if found == shipped_root() / name else str(found))
+    print_result(table)
+
+
+@catalogs_app.command("copy")
+@cli_errors
+def catalogs_copy(
+    name: str = typer.Argument(..., help="a shipped catalog as `catalogs list` names it, e.g. stages/sft.yaml"),
+    dest: Path = typer.Argument(None, help="file or folder to copy to (default: ./catalogs/NAME, read before the shipped one)"),
+    overwrite: OverwriteOption = False,
+) -> None:
+    """Copy a shipped catalog out to edit it; an existing file is kept unless --overwrite."""
+    from rufus_data.catalog_files import copy_shipped
+
+    print_result(str(copy_shipped(name, dest, overwrite=overwrite)), highlight=False)
 
 
 @app.command("mix")
