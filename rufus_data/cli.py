@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.cli_options import CliApp, OverwriteOption, model_options
+from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption, model_options
 from rufus_data.console import cli_errors, console, print_result
+from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.models import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
@@ -24,8 +25,11 @@ app.add_typer(catalogs_app, name="catalogs")
 
 
 @app.callback()
-def main() -> None:
+def main(version: VersionOption = False) -> None:
     """Keep subcommands explicit even while there is only one."""
+
+
+app.command("env")(env_command)
 
 
 @models_app.command("list")

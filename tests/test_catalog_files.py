@@ -1,9 +1,11 @@
 """Where catalogs are (rufus_data/catalog_files.py): the user's own catalogs/ first, then the
-shipped ones; a missing catalog names both places; `rufus-data catalogs list / copy`. The
-installed wheel is tests/test_wheel.py's."""
+shipped ones; a missing catalog names both places; `rufus-data catalogs list / copy`; and the
+version every output records (rufus_data/version.py), on the three CLIs with `env` beside it.
+The installed wheel is tests/test_wheel.py's."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,10 @@ from rufus_data.catalog_files import (
 from rufus_data.cli import app as data_app
 from rufus_data.errors import RufusError
 from rufus_data.inputs import data_input
+from rufus_data.shards import package_versions
+from rufus_data.version import CodeVersion, code_version, rufus_version
+from rufus_eval.cli import app as eval_app
+from rufus_train.cli import app as train_app
 from rufus_train.launch import accelerate_config_path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,3 +122,39 @@ def test_list_names_every_shipped_catalog_and_what_overrides_it(empty_folder):
             if line.startswith("│")}
     assert set(rows) == set(shipped_catalogs())
     assert rows["stages/dpo.yaml"] == "catalogs/stages/dpo.yaml" and rows["stages/sft.yaml"] == "shipped"
+
+
+def test_a_checkout_reports_its_current_commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True)
+    described = subprocess.run(["git", "describe", "--tags", "--exact-match"], check=False, cwd=REPO, capture_output=True)
+    found = code_version()
+    if head.returncode == 0 and described.returncode != 0:  # not at a release tag: the commit is named
+        assert found.commit and head.stdout.startswith(found.commit)
+    assert package_versions("pyarrow")["rufus"] == rufus_version() == found.version
+
+
+def test_the_version_says_commit_and_dirty_as_setuptools_scm_wrote_them():
+    assert CodeVersion.of("0.1.0") == CodeVersion("0.1.0", None, False)
+    dev = CodeVersion.of("0.1.1.dev3+g1a2b3c4")
+    assert (dev.commit, dev.dirty) == ("1a2b3c4", False)
+    dirty = CodeVersion.of("0.1.1.dev3+g1a2b3c4.d20261203")
+    assert (dirty.commit, dirty.dirty) == ("1a2b3c4", True)
+    assert dirty.describe() == "rufus 0.1.1.dev3+g1a2b3c4.d20261203 (commit 1a2b3c4, uncommitted changes)"
+
+
+@pytest.mark.parametrize("app", [data_app, train_app, eval_app], ids=["rufus-data", "rufus-train", "rufus-eval"])
+def test_every_cli_has_version_env_and_completion(app):
+    runner = CliRunner()
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == code_version().describe()
+    helptext = runner.invoke(app, ["--help"]).output
+    assert "--install-completion" in helptext and "--show-completion" in helptext and " env " in helptext
+
+
+def test_env_reports_what_a_bug_report_needs():
+    res = CliRunner().invoke(data_app, ["env"])
+    assert res.exit_code == 0, res.output
+    for row in ("Rufus", "Python", "platform", "torch CUDA build", "GPUs seen", "transformers", "trl", "peft",
+                "accelerate", "vllm", "lm_eval", "datasets"):
+        assert f"│ {row} " in res.output, row
+    assert code_version().version in res.output
