@@ -10,6 +10,7 @@ the commit that runs now."""
 from __future__ import annotations
 
 import functools
+import tomllib
 from dataclasses import dataclass
 from importlib import metadata
 
@@ -52,7 +53,9 @@ def _installed_version() -> str:
 
 
 def _checkout_version() -> str | None:
-    """The version setuptools-scm gives the checkout now; None when it is not installed (the dev extra)."""
+    """The version setuptools-scm gives the checkout now, with the checkout's own settings
+    ([tool.setuptools_scm] of its pyproject.toml: the build's); None when setuptools-scm is not
+    installed (it comes with the dev extra) or cannot tell (no git: the installed version stands)."""
     checkout = source_checkout()
     if checkout is None:
         return None
@@ -60,7 +63,11 @@ def _checkout_version() -> str | None:
         import setuptools_scm
     except ImportError:
         return None
-    return setuptools_scm.get_version(root=str(checkout), fallback_version=_installed_version())
+    settings = tomllib.loads((checkout / "pyproject.toml").read_text()).get("tool", {}).get("setuptools_scm", {})
+    try:
+        return setuptools_scm.get_version(root=str(checkout), **settings)
+    except (LookupError, ValueError, OSError):  # no git, or tags it cannot read: not worth a crash
+        return None
 
 
 @functools.cache

@@ -44,8 +44,9 @@ def _pip_into(venv: Path, *args: str) -> None:
     _build(["--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", "--no-build-isolation", *args])
 
 
-def _package_files(site: Path) -> set[Path]:
-    return {p for name in ("rufus_data", "rufus_train", "rufus_eval", "rufus_catalogs")
+def _package_files(site: Path) -> dict[Path, tuple[int, int]]:
+    """Each installed file (compiled bytecode aside) with its size and modification time."""
+    return {p: (p.stat().st_size, p.stat().st_mtime_ns) for name in ("rufus_data", "rufus_train", "rufus_eval", "rufus_catalogs")
             for p in (site / name).rglob("*") if "__pycache__" not in p.parts}
 
 
@@ -131,11 +132,18 @@ def test_filter_on_tiny_random_reads_the_shipped_rl_catalog(installed):
 
 
 def test_an_editable_install_maps_rufus_catalogs_onto_the_checkout(tmp_path):
+    """And its --version asks setuptools-scm about the checkout (with the build's settings: its
+    metadata holds a .devN version, which must not be taken for a tag to bump)."""
     venv = _fresh_venv(tmp_path / "venv")
     _pip_into(venv, "-e", ".")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import importlib.resources as r; print(r.files('rufus_catalogs') / 'stages')"],
-                         check=False, cwd=tmp_path, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
-                         capture_output=True, text=True, timeout=60)
+                         check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert Path(res.stdout.strip()).resolve() == (REPO / "catalogs" / "stages").resolve()
+    version = subprocess.run([str(venv / "bin" / "rufus-data"), "--version"], check=False, cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=60)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], check=True, cwd=REPO, capture_output=True, text=True).stdout
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("rufus ") and (f"commit {head[:7]}" in version.stdout or "+g" not in version.stdout)
