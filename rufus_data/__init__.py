@@ -17,6 +17,14 @@ The floors below them (none imports a data step: tests/test_layering.py):
 - shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py.
 - models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
-  paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py."""
+  paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py.
+- the installed package: catalog_files.py (where catalogs are: the user's own, then the shipped
+  ones), version.py (the version every output records), env_report.py (`rufus-data env`)."""
 
-__version__ = "0.1.0"
+
+def __getattr__(name: str):
+    if name == "__version__":  # one source: version.py (the checkout's commit, or the installed version)
+        from rufus_data.version import rufus_version
+
+        return rufus_version()
+    raise AttributeError(f"module 'rufus_data' has no attribute {name!r}")

@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.cli_options import CliApp, OverwriteOption, model_options
+from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption, model_options
 from rufus_data.console import cli_errors, console, print_result
+from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.models import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
@@ -19,11 +20,16 @@ from rufus_data.yaml_config import config_from_cli, model_from_options
 app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
 models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
+catalogs_app = CliApp(help="The catalogs Rufus ships (stages, suites, data catalogs, samples): list them, copy one to edit.")
+app.add_typer(catalogs_app, name="catalogs")
 
 
 @app.callback()
-def main() -> None:
+def main(version: VersionOption = False) -> None:
     """Keep subcommands explicit even while there is only one."""
+
+
+app.command("env")(env_command)
 
 
 @models_app.command("list")
@@ -43,6 +49,34 @@ def models_list() -> None:
 def models_pull(name: str = typer.Argument("smollm2-135m", help="built-in model name")) -> None:
     """Download, check and convert a built-in model into the cache ($RUFUS_CACHE); prints its folder."""
     print_result(str(pull(name)), highlight=False)
+
+
+@catalogs_app.command("list")
+@cli_errors
+def catalogs_list() -> None:
+    """List the shipped catalogs, and which of them your ./catalogs/ overrides (yours are read first)."""
+    from rufus_data.catalog_files import find_catalog_file, shipped_catalogs, shipped_root
+
+    table = Table(title=f"shipped catalogs ({shipped_root()})")
+    for col in ("catalog", "read from"):
+        table.add_column(col)
+    for name in shipped_catalogs():
+        found = find_catalog_file(name)
+        table.add_row(name, "shipped" if found == shipped_root() / name else str(found))
+    print_result(table)
+
+
+@catalogs_app.command("copy")
+@cli_errors
+def catalogs_copy(
+    name: str = typer.Argument(..., help="a shipped catalog as `catalogs list` names it, e.g. stages/sft.yaml"),
+    dest: Path = typer.Argument(None, help="file or folder to copy to (default: ./catalogs/NAME, read before the shipped one)"),
+    overwrite: OverwriteOption = False,
+) -> None:
+    """Copy a shipped catalog out to edit it; an existing file is kept unless --overwrite."""
+    from rufus_data.catalog_files import copy_shipped
+
+    print_result(str(copy_shipped(name, dest, overwrite=overwrite)), highlight=False)
 
 
 @app.command("mix")

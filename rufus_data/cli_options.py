@@ -77,13 +77,13 @@ class FlagGroup(_BareFlags, TyperGroup):
 
 
 class CliApp(typer.Typer):
-    """The typer app of each Rufus CLI: no completion install options, help when called bare,
+    """The typer app of each Rufus CLI: shell completion (`--install-completion`), help when called bare,
     boolean flags written and shown one way in all three CLIs (`--overwrite`, no value), and, when
     the program starts, the CPU thread defaults (cpu_threads.py) and warnings the console has
     already given shown once."""
 
     def __init__(self, **options):
-        super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=False, **options)
+        super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=True, **options)
 
     def __call__(self, *args, **kwargs):
         cpu_thread_defaults()  # before any command imports torch
@@ -99,6 +99,19 @@ def flag_option(name: str, help: str) -> Any:
     `--overwrite <bool>` as typer renders it by default)."""
     return typer.Option(name, help=help, metavar="")
 
+
+def _print_version(value: bool) -> None:
+    if value:
+        from rufus_data.version import code_version
+
+        typer.echo(code_version().describe())
+        raise typer.Exit()
+
+
+# `--version` of all three CLIs (their callbacks take it): the version every output records.
+VersionOption = Annotated[bool, typer.Option(
+    "--version", callback=_print_version, is_eager=True, metavar="",
+    help="print Rufus's version (with the commit, from a checkout) and exit; `env` prints the whole environment")]
 
 # The options every command that writes a folder spells the same way, in all three CLIs.
 OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existing output folder")]

@@ -4,9 +4,9 @@ pairs mix catalogs into their work folder, a training stage's `data:` into RUN/d
 through rufus_data.mix `mix_inputs`), and the commands that read one shard folder as it is
 (decontam, dedup, inspect, sql) refuse a catalog with the command that mixes it.
 
-A relative catalog path the working folder lacks is read from the Rufus repository (the stage
-YAMLs' default `catalogs/data/...`, filter's default `catalogs/rl.yaml`): such a catalog is
-`shipped`, one of Rufus's own."""
+A relative `catalogs/...` path the working folder lacks is read from the catalogs Rufus ships
+(catalog_files.py: the stage YAMLs' default `catalogs/data/...`, filter's default
+`catalogs/rl.yaml`): such a catalog is `shipped`, one of Rufus's own."""
 
 from __future__ import annotations
 
@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rufus_data.catalog import catalog_hash, load_catalog
+from rufus_data.catalog_files import is_shipped, resolve_entry
 from rufus_data.errors import RufusError
-from rufus_data.paths import REPO_ROOT, shipped_path
 from rufus_data.shards import shard_files
 
 CATALOG_SUFFIXES = (".yaml", ".yml")
-SHIPPED_CATALOGS = REPO_ROOT / "catalogs"
 
 
 def is_catalog(entry: str | Path) -> bool:
@@ -42,8 +41,8 @@ class DataInput:
 
     @property
     def shipped(self) -> bool:
-        """A catalog of the Rufus repository (a stage's default data), not the user's own."""
-        return self.catalog and self.path.resolve().is_relative_to(SHIPPED_CATALOGS)
+        """A catalog Rufus ships (a stage's default data), not the user's own."""
+        return self.catalog and is_shipped(self.path)
 
     def catalog_record(self) -> dict:
         """The catalog as a manifest input: its path and sha256."""
@@ -59,7 +58,7 @@ class DataInput:
 
 def data_input(entry: str | Path) -> DataInput:
     catalog = is_catalog(entry)
-    return DataInput(str(entry), shipped_path(entry) if catalog else Path(entry), catalog)
+    return DataInput(str(entry), resolve_entry(entry) if catalog else Path(entry), catalog)
 
 
 def data_inputs(entries: Sequence[str | Path] | None, default: str | None = None) -> list[DataInput]:

@@ -1,5 +1,5 @@
-"""Where Rufus keeps things: the model cache, the data root of local benchmark copies, and the
-catalogs the repository ships."""
+"""Where Rufus keeps things: the model cache and the data root of local benchmark copies (the
+catalogs: catalog_files.py)."""
 
 from __future__ import annotations
 
@@ -14,18 +14,6 @@ from types import ModuleType
 from typing import TypeVar
 
 from rufus_data.errors import RufusError
-
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-def shipped_path(entry: str | Path) -> Path:
-    """`entry` as given when it exists; a relative path that exists only in the Rufus repository
-    (`catalogs/rl.yaml`, the stage YAMLs' `catalogs/data/...`) from there, so the commands'
-    defaults work from any working directory."""
-    path = Path(entry)
-    if path.exists() or path.is_absolute() or not (REPO_ROOT / path).exists():
-        return path
-    return REPO_ROOT / path
 
 
 def cache_dir() -> Path:

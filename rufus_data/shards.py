@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.errors import RufusError
+from rufus_data.version import DISTRIBUTION, rufus_version
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
@@ -201,9 +202,10 @@ def file_sha256(path: str | Path, chunk: int = 1 << 20) -> str:
 
 
 def package_versions(*names: str) -> dict[str, str]:
-    """Versions of the packages that shaped an output, for the manifest."""
-    found = {}
-    for name in ("rufus", *names):
+    """Versions of the packages that shaped an output, for the manifest: Rufus's identifies the
+    commit (version.py), the others are their installed versions."""
+    found = {DISTRIBUTION: rufus_version()}
+    for name in names:
         try:
             found[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import typer
 
-from rufus_data.cli_options import CliApp, model_options
+from rufus_data.cli_options import CliApp, VersionOption, model_options
 from rufus_data.console import cli_errors
+from rufus_data.env_report import env_command
 from rufus_eval.compare import compare_runs
 from rufus_eval.request import EvalRequest, request_from_cli
 
@@ -17,8 +18,11 @@ app = CliApp(help="Rufus evaluation suites.")
 
 
 @app.callback()
-def main() -> None:
+def main(version: VersionOption = False) -> None:
     """Keep subcommands explicit."""
+
+
+app.command("env")(env_command)
 
 
 def _exit_on_sigterm() -> None:

@@ -1,6 +1,6 @@
 """Results: one `results.json` per run, and a DuckDB file that holds every run's rows.
 
-results.json: {run, suite, checkpoint, step, step_from, backend, created, training_run, tasks:
+results.json: {run, suite, checkpoint, step, step_from, backend, created, versions, training_run, tasks:
 {task: {status, metric, value, stderr, k, docs, scored_docs, unscored, unclosed_think, role, kind,
 data_check}}, judges: {task: {model, base_url, server_version, threshold, max_tokens}}}. `status`
 is `ran` or `skipped`; a skipped task (its data is not here) has `reason` and `fetch` (the command

@@ -29,7 +29,7 @@ from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
 from rufus_data.models import BUILTINS, resolve_model
 from rufus_data.run_folder import RUN_JSON, checkpoint_step_of, run_step
-from rufus_data.shards import atomic_output_dir
+from rufus_data.shards import atomic_output_dir, package_versions
 from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
@@ -149,6 +149,7 @@ def run_suite(req: EvalRequest) -> dict:
         "final": req.final,
         "limit": req.limit,
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit
         "system_prompt": suite.system_prompt,
         "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
         "tasks": {},

@@ -14,8 +14,9 @@ import typer
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp, OverwriteOption
+from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption
 from rufus_data.console import cli_errors, console, print_result
+from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import format_command
 from rufus_data.inputs import is_catalog
@@ -31,8 +32,11 @@ OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
 @app.callback()
-def main() -> None:
+def main(version: VersionOption = False) -> None:
     """Keep subcommands explicit."""
+
+
+app.command("env")(env_command)
 
 
 @app.command("stages")

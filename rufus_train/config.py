@@ -20,12 +20,12 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from rufus_data.catalog_files import catalog_file
 from rufus_data.devices import DeviceRoles
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel, format_validation_error, override_key, read_yaml
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 # Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
 COMMON_TRL_ALIASES = {"gradient_checkpointing": "activation_checkpointing"}
 DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -162,10 +162,9 @@ class StageConfig(StrictModel):
 # ---------------------------------------------------------------- loading and overrides
 
 
-def stages_dir() -> Path:
-    """catalogs/stages/ of the working directory if present, else of the repository."""
-    local = Path("catalogs/stages")
-    return local if local.is_dir() else REPO_ROOT / "catalogs" / "stages"
+def stage_file(name: str) -> Path:
+    """catalogs/stages/NAME.yaml: the user's own, else the shipped one (catalog_files.py)."""
+    return catalog_file(f"stages/{name}.yaml", "stage config")
 
 
 def parse_cli_overrides(args: list[str]) -> list[tuple[str, str | None]]:
@@ -305,7 +304,7 @@ def load_stage_config(
     """YAML (catalogs/stages/NAME.yaml or --config FILE), then CLI overrides, validated strictly.
     An error names where its key was written: the file's line, or `overrides_from` (the command
     line by default; a pipeline names its own file) with the key filled in."""
-    path = Path(config_file) if config_file else stages_dir() / f"{name}.yaml"
+    path = Path(config_file) if config_file else stage_file(name)
     data, node = read_yaml(path)
     data = data or {}
     if not isinstance(data, dict):

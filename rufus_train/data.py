@@ -3,7 +3,7 @@ catalogs (`*.yaml`), which the run builds into RUN/data/NAME/ with `rufus_data.m
 resolved by rufus_data.inputs). Every stage YAML names a default catalog under catalogs/data/
 (real data by hub id at a pinned revision, with offline fallbacks under $RUFUS_DATA_ROOT); a
 relative `catalogs/...` entry is read from the working directory when it is there, else from the
-Rufus repository (as catalogs/stages/ is).
+catalogs Rufus ships (rufus_data/catalog_files.py, as catalogs/stages/ is).
 
 When the data is ready its lineage (rufus_data/lineage.py) goes to RUN/lineage.json and, said
 plainly on the console, what each entry was checked against: a catalog mixed at the start was

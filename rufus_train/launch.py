@@ -27,13 +27,13 @@ from pathlib import Path
 
 import yaml
 
+from rufus_data.catalog_files import catalog_file
 from rufus_data.console import console
 from rufus_data.devices import gpu_ids
 from rufus_data.errors import RufusError
-from rufus_train.config import REPO_ROOT, StageConfig
+from rufus_train.config import StageConfig
 from rufus_train.modeling import precision
 
-ACCELERATE_DIR = REPO_ROOT / "catalogs" / "accelerate"
 NAMED_CONFIGS = ("ddp", "fsdp2", "zero2", "zero3")
 LAUNCHED_ENV = "RUFUS_LAUNCHED"  # set in the processes `rufus-train stage` launched: they run, never relaunch
 
@@ -52,7 +52,7 @@ class Launch:
 def accelerate_config_path(value: str) -> Path:
     """A named config of catalogs/accelerate/ (ddp, fsdp2, zero2, zero3) or a file."""
     if value in NAMED_CONFIGS:
-        return ACCELERATE_DIR / f"{value}.yaml"
+        return catalog_file(f"accelerate/{value}.yaml", "accelerate config")
     path = Path(value).expanduser()
     if not path.is_file():
         raise RufusError(

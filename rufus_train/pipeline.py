@@ -22,13 +22,13 @@ import yaml
 from pydantic import Field, ValidationError
 
 from rufus_data.benchmarks.suite import load_suite
+from rufus_data.catalog_files import resolve_entry
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
-from rufus_data.paths import shipped_path
 from rufus_data.run_folder import MERGED_DIR
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
-from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
+from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stage_file
 from rufus_train.modeling import export_merged, is_adapter_folder
 from rufus_train.runner import check_config, run_stage
 from rufus_train.stages import get_stage
@@ -65,7 +65,7 @@ class PipelineConfig(StrictModel):
 def load_pipeline(path: str | Path) -> PipelineConfig:
     """Read and validate a pipeline file: every stage config and the eval block, before anything
     trains. A shipped pipeline's relative path (`catalogs/pipelines/...`) works from any folder."""
-    path = shipped_path(path)
+    path = resolve_entry(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise RufusError(f"{path}: a pipeline is a mapping with `name` and `stages`")
@@ -111,7 +111,7 @@ def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list[Sta
     for i, entry in enumerate(pipeline.stages[:upto]):
         entry = with_defaults(pipeline.defaults, entry)
         name = entry.pop("stage")
-        config_file = entry.pop("config", None) or stages_dir() / f"{name}.yaml"
+        config_file = entry.pop("config", None) or stage_file(name)
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
         overrides = {**entry, "model": model, "output_dir": str(out), "overwrite": pipeline.overwrite}
         configs.append(load_stage_config(name, get_stage(name).config_class, config_file, overrides))

@@ -90,13 +90,13 @@ def hub_registry(tmp_path, monkeypatch):
                       [{"config_name": "gpqa_diamond", "data_files": [{"split": "train", "path": "gpqa_diamond.csv"}]}])
     mixeval = hub_folder(hubs, "MixEval", {"hard/free-form.jsonl": "".join(json.dumps(r) + "\n" for r in MIXEVAL_ROWS)},
                          [{"config_name": "MixEval_Hard", "data_files": [{"split": "free_form", "path": "hard/free-form.jsonl"}]}])
-    raw = yaml.safe_load(benchmark_registry.DEFAULT_REGISTRY.read_text())
+    raw = yaml.safe_load(benchmark_registry.default_registry().read_text())
     raw["benchmarks"]["livecodebench"]["hub"]["id"] = str(lcb)
     raw["benchmarks"]["gpqa_diamond"]["hub"]["id"] = str(gpqa)
     raw["benchmarks"]["mixeval_hard"]["hub"]["id"] = str(mixeval)
     registry = tmp_path / "benchmarks.yaml"
     registry.write_text(yaml.safe_dump(raw, sort_keys=False))
-    monkeypatch.setattr(benchmark_registry, "DEFAULT_REGISTRY", registry)
+    monkeypatch.setattr(benchmark_registry, "default_registry", lambda: registry)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return registry
 
@@ -213,13 +213,13 @@ def test_pull_copies_the_bfcl_wheel_and_fetches_ruler_haystacks(tmp_path, monkey
     threading.Thread(target=server.serve_forever, daemon=True).start()
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        raw = yaml.safe_load(benchmark_registry.DEFAULT_REGISTRY.read_text())
+        raw = yaml.safe_load(benchmark_registry.default_registry().read_text())
         hay = raw["benchmarks"]["ruler"]["haystacks"]
         hay["essays"]["hub"] = {"id": str(essays), "split": "train"}
         hay["squad"]["url"], hay["hotpotqa"]["url"] = f"{base}/squad.json", f"{base}/hotpot.json"
         registry = tmp_path / "benchmarks.yaml"
         registry.write_text(yaml.safe_dump(raw, sort_keys=False))
-        monkeypatch.setattr(benchmark_registry, "DEFAULT_REGISTRY", registry)
+        monkeypatch.setattr(benchmark_registry, "default_registry", lambda: registry)
         manifest = pull_suite("smollm3", tmp_path / "p", ["bfcl_simple_python", "bfcl_multiple", "ruler"])
     finally:
         server.shutdown()

@@ -133,6 +133,7 @@ def test_shipped_pipeline_runs_as_typed_from_any_folder(tmp_path, monkeypatch):
     assert dry_run_stages(result.stdout)["order"] == ["sft", "dpo", "reasoning_rl"]
     missing = CliRunner().invoke(app, ["pipeline", "catalogs/pipelines/nope.yaml", "--dry-run"])
     assert missing.exit_code != 0 and "catalogs/pipelines/nope.yaml does not exist" in missing.output
+    assert "your catalogs" in missing.output and "shipped ones" in missing.output  # both places it looked
 
 
 def test_pipeline_defaults_go_under_every_stage_and_the_stage_wins(tmp_path):

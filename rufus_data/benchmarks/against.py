@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.benchmarks.registry import ALL, DEFAULT_REGISTRY, Registry, nearest
+from rufus_data.benchmarks.registry import ALL, Registry, default_registry, nearest
 from rufus_data.benchmarks.suite import find_suite, known_suites, load_suite, task_benchmark
 from rufus_data.errors import RufusError
 
@@ -26,11 +26,12 @@ class Against:
 
 
 def resolve_against(registry: Registry, against: list[str], suites: list[str] = (),
-                    registry_path: Path = DEFAULT_REGISTRY) -> Against:
+                    registry_path: Path | None = None) -> Against:
     """Expand the names given with --against (benchmarks, sets, suites) and --against-suite (suites)."""
     if not against and not suites:
         raise RufusError("no benchmarks to check against: pass --against NAME (a benchmark, a set or an eval suite, "
                          "e.g. quick or smollm3)")
+    registry_path = registry_path or default_registry()
     resolved = Against()
     for name in against:
         if name in registry.benchmarks:

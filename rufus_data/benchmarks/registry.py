@@ -12,12 +12,11 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from rufus_data.catalog_files import catalog_file
 from rufus_data.dataset_source import DatasetSource, HubDataset
 from rufus_data.errors import RufusError
 from rufus_data.yaml_config import StrictModel
 
-CATALOGS = Path(__file__).resolve().parents[2] / "catalogs"
-DEFAULT_REGISTRY = CATALOGS / "benchmarks.yaml"
 ALL = "all"  # `--against all`: every benchmark of the registry
 
 
@@ -85,9 +84,14 @@ def nearest(word: str, choices) -> str:
     return f" (did you mean `{close[0]}`?)" if close else ""
 
 
+def default_registry() -> Path:
+    """catalogs/benchmarks.yaml: the user's own, else the shipped one (catalog_files.py)."""
+    return catalog_file("benchmarks.yaml", "benchmark registry")
+
+
 def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
     """Read and strictly validate the registry; an unknown key names itself and the nearest valid one."""
-    path = Path(path) if path else DEFAULT_REGISTRY
+    path = Path(path) if path else default_registry()
     if not path.exists():
         raise RufusError(f"benchmark registry {path} does not exist: pass --benchmarks FILE (see catalogs/benchmarks.yaml)")
     try:

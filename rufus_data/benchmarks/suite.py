@@ -20,7 +20,8 @@ from typing import Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from rufus_data.benchmarks.registry import CATALOGS, Registry, load_registry
+from rufus_data.benchmarks.registry import Registry, load_registry
+from rufus_data.catalog_files import catalog_names, find_catalog_file, looked_in
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
@@ -28,7 +29,6 @@ from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.yaml_config import StrictModel, load_yaml_model
 
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
-SUITES_DIR = CATALOGS / "suites"
 
 
 class Sampling(StrictModel):
@@ -177,23 +177,24 @@ def task_benchmark(task: Task, registry: Registry) -> str | None:
 
 
 def find_suite(name: str) -> Path | None:
-    """A suite name from catalogs/suites/, or a path to a suite YAML; None when `name` is neither."""
+    """A suite name from catalogs/suites/ (the user's own, else the shipped ones), or a path to a
+    suite YAML; None when `name` is neither."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.is_file():
         return path
-    found = SUITES_DIR / f"{name}.yaml"
-    return found if found.exists() else None
+    return find_catalog_file(f"suites/{name}.yaml")
 
 
 def known_suites() -> list[str]:
-    return sorted(p.stem for p in SUITES_DIR.glob("*.yaml"))
+    return catalog_names("suites")
 
 
 def suite_path(name: str) -> Path:
     """A suite name from catalogs/suites/, or a path to a suite YAML."""
     path = find_suite(name)
     if path is None:
-        raise RufusError(f"no suite named {name!r}: known suites are {known_suites()}, or give a path to a suite YAML")
+        raise RufusError(f"no suite named {name!r} ({looked_in(f'suites/{name}.yaml')}): known suites are "
+                         f"{known_suites()}, or give a path to a suite YAML")
     return path
 
 

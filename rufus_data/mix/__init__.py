@@ -22,12 +22,12 @@ import pyarrow.parquet as pq
 import yaml
 
 from rufus_data.catalog import MixtureCatalog, SourceSpec, catalog_hash, load_catalog
+from rufus_data.catalog_files import resolve_entry
 from rufus_data.console import RateColumn, console, print_result, progress
 from rufus_data.errors import RufusError
 from rufus_data.inputs import DataInput
 from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
 from rufus_data.output_step import OutputStep
-from rufus_data.paths import shipped_path
 from rufus_data.report import bar_chart, markdown_table
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.shards import write_shards
@@ -85,8 +85,8 @@ def mix(
     show_progress: bool = True,
 ) -> MixResult:
     """Build the mixture described by a catalog; returns the output folder and its manifest. A
-    relative catalog path the working folder lacks is read from the Rufus repository (catalogs/)."""
-    catalog_path = shipped_path(catalog_path)
+    relative `catalogs/...` path the working folder lacks is read from the shipped catalogs (catalog_files.py)."""
+    catalog_path = resolve_entry(catalog_path)
     catalog = load_catalog(catalog_path)
     rewards = _rewards_by_label(catalog)
     on_bad_row = on_bad_row or catalog.on_bad_row

@@ -1,0 +1,160 @@
+"""Where catalogs are (rufus_data/catalog_files.py): the user's own catalogs/ first, then the
+shipped ones; a missing catalog names both places; `rufus-data catalogs list / copy`; and the
+version every output records (rufus_data/version.py), on the three CLIs with `env` beside it.
+The installed wheel is tests/test_wheel.py's."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from rufus_data.benchmarks.suite import known_suites, suite_path
+from rufus_data.catalog_files import (
+    catalog_file,
+    copy_shipped,
+    is_shipped,
+    resolve_entry,
+    shipped_catalogs,
+    shipped_root,
+)
+from rufus_data.cli import app as data_app
+from rufus_data.errors import RufusError
+from rufus_data.inputs import data_input
+from rufus_data.shards import package_versions
+from rufus_data.version import CodeVersion, code_version, rufus_version
+from rufus_eval.cli import app as eval_app
+from rufus_train.cli import app as train_app
+from rufus_train.launch import accelerate_config_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def empty_folder(tmp_path, monkeypatch) -> Path:
+    """A working folder outside the checkout, without catalogs of its own."""
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_from_a_checkout_the_shipped_catalogs_are_its_catalogs_folder():
+    assert shipped_root() == REPO / "catalogs"
+    listed = shipped_catalogs()
+    assert {"stages/sft.yaml", "suites/quick.yaml", "benchmarks.yaml", "samples/rl_arithmetic.jsonl"} <= set(listed)
+    assert "__init__.py" not in listed
+
+
+def test_an_empty_folder_reads_the_shipped_catalogs(empty_folder):
+    assert resolve_entry("catalogs/rl.yaml") == shipped_root() / "rl.yaml"
+    assert catalog_file("stages/sft.yaml") == shipped_root() / "stages" / "sft.yaml"
+    assert accelerate_config_path("ddp") == shipped_root() / "accelerate" / "ddp.yaml"
+    assert suite_path("quick") == shipped_root() / "suites" / "quick.yaml"
+    assert data_input("catalogs/data/sft_mixture.yaml").shipped  # a stage's default data
+
+
+def test_the_users_own_catalogs_come_first(empty_folder):
+    for relative in ("rl.yaml", "stages/sft.yaml", "accelerate/ddp.yaml", "suites/mine.yaml"):
+        (empty_folder / "catalogs" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (empty_folder / "catalogs" / relative).write_text("# mine\n")
+    assert resolve_entry("catalogs/rl.yaml") == Path("catalogs/rl.yaml")
+    assert not data_input("catalogs/rl.yaml").shipped
+    assert catalog_file("stages/sft.yaml") == Path("catalogs/stages/sft.yaml")
+    assert accelerate_config_path("ddp") == Path("catalogs/accelerate/ddp.yaml")
+    assert "mine" in known_suites() and "quick" in known_suites()
+    assert catalog_file("stages/dpo.yaml") == shipped_root() / "stages" / "dpo.yaml"  # the rest stay shipped
+
+
+def test_a_path_the_user_names_is_read_as_given(empty_folder):
+    mine = empty_folder / "elsewhere" / "mix.yaml"
+    mine.parent.mkdir()
+    mine.write_text("# mine\n")
+    assert resolve_entry(mine) == mine and not is_shipped(mine)
+    assert resolve_entry("not-here.yaml") == Path("not-here.yaml")  # its reader reports it
+
+
+def test_a_missing_catalog_names_both_places(empty_folder):
+    with pytest.raises(RufusError) as err:
+        resolve_entry("catalogs/data/nope.yaml")
+    message = str(err.value)
+    assert str(empty_folder / "catalogs" / "data" / "nope.yaml") in message
+    assert str(shipped_root() / "data" / "nope.yaml") in message
+    with pytest.raises(RufusError, match="no suite named 'nope'.*your catalogs.*shipped ones"):
+        suite_path("nope")
+
+
+def test_a_users_stage_config_is_what_the_stage_loads(empty_folder):
+    from rufus_train.config import load_stage_config
+    from rufus_train.stages import get_stage
+
+    copy_shipped("stages/sft.yaml")
+    stage = empty_folder / "catalogs" / "stages" / "sft.yaml"
+    raw = yaml.safe_load(stage.read_text())
+    stage.write_text(yaml.safe_dump({**raw, "max_length": 77}))
+    assert load_stage_config("sft", get_stage("sft").config_class).max_length == 77
+
+
+def test_copy_starts_from_the_shipped_file_and_keeps_an_existing_one(empty_folder):
+    runner = CliRunner()
+    res = runner.invoke(data_app, ["catalogs", "copy", "stages/sft.yaml"])
+    assert res.exit_code == 0, res.output
+    copied = empty_folder / "catalogs" / "stages" / "sft.yaml"
+    assert copied.read_bytes() == (shipped_root() / "stages" / "sft.yaml").read_bytes()
+    copied.write_text("# edited\n")
+    res = runner.invoke(data_app, ["catalogs", "copy", "stages/sft.yaml"])
+    assert res.exit_code == 2 and "--overwrite" in res.output
+    assert copied.read_text() == "# edited\n"
+    assert runner.invoke(data_app, ["catalogs", "copy", "catalogs/stages/sft.yaml", "--overwrite"]).exit_code == 0
+    assert copied.read_bytes() == (shipped_root() / "stages" / "sft.yaml").read_bytes()
+    res = runner.invoke(data_app, ["catalogs", "copy", "suites/quick.yaml", "mine"])  # a folder that does not exist: a file
+    assert res.exit_code == 0 and (empty_folder / "mine").read_bytes() == (shipped_root() / "suites/quick.yaml").read_bytes()
+    res = runner.invoke(data_app, ["catalogs", "copy", "stages/nope.yaml"])
+    assert res.exit_code == 2 and "catalogs list" in res.output
+
+
+def test_list_names_every_shipped_catalog_and_what_overrides_it(empty_folder):
+    copy_shipped("stages/dpo.yaml")
+    res = CliRunner().invoke(data_app, ["catalogs", "list"])
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in res.output.splitlines()
+            if line.startswith("│")}
+    assert set(rows) == set(shipped_catalogs())
+    assert rows["stages/dpo.yaml"] == "catalogs/stages/dpo.yaml" and rows["stages/sft.yaml"] == "shipped"
+
+
+def test_a_checkout_reports_its_current_commit():
+    head = subprocess.run(["git", "rev-parse", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True)
+    described = subprocess.run(["git", "describe", "--tags", "--exact-match"], check=False, cwd=REPO, capture_output=True)
+    found = code_version()
+    if head.returncode == 0 and described.returncode != 0:  # not at a release tag: the commit is named
+        assert found.commit and head.stdout.startswith(found.commit)
+    assert package_versions("pyarrow")["rufus"] == rufus_version() == found.version
+
+
+def test_the_version_says_commit_and_dirty_as_setuptools_scm_wrote_them():
+    assert CodeVersion.of("0.1.0") == CodeVersion("0.1.0", None, False)
+    dev = CodeVersion.of("0.1.1.dev3+g1a2b3c4")
+    assert (dev.commit, dev.dirty) == ("1a2b3c4", False)
+    dirty = CodeVersion.of("0.1.1.dev3+g1a2b3c4.d20261203")
+    assert (dirty.commit, dirty.dirty) == ("1a2b3c4", True)
+    assert dirty.describe() == "rufus 0.1.1.dev3+g1a2b3c4.d20261203 (commit 1a2b3c4, uncommitted changes)"
+
+
+@pytest.mark.parametrize("app", [data_app, train_app, eval_app], ids=["rufus-data", "rufus-train", "rufus-eval"])
+def test_every_cli_has_version_env_and_completion(app):
+    runner = CliRunner()
+    res = runner.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == code_version().describe()
+    helptext = runner.invoke(app, ["--help"]).output
+    assert "--install-completion" in helptext and "--show-completion" in helptext and " env " in helptext
+
+
+def test_env_reports_what_a_bug_report_needs():
+    res = CliRunner().invoke(data_app, ["env"])
+    assert res.exit_code == 0, res.output
+    for row in ("Rufus", "Python", "platform", "torch CUDA build", "GPUs seen", "transformers", "trl", "peft",
+                "accelerate", "vllm", "lm_eval", "datasets"):
+        assert f"│ {row} " in res.output, row
+    assert code_version().version in res.output
