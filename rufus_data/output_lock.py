@@ -137,11 +137,11 @@ class OutputLock:
         if previous and previous.get("pid") != os.getpid() and not pid_runs(previous["pid"]):
             console.print(f"[yellow]note:[/] taking over the lock of {self.out} from {describe(previous)}, which no "
                           "longer runs (killed or crashed)", highlight=False, soft_wrap=True)
-        remove_stale_temporaries(self.out)
         record = {"pid": os.getpid(), "command": command_line(), "step": self.command,
                   "host": socket.gethostname(), "started": time.time()}
-        with atomic_file(holder_path(self.out)) as tmp:
+        with atomic_file(holder_path(self.out)) as tmp:  # first: a process refused meanwhile waits for it
             tmp.write_text(json.dumps(record) + "\n")
+        remove_stale_temporaries(self.out)
 
 
 def check_unlocked(out: str | Path) -> None:
