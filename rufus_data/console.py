@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import time
+import traceback
 from collections.abc import Callable
 
 import typer
@@ -51,6 +52,15 @@ PROGRESS_SECONDS_ENV = "RUFUS_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
 
 
+def let_go(err: BaseException | None) -> None:
+    """Clear the frames of a failed command's exception (and of those it chains): what they held,
+    an output's lock (output_lock.py) above all, is let go now, not when the exception is collected
+    (an in-process caller such as typer's CliRunner keeps it)."""
+    while err is not None:
+        traceback.clear_frames(err.__traceback__)
+        err = err.__cause__ or err.__context__
+
+
 def cli_errors(fn: Callable) -> Callable:
     """Wrap a typer command: a RufusError prints its message and exits with its code (2)."""
 
@@ -60,6 +70,7 @@ def cli_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except RufusError as err:
             console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            let_go(err)
             raise typer.Exit(err.exit_code) from None
 
     return wrapper

@@ -17,9 +17,10 @@ from pathlib import Path
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.models import file_lock, resolve_model
+from rufus_data.output_lock import OutputLock
 from rufus_data.paths import atomic_file
 from rufus_data.run_folder import MERGED_DIR, read_run_json
-from rufus_data.shards import atomic_output_dir, file_sha256
+from rufus_data.shards import atomic_output_dir, file_sha256, refuse_existing_output
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -93,10 +94,12 @@ def is_current(target: Path, source: dict) -> bool:
 
 def copy_merged(run: str | Path, out: str | Path, overwrite: bool = False) -> Path:
     """A copy of the run's merged model at `out` (merged first if needed); refuses an existing
-    `out` unless `overwrite`."""
-    merged = merged_model(run)
-    with atomic_output_dir(out, overwrite=overwrite) as tmp:
-        shutil.copytree(merged, tmp, dirs_exist_ok=True)
+    `out` unless `overwrite`, and an `out` another process writes (output_lock.py)."""
+    with OutputLock(out, "rufus-train export"):
+        refuse_existing_output(Path(out), overwrite)  # before the merge, which takes a while
+        merged = merged_model(run)
+        with atomic_output_dir(out, overwrite=overwrite) as tmp:
+            shutil.copytree(merged, tmp, dirs_exist_ok=True)
     return Path(out)
 
 

@@ -10,8 +10,6 @@ keep concurrent first uses from corrupting the cache."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import shutil
 import subprocess
@@ -21,6 +19,8 @@ import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+
+from filelock import FileLock
 
 from rufus_data.errors import RufusError
 from rufus_data.paths import cache_dir
@@ -207,15 +207,10 @@ def list_models() -> list[dict]:
     return rows
 
 
-@contextlib.contextmanager
-def file_lock(lock_path: Path):
-    """Hold an exclusive lock on `lock_path` (one process builds a cached folder, the others wait)."""
-    with open(lock_path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def file_lock(lock_path: Path) -> FileLock:
+    """An exclusive lock on `lock_path` to hold with `with` (one process builds a cached folder,
+    the others wait; an output written by one command is output_lock.py's, which refuses instead)."""
+    return FileLock(lock_path)
 
 
 def _fetch_gguf(spec: BuiltinModel) -> Path:

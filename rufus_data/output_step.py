@@ -2,7 +2,9 @@
 write a shard folder (rufus_data/shards.py has the layout).
 
 An `OutputStep` is made before any work, so a wrong `--out` is refused before a model, a
-tokenizer or a benchmark loads. The folder is built under a temporary sibling and renamed into
+tokenizer or a benchmark loads, and it takes the output's lock then (output_lock.py: a second
+command on the same output stops at once), held while the step lives: a command's whole run, a
+library caller's until it drops the step. The folder is built under a temporary sibling and renamed into
 place only when the block ends without error. It is finished with `report.md` and a
 `manifest.json` whose core every command fills the same way:
 
@@ -21,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import time
+import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 
@@ -28,6 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.errors import RufusError
+from rufus_data.output_lock import OutputLock
 from rufus_data.shards import (
     atomic_output_dir,
     folder_fingerprint,
@@ -55,6 +59,8 @@ class OutputStep:
         self.started = time.time()
         if self.out is None and not dry_run:
             raise RufusError(f"{command} needs --out DIR (or --dry-run to only report)")
+        if self.out is not None and not dry_run:
+            weakref.finalize(self, OutputLock(self.out, command).acquire().release)
         if self.out is not None and self.out.exists() and not overwrite and not dry_run:
             raise RufusError(f"output folder {self.out} already exists: pass --overwrite to replace it, or choose another --out")
 

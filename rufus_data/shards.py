@@ -64,12 +64,16 @@ def as_messages(value, role: str = "user"):
     return [{"role": role, "content": value}] if isinstance(value, str) else value
 
 
+def refuse_existing_output(out: Path, overwrite: bool) -> None:
+    if out.exists() and not overwrite:
+        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+
+
 @contextlib.contextmanager
 def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Yield a temporary folder that becomes `out` only if the block finishes without error."""
     out = Path(out)
-    if out.exists() and not overwrite:
-        raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    refuse_existing_output(out, overwrite)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     if tmp.exists():
@@ -80,13 +84,20 @@ def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        out.rename(old)
-        tmp.rename(out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(out)
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    try:
+        if out.exists() and overwrite:
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)  # refused (not empty) when another writer's output appeared meanwhile
+    except OSError as err:  # a writer that holds no lock (output_lock.py) put its folder there first
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)  # replaced by the other writer's folder
+        raise RufusError(f"output folder {out} appeared while this run wrote it ({err.strerror}): another process "
+                         "wrote the same output at the same time; this run's result is discarded, the other's "
+                         "is kept. Run again (with --overwrite to replace it) or choose another output") from None
 
 
 def shard_name(index: int, total: int, split: str = "train") -> str:

@@ -28,6 +28,7 @@ from rufus_data.errors import RufusError
 from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
 from rufus_data.models import BUILTINS, resolve_model
+from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.shards import atomic_output_dir, package_versions
 from rufus_eval.backends import open_backend
@@ -137,6 +138,13 @@ def run_suite(req: EvalRequest) -> dict:
         step, step_from = checkpoint_step(req.checkpoint)
     run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     out = Path(req.out or Path("outputs/eval") / run_name)
+    with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, from before the model loads
+        return _run_into(out, req, suite, tasks, step, step_from, run_name)
+
+
+def _run_into(out: Path, req: EvalRequest, suite: Suite, tasks: list[Task], step: int, step_from: str,
+              run_name: str) -> dict:
+    """run_suite's work, under the lock of its run folder `out`."""
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
     model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)

@@ -21,6 +21,7 @@ from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import format_command
 from rufus_data.inputs import is_catalog
 from rufus_data.merged_model import adapter_base
+from rufus_data.output_lock import OutputLock
 from rufus_train.data import check_columns, read_rows
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
@@ -101,7 +102,8 @@ def stage_cmd(
         return
     if wants_launch(cfg):
         check_config(cfg)  # refused here, before any process starts
-        code = run_launch(launch_command(name, cfg, config, list(ctx.args)))
+        with OutputLock(cfg.output_dir, f"rufus-train stage {name}"):  # held here: the launched processes take none
+            code = run_launch(launch_command(name, cfg, config, list(ctx.args)))
         if code:
             raise typer.Exit(code)
         return

@@ -12,9 +12,10 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
+from rufus_data.output_lock import check_unlocked
 from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
-from rufus_train.launch import engine_keeps_fp32_masters
+from rufus_train.launch import engine_keeps_fp32_masters, takes_output_lock
 from rufus_train.modeling import PURE_BF16_WARNING
 
 # Module names whose weights the loss reads directly (output head) or that are looked up, not
@@ -103,8 +104,11 @@ def check_data_folders(data: list[str], stage: str) -> None:
 
 
 def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> None:
-    """A finished run is not overwritten by accident (resume and overwrite are explicit)."""
+    """A run folder another live process writes is refused first, whatever the flags; a finished
+    run is not overwritten by accident (resume and overwrite are explicit)."""
     out = Path(output_dir)
+    if takes_output_lock():
+        check_unlocked(out)
     if out.exists() and any(out.iterdir()) and not overwrite and not resume:
         raise RufusError(
             f"output_dir {out} already holds a run: pass --overwrite to replace it, "

@@ -80,6 +80,13 @@ def in_launched_process() -> bool:
     return os.environ.get(LAUNCHED_ENV) == "1" or "LOCAL_RANK" in os.environ
 
 
+def takes_output_lock() -> bool:
+    """Whether this process takes the run folder's lock (rufus_data/output_lock.py): not a process
+    `rufus-train stage` launched (the launcher holds it for the run), and of the ranks torchrun or
+    accelerate started otherwise only rank 0, so the ranks of one run never lock each other out."""
+    return os.environ.get(LAUNCHED_ENV) != "1" and os.environ.get("RANK", "0") == "0"
+
+
 def uses_accelerate(config: StageConfig) -> bool:
     return (config.num_processes or 1) > 1 or config.accelerate_config is not None
 

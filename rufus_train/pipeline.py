@@ -25,6 +25,7 @@ from rufus_data.benchmarks.suite import load_suite
 from rufus_data.catalog_files import resolve_entry
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
+from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import MERGED_DIR
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
@@ -154,31 +155,32 @@ def merged_path(pipeline: PipelineConfig) -> Path:
 def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
     """Train every stage in order; evaluate base and each stage; merge the last; print and save the table."""
     configs = stage_configs(pipeline)
-    check_stages(pipeline, configs)
-    out = Path(pipeline.output_dir)
-    rows: list[dict] = []
-    if pipeline.eval:
-        rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
-        print_table(rows, pipeline.name)
-    for config in configs:
-        started = time.time()
-        result = run_stage(config)
-        row = {"stage": config.stage, "model": config.output_dir, "steps": result.global_step,
-               "train_s": round(time.time() - started, 1)}
+    with OutputLock(pipeline.output_dir, "rufus-train pipeline"):  # one pipeline per output_dir
+        check_stages(pipeline, configs)
+        out = Path(pipeline.output_dir)
+        rows: list[dict] = []
         if pipeline.eval:
-            row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
-        rows.append(row)
-        print_table(rows, pipeline.name)
-    final = configs[-1].output_dir
-    if pipeline.merge and is_adapter_folder(final):
-        shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
-        export_merged(final, merged_path(pipeline))
-        console.print(f"[green]merged[/] {final} and every adapter below it into {merged_path(pipeline)} "
-                      "(model + tokenizer, ready for inference)")
-    elif pipeline.merge:
-        console.print(f"{final} is a full fine-tuning run: it already is a plain model folder")
-    (out / "pipeline.json").write_text(json.dumps(rows, indent=2) + "\n")
-    return rows
+            rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
+            print_table(rows, pipeline.name)
+        for config in configs:
+            started = time.time()
+            result = run_stage(config)
+            row = {"stage": config.stage, "model": config.output_dir, "steps": result.global_step,
+                   "train_s": round(time.time() - started, 1)}
+            if pipeline.eval:
+                row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
+            rows.append(row)
+            print_table(rows, pipeline.name)
+        final = configs[-1].output_dir
+        if pipeline.merge and is_adapter_folder(final):
+            shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
+            export_merged(final, merged_path(pipeline))
+            console.print(f"[green]merged[/] {final} and every adapter below it into {merged_path(pipeline)} "
+                          "(model + tokenizer, ready for inference)")
+        elif pipeline.merge:
+            console.print(f"{final} is a full fine-tuning run: it already is a plain model folder")
+        (out / "pipeline.json").write_text(json.dumps(rows, indent=2) + "\n")
+        return rows
 
 
 def stage_request(model_ref: str, settings: StageEval, out: Path, tag: str) -> EvalRequest:

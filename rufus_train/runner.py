@@ -41,6 +41,7 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
+from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import CONFIG_YAML, LINEAGE_JSON, METRICS, RUN_JSON, TRAIN_LOG, write_run_json
 from rufus_data.shards import package_versions
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
@@ -133,10 +134,13 @@ def run_logging(output_dir: Path):
         handler.close()
 
 
-def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
+def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Path, str | None]:
     """The run folder, and the checkpoint the run resumes from (`latest` resolved: in output_dir,
-    else restored from the mirror; None for a fresh run)."""
+    else restored from the mirror; None for a fresh run). The folder's lock is taken first, into
+    `held` (kept for the run), so --overwrite never removes a folder another process writes."""
     out = Path(config.output_dir)
+    if launch.takes_output_lock():
+        held.enter_context(OutputLock(out, f"rufus-train stage {config.stage}"))
     if out.exists() and config.overwrite and not config.resume_from_checkpoint:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -156,6 +160,11 @@ def prepare_output(config: StageConfig) -> tuple[Path, str | None]:
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
     in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    with contextlib.ExitStack() as held:  # the run folder's lock, from prepare_output to the end of the run
+        return _run_stage(config, held, model, tokenizer, extras)
+
+
+def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer, extras: dict | None) -> RunResult:
     from transformers import set_seed  # heavy: transformers loads with the run
     stage = get_stage(config.stage)
     reason = launch.launch_reason(config)
@@ -168,7 +177,7 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
     check_config(config)
     callbacks = [checkpoint_eval_callback(config)]
     # several processes: one prepares (and restores a mirrored checkpoint), the others wait
-    out, resume = launch.on_main_process(prepare_output, config)
+    out, resume = launch.on_main_process(prepare_output, config, held)
     config = config.model_copy(update={"resume_from_checkpoint": resume})  # `latest` resolved, for the stage too
     mirror = Mirror(config.checkpoint_mirror) if config.checkpoint_mirror else None
     started = time.time()

@@ -1,14 +1,14 @@
 """The work folder of a dedup run: every stage's output, one file per task, so a killed run
 resumes where it stopped. It sits beside the output folder (`.OUT.dedup-work`; a dry run uses a
 temporary folder), is keyed by the inputs and the settings that shape the result (a run with
-other inputs or settings starts afresh), locked while a run uses it, and removed once the
-output folder is in place. Every file is written under a temporary name and renamed, so a file
+other inputs or settings starts afresh), used under the output's lock (rufus_data/output_lock.py,
+which also removes a killed run's half-written output), and removed once the output folder is
+in place. Every file is written under a temporary name and renamed, so a file
 under its real name is always whole; a task is done when its last file exists."""
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-
-from rufus_data.errors import RufusError
 
 FORMAT = 1  # bump when the layout of the work files changes: older folders then start afresh
 KEY_FILE = "key.json"
@@ -35,45 +33,29 @@ def work_key(files: list[Path], settings: dict) -> str:
 
 @contextlib.contextmanager
 def work_folder(out: Path | None, key: str) -> Iterator[Path]:
-    """The work folder, locked for the block: with an earlier run's work in it when that run had
-    the same key. A dry run (no `out`) works in a temporary folder, removed at the end; a real
+    """The work folder (the caller holds the output's lock): with an earlier run's work in it when
+    that run had the same key. A dry run (no `out`) works in a temporary folder, removed at the end; a real
     run leaves its folder for the caller to remove once the output is in place (`remove_work`)."""
     if out is None:
         folder = Path(tempfile.mkdtemp(prefix="rufus-dedup-"))
         try:
-            with _locked(folder):
-                yield folder
+            yield folder
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         return
     folder = out.parent / f".{out.name}.dedup-work"
     folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder):
-        for leftover in folder.rglob("*.tmp-*"):  # half-written by a run that was killed
-            leftover.unlink(missing_ok=True)
-        for leftover in out.parent.glob(f".{out.name}.tmp-*"):  # its output, killed while being written
-            shutil.rmtree(leftover, ignore_errors=True)
-        if _read_key(folder) != key:  # other inputs or settings, or a folder of an older layout: start afresh
-            for path in folder.iterdir():
-                if path.name != ".lock":
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
-            write_atomic(folder / KEY_FILE, lambda tmp: tmp.write_text(json.dumps({"key": key})))
-        yield folder
+    for leftover in folder.rglob("*.tmp-*"):  # half-written by a run that was killed
+        leftover.unlink(missing_ok=True)
+    if _read_key(folder) != key:  # other inputs or settings, or a folder of an older layout: start afresh
+        for path in folder.iterdir():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        write_atomic(folder / KEY_FILE, lambda tmp: tmp.write_text(json.dumps({"key": key})))
+    yield folder
 
 
 def remove_work(folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    with open(folder / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RufusError(f"another dedup run is using {folder}: wait for it to finish (or stop it), "
-                             "or write to another --out") from None
-        yield
 
 
 def _read_key(folder: Path) -> str | None:
