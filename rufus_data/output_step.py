@@ -27,6 +27,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rufus_data.dataset_card import write_dataset_card
 from rufus_data.errors import RufusError
 from rufus_data.shards import (
     atomic_output_dir,
@@ -85,9 +86,10 @@ class OutputStep:
         return {**core, **own}
 
     def finish(self, folder: Path, manifest: dict, report: str) -> None:
-        """Write report.md and manifest.json into the (temporary) folder."""
+        """Write report.md, manifest.json and the dataset card (README.md) into the (temporary) folder."""
         (Path(folder) / REPORT).write_text(report)
         write_manifest(folder, manifest)
+        write_dataset_card(folder, manifest, self.out.name)
 
     def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
