@@ -94,14 +94,17 @@ class OutputStep:
     def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
                            counts: dict | None = None, copy: Callable[[list[Path], Collection[int], Path], None] = write_without_rows,
-                           **own) -> None:
+                           pages: dict[str, str] | None = None, **own) -> None:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
         the `drop` rows (global row numbers over `files`, `rows_in` in all; `copy` writes them,
-        e.g. over many processes), `why` (file name, table: which rows went and why), and the
-        manifest, whose counts start with rows in, out and dropped."""
+        e.g. over many processes), `why` (file name, table: which rows went and why), `pages`
+        (file name -> text, e.g. hits.html), and the manifest, whose counts start with rows in, out
+        and dropped."""
         with self.folder() as tmp:
             copy(files, drop, tmp)
             pq.write_table(why[1], tmp / why[0])
+            for name, text in (pages or {}).items():
+                (tmp / name).write_text(text)
             manifest = self.manifest(
                 config=config, inputs=[folder_fingerprint(shards, files)],
                 counts={"rows_in": rows_in, "rows_out": rows_in - len(drop), "rows_dropped": len(drop), **(counts or {})},

@@ -12,7 +12,7 @@ A suite run (`rufus-eval suite`):
 - metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
   judge pinned before anything is generated.
 - results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
-- vibe.py: your own prompts, answered side by side.
+- vibe.py: your own prompts, answered side by side; vibe_page.py: the answers as a page.
 
 While training (attached by every rufus-train stage):
 - callback.py: `CheckpointEvalCallback`: evaluates checkpoints in another process, never
