@@ -48,6 +48,7 @@ from rufus_train import checkpoints, data, guards, launch, modeling, weight_upda
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
+from rufus_train.push import push_run
 from rufus_train.resume import resume_checkpoint
 from rufus_train.stages import StageContext, get_stage
 from rufus_train.trl_args import build_trl_args
@@ -233,6 +234,8 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
         if trainer.is_world_process_zero():
             write_model_card(out, summary)
             write_run_json(out, summary)
+            if config.push_to_hub:  # after Rufus's card: TRL's own push (trainer.push_to_hub) is routed here
+                push_run(out, config.push_to_hub, config.push_private, config.push_merged)
         if warning:
             log.warning(warning)
             console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
