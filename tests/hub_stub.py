@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Self
 
+import pytest
+from huggingface_hub import constants
+
 AGENT_REGISTRY = "/api/agent-harnesses"
 REPO_ROUTE = re.compile(r"^/api/(?P<type>models|datasets|spaces)/(?P<repo>[^/]+/[^/]+)/(?P<action>preupload|commit)/(?P<rev>[^/?]+)")
 
@@ -97,3 +100,16 @@ class HubStub:
             return 200, {"commitUrl": f"{self.url}/{match['repo']}/commit/{oid}", "commitOid": oid, "success": True}
         self.unknown.append(path)
         return 404, {"error": f"the stand-in Hub does not answer {path}"}
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A started stand-in, with huggingface_hub's endpoint (HF_ENDPOINT) and a token (HF_TOKEN)
+    pointing at it; import it into a test module to use it."""
+    with HubStub() as stub:
+        monkeypatch.setenv("HF_ENDPOINT", stub.url)
+        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_TOKEN", "hf_stand_in_token")
+        yield stub

@@ -8,26 +8,15 @@ import json
 from pathlib import Path
 
 import datasets
-import pytest
 import yaml
-from hub_stub import HubStub
-from huggingface_hub import DatasetCard, constants
+from hub_stub import HubStub, hub
+from huggingface_hub import DatasetCard
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.mix import mix
 
-
-@pytest.fixture
-def hub(monkeypatch):
-    """The stand-in, with huggingface_hub's endpoint (HF_ENDPOINT) and a token pointing at it."""
-    with HubStub() as stub:
-        monkeypatch.setenv("HF_ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_TOKEN", "hf_stand_in_token")
-        yield stub
+_ = hub  # the fixture, used by name
 
 
 def received(stub: HubStub, repo_id: str, into: Path) -> Path:

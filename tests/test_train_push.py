@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hub_stub import HubStub
+from hub_stub import hub
 from huggingface_hub import ModelCard, constants
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
@@ -22,18 +22,9 @@ from rufus_train.stages import get_stage
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread
 
+_ = hub  # the fixture, used by name
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # tiny-random's upstream, as the card names it
 
-
-@pytest.fixture
-def hub(monkeypatch):
-    with HubStub() as stub:
-        monkeypatch.setenv("HF_ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-        monkeypatch.setenv("HF_TOKEN", "hf_stand_in_token")
-        yield stub
 
 
 def test_stage_pushes_the_adapter_after_its_card_then_the_merged_copy(hub, data_root, tiny_model, tmp_path):
