@@ -12,7 +12,7 @@ TORCH_VERSION = 2.13.0
 CONSTRAINTS = constraints.txt
 EXTRAS = train,eval,ray,dev,track
 
-.PHONY: venv vllm-venv demo test test-fast test-slow bench bench-published bench-scale lint check-resolve upgrade-deps
+.PHONY: venv vllm-venv chromium demo test test-fast test-slow bench bench-published bench-scale lint check-resolve upgrade-deps
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ $(VLLM_VENV)/.installed:
 
 vllm-venv: $(VLLM_VENV)/.installed
 
+# Debian's headless Chromium for the `browser` tests (the review pages); installed when missing
+# and apt-get can (as root, as CI runs).
+chromium:
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+
 demo: venv
 	$(BIN)/rufus-data mix catalogs/sft.yaml --overwrite
 	$(BIN)/rufus-data inspect outputs/sft
@@ -41,10 +46,11 @@ demo: venv
 PYTEST_ARGS ?= -n 2 --dist loadfile
 test: venv
 	-$(MAKE) vllm-venv
+	-$(MAKE) chromium
 	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
 
 # The inner loop: what needs neither the real model, nor other processes, nor vLLM (README: markers).
-FAST = not model and not spawn and not distributed and not vllm and not slow
+FAST = not model and not spawn and not distributed and not vllm and not slow and not browser
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
 

@@ -14,8 +14,10 @@ The floors below them (none imports a data step: tests/test_layering.py):
 - benchmarks/: the benchmark registry, suite schema, rows and their conversion.
 - sources: dataset_source.py (where rows come from), catalog.py, sources.py and source_formats.py
   (canonical rows from a catalog source), builders.py, tokens.py and chat_render.py (counting).
-- shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py;
+- shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py,
+  dataset_card.py (the README.md that makes `datasets.load_dataset(OUT)` load what the step means);
   output_lock.py (one writer per output folder or run folder, for all three packages).
+- pages to review rows in a browser: review_page.py (decontam's hits.html, rufus-eval vibe's page).
 - models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
   paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py.

@@ -279,3 +279,16 @@ def dedup_command(
                                                         "workers": workers})
     result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
     console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+
+
+@app.command("push")
+@cli_errors
+def push_command(
+    out: Path = typer.Argument(..., help="an output folder of mix, decontam, dedup, filter or pairs"),
+    repo_id: str = typer.Argument(..., help="the dataset repo, ORG/NAME (created when missing)"),
+    public: bool = typer.Option(False, "--public", help="create the repo public (default: private)"),
+) -> None:
+    """Upload an output folder as a Hub dataset repo (its card makes `load_dataset(ORG/NAME)` load it as the step means); the token from HF_TOKEN or `hf auth login`."""
+    from rufus_data.hub_push import push_data_folder
+
+    print_result(push_data_folder(out, repo_id, private=not public))

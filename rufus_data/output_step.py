@@ -30,6 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rufus_data.dataset_card import write_dataset_card
 from rufus_data.errors import RufusError
 from rufus_data.output_lock import OutputLock
 from rufus_data.shards import (
@@ -91,21 +92,25 @@ class OutputStep:
         return {**core, **own}
 
     def finish(self, folder: Path, manifest: dict, report: str) -> None:
-        """Write report.md and manifest.json into the (temporary) folder."""
+        """Write report.md, manifest.json and the dataset card (README.md) into the (temporary) folder."""
         (Path(folder) / REPORT).write_text(report)
         write_manifest(folder, manifest)
+        write_dataset_card(folder, manifest, self.out.name)
 
     def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
                            counts: dict | None = None, copy: Callable[[list[Path], Collection[int], Path], None] = write_without_rows,
-                           **own) -> None:
+                           pages: dict[str, str] | None = None, **own) -> None:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
         the `drop` rows (global row numbers over `files`, `rows_in` in all; `copy` writes them,
-        e.g. over many processes), `why` (file name, table: which rows went and why), and the
-        manifest, whose counts start with rows in, out and dropped."""
+        e.g. over many processes), `why` (file name, table: which rows went and why), `pages`
+        (file name -> text, e.g. hits.html), and the manifest, whose counts start with rows in, out
+        and dropped."""
         with self.folder() as tmp:
             copy(files, drop, tmp)
             pq.write_table(why[1], tmp / why[0])
+            for name, text in (pages or {}).items():
+                (tmp / name).write_text(text)
             manifest = self.manifest(
                 config=config, inputs=[folder_fingerprint(shards, files)],
                 counts={"rows_in": rows_in, "rows_out": rows_in - len(drop), "rows_dropped": len(drop), **(counts or {})},

@@ -11,8 +11,9 @@ A suite run (`rufus-eval suite`):
 - backends.py: hf, vllm or server, as lm-eval model classes that seed every sample.
 - metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
   judge pinned before anything is generated.
+- suite_trackers.py: `--report_to wandb|trackio`, through lm-eval's own loggers.
 - results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
-- vibe.py: your own prompts, answered side by side.
+- vibe.py: your own prompts, answered side by side; vibe_page.py: the answers as a page.
 - replay.py: responses generated elsewhere (released outputs, gold solutions) scored through a
   task's own lm-eval config: the reference checks of docs/eval.md.
 

@@ -96,6 +96,17 @@ class EvalRequest(EvalSettings):
     base_url: str | None = Field(None, description="server backend: OpenAI-compatible endpoint")
     tokenizer: str | None = Field(None, description="server backend: tokenizer folder (default: --ckpt)")
     devices: str | None = Field(None, description="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim")
+    report_to: Annotated[list[str], Flag("--report_to")] = Field(
+        default_factory=list, description="log results and sample tables to wandb or trackio through lm-eval's loggers "
+        "(project rufus, the run's name; repeatable)")
+
+    @field_validator("report_to")
+    @classmethod
+    def _known_trackers(cls, report_to: list[str]) -> list[str]:
+        unknown = [name for name in report_to if name not in ("wandb", "trackio")]
+        if unknown:
+            raise ValueError(f"--report_to {', '.join(unknown)}: the suite logs to wandb or trackio")
+        return report_to
 
     def resolved(self) -> EvalRequest:
         """This request with `auto` decided (said on the console, with why) and its backend

@@ -38,6 +38,7 @@ from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.request import EvalRequest, apply_overrides
 from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_report, write_results
+from rufus_eval.suite_trackers import SuiteTrackers, check_trackers, suite_trackers
 from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
 
@@ -129,6 +130,7 @@ def run_suite(req: EvalRequest) -> dict:
     A task whose data is not here is skipped (recorded with the reason and the command that
     fetches it), or, with `strict`, refused before the model loads."""
     req = req.resolved()  # `auto` decided here, for every caller (rufus_eval/request.py)
+    check_trackers(req.report_to)
     suite = load_suite(req.suite)
     apply_overrides(suite, req)
     tasks = selected_tasks(suite, req)
@@ -175,7 +177,9 @@ def _run_into(out: Path, req: EvalRequest, suite: Suite, tasks: list[Task], step
                 write_task(suite, task, work / "tasks")  # the config the metric reads names the pinned judge
         if to_run:
             (work / "lm_eval").mkdir()
-            _evaluate(suite, to_run, lm_names, model, req, record, work, out)
+            with suite_trackers(req.report_to, run_name, {"suite": suite.name, "checkpoint": str(req.checkpoint),
+                                                          "step": step}) as trackers:
+                _evaluate(suite, to_run, lm_names, model, req, record, work, out, trackers)
         for task in tasks:
             if task.name in skipped:
                 record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
@@ -192,7 +196,7 @@ def _run_into(out: Path, req: EvalRequest, suite: Suite, tasks: list[Task], step
 
 
 def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: EvalRequest,
-              record: dict, work: Path, out: Path) -> None:
+              record: dict, work: Path, out: Path, trackers: SuiteTrackers) -> None:
     """Create the model once and run each task through lm-eval, writing into `work` (paths recorded under `out`)."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     with open_backend(model, req.backend_config(), seed=suite.seed) as (model_name, model_args, facts):
@@ -226,6 +230,7 @@ def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: 
                         confirm_run_unsafe_code=True,
                     )
                 record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work, out)
+                trackers.log(output)
                 bar.advance(job)
 
 

@@ -2,7 +2,8 @@
 
 The "vibe test" is how SmolLM3's team noticed a lost system prompt in their data: numbers looked
 fine, answers did not. prompts.yaml is a list of strings or {system, user} mappings (or a `prompts:`
-key holding one); catalogs/vibe_prompts.yaml is an example. The answers table goes to stdout."""
+key holding one); catalogs/vibe_prompts.yaml is an example. The answers table goes to stdout, and
+a side-by-side page (vibe_page.py) beside --out (OUT.html; vibe.html without --out)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from rufus_data.errors import RufusError
 from rufus_data.shards import as_messages
 from rufus_data.yaml_config import StrictModel, read_yaml
 from rufus_eval.runner import prepare_model
+from rufus_eval.vibe_page import write_vibe_page
 
 
 class VibePrompt(StrictModel):
@@ -78,4 +80,5 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         for i, prompt in enumerate(prompts):
             lines += [f"## {prompt.user}", ""] + [f"**{c}**:\n\n{answers[c][i]}\n" for c in ckpts]
         Path(out).write_text("\n".join(lines))
+    write_vibe_page(Path(out or "vibe.md").with_suffix(".html"), [prompt.user for prompt in prompts], answers)
     return answers

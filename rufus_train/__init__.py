@@ -17,6 +17,8 @@ The run, start to end:
 Around the run:
 - checkpoints.py, mirror.py: complete checkpoints, exact resume, a mirror on a second place.
 - weight_update.py, model_card.py: how far the weights moved; the run folder's README.md.
+- run_summary.py: the table a stage ends with, train_curves.png, the tracker project and run name.
+- push.py: `push_to_hub: ORG/NAME`: the run (or RUN/merged) uploaded after its card.
 - mask.py: `--show-mask`: which tokens carry loss.
 - serve.py: `rufus-train serve`, the vLLM server GRPO trains against.
 - plan.py: `rufus-train plan`: how many GPUs a pretraining run needs.

@@ -103,6 +103,11 @@ class StageConfig(StrictModel):
         None, description="ddp | fsdp2 | zero2 | zero3 (catalogs/accelerate/) or a file: `rufus-train stage` launches with it"
     )
     trainer: dict[str, Any] = Field(default_factory=dict, description="extra TRL config fields, checked")
+    push_to_hub: str | None = Field(
+        None, description="ORG/NAME: upload the run (adapter or full model, Rufus's model card) to this Hub repo at the end"
+    )
+    push_merged: bool = Field(False, description="with LoRA: push RUN/merged (adapter merged into its base) instead")
+    push_private: bool = Field(True, description="create the Hub repo private (an existing repo keeps its visibility)")
     eval: CheckpointEvalConfig = Field(
         default_factory=CheckpointEvalConfig, description="checkpoint evaluation during training (rufus_eval)"
     )
@@ -118,6 +123,7 @@ class StageConfig(StrictModel):
             for key in ("data", "report_to"):
                 if isinstance(data.get(key), str):
                     data[key] = [data[key]]
+            data = _route_trl_push(data)
             if isinstance(data.get("eval"), dict) and "eval_devices" in data["eval"]:
                 raise ValueError("eval.eval_devices is now devices.eval, the GPU roles of every stage: write "
                                  f"`devices: {{eval: \"{data['eval']['eval_devices']}\"}}` (or --devices.eval)")
@@ -132,6 +138,22 @@ class StageConfig(StrictModel):
                              "server (GRPO stages do); remove it")
         if self.eval.eval_on_checkpoint:
             object.__setattr__(self, "devices", self.devices.with_evaluation())
+        return self
+
+    @model_validator(mode="after")
+    def _push_settings(self) -> StageConfig:
+        if self.push_to_hub:
+            from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+            try:
+                validate_repo_id(self.push_to_hub)
+            except HFValidationError as err:
+                raise ValueError(f"push_to_hub {self.push_to_hub!r} is not a Hub repo id ({err}): write ORG/NAME") from None
+            if "/" not in self.push_to_hub:
+                raise ValueError(f"push_to_hub {self.push_to_hub!r} names no owner: write ORG/NAME")
+        if self.push_merged and not (self.push_to_hub and self.lora.enabled):
+            raise ValueError("push_merged pushes the merged copy of a LoRA run: set push_to_hub: ORG/NAME and keep "
+                             "lora enabled, or remove push_merged (a full fine-tuning run is pushed as it is)")
         return self
 
     @model_validator(mode="after")
@@ -157,6 +179,29 @@ class StageConfig(StrictModel):
     def trl_kwargs(self) -> dict[str, Any]:
         """Stage-specific TRL config fields; subclasses extend (common fields: rufus_train/trl_args.py)."""
         return {"max_length": self.max_length}
+
+
+TRL_HUB_KEYS = ("push_to_hub", "hub_model_id", "hub_private_repo")
+
+
+def _route_trl_push(data: dict) -> dict:
+    """`trainer.push_to_hub` (TRL's flag) uploads inside save_model, before Rufus's model card:
+    with `trainer.hub_model_id` it becomes the stage's `push_to_hub` (and `hub_private_repo` its
+    `push_private`); without one it is refused, naming the key to write."""
+    trainer = data.get("trainer")
+    if not isinstance(trainer, dict) or not trainer.get("push_to_hub"):
+        return data
+    repo = trainer.get("hub_model_id")
+    if not repo:
+        raise ValueError("trainer.push_to_hub would upload inside TRL's save_model, before Rufus writes the model "
+                         "card, to a repo named after output_dir: write the stage key `push_to_hub: ORG/NAME` "
+                         "(or --push_to_hub ORG/NAME) instead")
+    if data.get("push_to_hub") not in (None, repo):
+        raise ValueError(f"push_to_hub ({data['push_to_hub']}) and trainer.hub_model_id ({repo}) name two repos: keep one")
+    routed = {**data, "push_to_hub": repo, "trainer": {k: v for k, v in trainer.items() if k not in TRL_HUB_KEYS}}
+    if "hub_private_repo" in trainer and trainer["hub_private_repo"] is not None:
+        routed["push_private"] = bool(trainer["hub_private_repo"])
+    return routed
 
 
 # ---------------------------------------------------------------- loading and overrides

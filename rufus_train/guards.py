@@ -98,6 +98,17 @@ def check_reporters(report_to: list[str]) -> None:
             )
 
 
+def check_push_token(repo_id: str | None) -> None:
+    """`push_to_hub` needs a token that huggingface_hub finds (HF_TOKEN, `hf auth login`): say so
+    before training, not after it."""
+    if repo_id:
+        from huggingface_hub import get_token
+
+        if not get_token():
+            raise RufusError(f"push_to_hub {repo_id} needs a Hub token with write access: set HF_TOKEN or run "
+                             "`hf auth login`, or remove push_to_hub")
+
+
 def check_data_folders(data: list[str], stage: str) -> None:
     """The shard folders (or mixture catalogs) must exist and be valid before anything loads."""
     check_data(data, stage)
@@ -145,6 +156,7 @@ def check_stage(config) -> None:
         check_lora_targets(config.lora.target_modules)
     check_precision(config)
     check_reporters(config.report_to)
+    check_push_token(config.push_to_hub)
     check_data_folders(config.data, config.stage)
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)
     check_resume(config.output_dir, config.resume_from_checkpoint, config.checkpoint_mirror)

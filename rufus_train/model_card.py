@@ -3,16 +3,27 @@
 TRL's card names the base model only when it is a hub id: for a local folder, which every
 built-in is, it reads "a fine-tuned version of [None](https://huggingface.co/None)". Rufus knows
 the base reference (built-in name, hub id or folder), the stage, the data and how the weights
-moved, so it writes the card itself; the checkpoints keep TRL's."""
+moved, so it writes the card itself (huggingface_hub's ModelCard and ModelCardData): `base_model`,
+the Hub datasets its data was mixed from (the lineage), the latest checkpoint evaluation as
+`eval_results`. The checkpoints keep TRL's; RUN/merged gets its own (`merged=True`)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from rufus_data.models import BUILTINS
-from rufus_data.run_folder import CONFIG_YAML, METRICS, RUN_JSON, TRAIN_LOG, is_run_folder, read_run_json
+from rufus_data.run_folder import (
+    CONFIG_YAML,
+    EVAL_LOGS,
+    METRICS,
+    RUN_JSON,
+    TRAIN_LOG,
+    is_run_folder,
+    read_run_json,
+)
 
 CARD = "README.md"
 
@@ -40,25 +51,63 @@ def base_description(reference: str) -> str:
     return f"[{reference}](https://huggingface.co/{reference})"
 
 
-def model_card(out: Path, summary: dict) -> str:
+def hub_datasets(lineage: dict | None) -> list[str]:
+    """The Hub datasets the run's data was mixed from, as its lineage's mix steps record them."""
+    found: list[str] = []
+
+    def walk(node: dict) -> None:
+        for source in node.get("sources") or []:
+            if source.get("origin") == "hub" and source.get("from"):
+                found.append(str(source["from"]))
+        for item in node.get("inputs") or []:
+            walk(item)
+
+    for entry in (lineage or {}).get("data") or []:
+        walk(entry.get("folder") or {})
+    return list(dict.fromkeys(found))
+
+
+def checkpoint_evaluation(run: Path) -> tuple[int, dict] | None:
+    """The latest finished checkpoint evaluation of a run (RUN/eval_logs/step-N/results.json)."""
+    done = [(int(folder.name.removeprefix("step-")), folder) for folder in (run / EVAL_LOGS).glob("step-*")
+            if folder.name.removeprefix("step-").isdigit() and (folder / "results.json").exists()]
+    if not done:
+        return None
+    step, folder = max(done)
+    return step, json.loads((folder / "results.json").read_text())
+
+
+def eval_results(run: Path) -> list[EvalResult]:
+    """The latest checkpoint evaluation's scored tasks (an unscored one is no result)."""
+    found = checkpoint_evaluation(run)
+    if found is None:
+        return []
+    step, record = found
+    return [EvalResult(task_type="text-generation", dataset_type=task, dataset_name=task, metric_type=t["metric"],
+                       metric_name=f"{t['metric']} (Rufus checkpoint evaluation, step {step})", metric_value=t["value"])
+            for task, t in record.get("tasks", {}).items() if t.get("value") is not None]
+
+
+def model_card(out: Path, summary: dict, merged: bool = False) -> str:
+    """The card of a run folder, or (`merged`) of its RUN/merged copy."""
     base = summary["base_model"]
     lora = summary.get("lora")
-    metadata = {
-        "base_model": hub_base(base),
-        "library_name": "peft" if lora else "transformers",
-        "pipeline_tag": "text-generation",
-        "tags": ["rufus", "trl", summary["stage"], *(["lora"] if lora else [])],
-    }
+    run = out.parent if merged else out
+    results = eval_results(run)
+    metadata = ModelCardData(
+        base_model=hub_base(base), library_name="peft" if lora and not merged else "transformers",
+        pipeline_tag="text-generation", datasets=hub_datasets(summary.get("lineage")) or None,
+        tags=["rufus", "trl", summary["stage"], *(["lora"] if lora else []), *(["merged"] if merged else [])],
+        model_name=run.name if results else None, eval_results=results or None,
+    )
     method = f"a LoRA adapter (r={lora['r']}, alpha={lora['alpha']})" if lora else "full fine-tuning"
+    if merged:
+        method += f", merged into a copy of its base (the adapter alone: `{run}`)"
     final = summary.get("final_metrics") or {}
     loss = final.get("train_loss", final.get("loss"))
     data = ", ".join(f"`{d}`" for d in summary.get("data") or []) or "its data"
     lines = [
-        "---",
-        yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(),
-        "---",
-        "",
-        f"# {out.name}",
+        f"# {run.name}{'/merged' if merged else ''}",
         "",
         (f"A fine-tuned version of {base_description(base)}: Rufus stage `{summary['stage']}`, {method}, "
          f"{summary['global_step']} steps on {data}."),
@@ -67,11 +116,13 @@ def model_card(out: Path, summary: dict) -> str:
         "",
         "```bash",
         f"rufus-eval suite quick --ckpt {out}",
-        *([f"rufus-train export {out} --merge    # base + adapter as a plain model folder: {out}/merged"] if lora else []),
+        *([f"rufus-train export {out} --merge    # base + adapter as a plain model folder: {out}/merged"]
+          if lora and not merged else []),
         "```",
         "",
         *([("The adapter alone does not change the base model: load the merged folder, or the base with the "
-            "adapter (Rufus resolves the base reference in `adapter_config.json`)."), ""] if lora else []),
+            "adapter (Rufus resolves the base reference in `adapter_config.json`)."), ""] if lora and not merged else []),
+        *evaluation_lines(results),
         "## Training",
         "",
         f"- base model: `{base}`",
@@ -87,10 +138,19 @@ def model_card(out: Path, summary: dict) -> str:
          "benchmarks it was checked against)."),
         "",
     ]
-    return "\n".join(lines)
+    return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines)).content
 
 
-def write_model_card(out: Path, summary: dict) -> Path:
+def evaluation_lines(results: list[EvalResult]) -> list[str]:
+    if not results:
+        return []
+    rows = [f"| {r.dataset_name} | {r.metric_type} | {r.metric_value:.4g} |" for r in results]
+    step = results[0].metric_name.rsplit("step ", 1)[-1].rstrip(")")
+    return ["## Evaluation", "", f"The last checkpoint evaluation (step {step}, `eval_logs/`):", "",
+            "| task | metric | value |", "| --- | --- | ---: |", *rows, ""]
+
+
+def write_model_card(out: Path, summary: dict, merged: bool = False) -> Path:
     path = out / CARD
-    path.write_text(model_card(out, summary))
+    path.write_text(model_card(out, summary, merged))
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
 from rufus_data.models import resolve_model
+from rufus_data.run_folder import read_run_json
 
 # TRL 1.16 switches checkpointing off and on around every GRPO generation with transformers 5's
 # deprecated gradient_checkpointing_disable/enable: two FutureWarnings per step that no Rufus
@@ -203,7 +204,10 @@ def adapter_state(model) -> dict:
 
 def export_merged(run: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
     """A run's LoRA adapter merged into its base as a plain model folder: the run's one merged
-    copy (RUN/merged, shared with rufus-eval), or a copy of it at `out`."""
-    if out is None:
-        return merged_model(run)
-    return copy_merged(run, out, overwrite=overwrite)
+    copy (RUN/merged, shared with rufus-eval, with its model card), or a copy of it at `out`."""
+    from rufus_train.model_card import write_model_card
+
+    merged = merged_model(run)
+    if read_run_json(run):
+        write_model_card(merged, read_run_json(run), merged=True)
+    return merged if out is None else copy_merged(run, out, overwrite=overwrite)

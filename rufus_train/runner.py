@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rufus_data.console import console
+from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import set_adapter_base
 from rufus_data.models import portable_reference
@@ -49,7 +49,9 @@ from rufus_train import checkpoints, data, guards, launch, modeling, weight_upda
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
+from rufus_train.push import push_run
 from rufus_train.resume import resume_checkpoint
+from rufus_train.run_summary import summary_table, write_train_curves
 from rufus_train.stages import StageContext, get_stage
 from rufus_train.trl_args import build_trl_args
 
@@ -240,8 +242,14 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
             "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
         }
         if trainer.is_world_process_zero():
+            curves = write_train_curves(out, metrics)
             write_model_card(out, summary)
             write_run_json(out, summary)
+            print_result(summary_table(out, summary, metrics))
+            if curves:
+                print_result(f"curves: {curves}")
+            if config.push_to_hub:  # after Rufus's card: TRL's own push (trainer.push_to_hub) is routed here
+                push_run(out, config.push_to_hub, config.push_private, config.push_merged)
         if warning:
             log.warning(warning)
             console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from rufus_data.errors import RufusError
 from rufus_train import modeling
 from rufus_train.config import StageConfig, trl_config_class
+from rufus_train.run_summary import tracker_settings
 
 
 def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
@@ -35,6 +36,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "use_cpu": not torch.cuda.is_available(),
         "dataloader_num_workers": 0,
         "disable_tqdm": False,
+        **tracker_settings(config.stage, output_dir),  # project `rufus`, a run name from stage and folder
     }
 
 

@@ -17,6 +17,7 @@ The package is a pipeline of small steps, one job per module:
     engines.py        tasks over a shard folder, run in-process, in a process pool or on Ray
     rules.py          the final rules that need the whole corpus (training-side boilerplate)
     report.py         the result, the summary table and report.md
+    hits_page.py      hits.html: every hit beside its benchmark item, shared words marked
 
 A stage is a module with a `build_*_index(texts, config)` for the eval side and a
 `scan_*(batch, its index, ..., candidates)` for a batch of rows; it joins the pipeline with a
@@ -35,6 +36,7 @@ from rufus_data.console import print_result, progress
 from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
+from rufus_data.decontam.hits_page import HITS_PAGE, hits_page
 from rufus_data.decontam.index import EvalIndex, build_eval_index, cached_eval_index
 from rufus_data.decontam.report import (
     DecontamResult,
@@ -108,6 +110,7 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
             shards, files, rows_in, flagged, why=("contaminated.parquet", hits), config=config.model_dump(),
             versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
             report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
+            pages={HITS_PAGE: hits_page(hits, files, index.items, config)},
             against=against, against_suites=loaded.suites, not_decontaminable=loaded.not_decontaminable, splits=splits,
             benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
             rows_dropped_by_benchmark=rows_removed_by_benchmark(result),
