@@ -14,6 +14,7 @@ import pytest
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from rufus_data.errors import RufusError
+from rufus_train import guards, modeling
 from rufus_train.config import load_stage_config
 from rufus_train.grpo import async_checks
 from rufus_train.grpo.async_config import async_config, weighted_rewards
@@ -61,6 +62,23 @@ def test_async_config_matches_the_yaml_field_by_field(name, tmp_path):
     wrong = {field: pair for field, pair in compared.items() if pair[0] != pair[1]}
     assert not wrong, f"{name}: AsyncGRPOConfig differs from the YAML (got, want): {wrong}"
     assert len(compared) == len(OVERRIDES) + 4
+
+
+def test_async_full_fine_tuning_keeps_fp32_masters_on_a_bf16_gpu(monkeypatch, tmp_path):
+    """`dtype: auto` on a native-bf16 GPU (the capability check forced, as tests/test_train_precision.py
+    does): full fine-tuning loads fp32 weights under bf16 autocast, as every other stage trains; LoRA
+    keeps its frozen base in bf16; pure bf16 only by name, with the playbook's warning."""
+    monkeypatch.setattr(modeling, "gpu_kind", lambda: "bf16")
+    out = {"output_dir": str(tmp_path)}
+    full = async_stage("reasoning_rl", **out, **{"lora.enabled": False})
+    args = async_config(full)
+    assert (full.dtype, args.dtype, args.bf16, args.fp16) == ("auto", "float32", True, False)
+    lora = async_config(async_stage("reasoning_rl", **out, **{"lora.enabled": True}))
+    assert (lora.dtype, lora.bf16) == ("bfloat16", True)
+    pure = async_stage("reasoning_rl", dtype="bfloat16", **out, **{"lora.enabled": False})
+    assert (async_config(pure).dtype, async_config(pure).bf16) == ("bfloat16", True)
+    with pytest.warns(UserWarning, match="pure bf16"):
+        guards.check_precision(pure)
 
 
 def test_every_async_stage_key_and_sync_only_setting_is_accounted_for():
