@@ -17,6 +17,7 @@ The floors below them (none imports a data step: tests/test_layering.py):
 - shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py.
 - models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
-  paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py."""
+  paths.py, cache.py (the cache's bound, `cache info` / `cache clean`), report.py, jsonl.py, engines.py
+  (tasks over a shard folder), perturb.py."""
 
 __version__ = "0.1.0"
