@@ -8,6 +8,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pickle
+import socket
+import threading
+import time
 
 import pyarrow as pa
 import pytest
@@ -16,7 +19,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig
 from rufus_data.errors import RufusError
 from rufus_train import guards, modeling
 from rufus_train.config import load_stage_config
-from rufus_train.grpo import async_checks
+from rufus_train.grpo import async_checks, length_checks
 from rufus_train.grpo.async_config import async_config, weighted_rewards
 from rufus_train.stages import all_stages, get_stage
 
@@ -134,3 +137,56 @@ def test_token_budget_must_hold_the_longest_prompt_plus_the_completion(openai_st
     fits = async_stage("reasoning_rl", vllm_server=server, token_budget=2048, max_completion_length=64,
                        output_dir=str(tmp_path))
     assert len(get_stage("reasoning_rl").build_dataset(fits, rows, tiny_tokenizer)) == 2
+
+
+# ------------------------------------------------------------------ the server, before async GRPO starts
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_async_grpo_waits_for_its_server_then_runs_both_length_checks(openai_stub, tiny_tokenizer, tmp_path):
+    """A server still starting (it comes up 5 s after the check begins) is waited for, within
+    trainer.vllm_server_timeout; then max_completion_length is checked against its max_model_len
+    before anything loads, and the longest tokenized prompt plus max_completion_length after."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    late = threading.Timer(5.0, lambda: openai_stub(models=["tiny"], max_model_len=256, port=port))
+    late.start()
+    config = async_stage("reasoning_rl", vllm_server=url, max_completion_length=200, output_dir=str(tmp_path),
+                         **{"trainer.vllm_server_timeout": 30.0})
+    started = time.monotonic()
+    limit, where = length_checks.context_limit(config, check=True)
+    late.join()
+    assert (limit, where) == (256, f"the vLLM server's max_model_len at {url}") and time.monotonic() - started >= 4.5
+    with pytest.raises(RufusError, match=r"max_completion_length \(256\) >= the server's max_model_len \(256\)"):
+        length_checks.context_limit(config.model_copy(update={"max_completion_length": 256}), check=True)
+    rows = pa.table({"prompt": ["What is 2 + 2? " * 20, "Hi"], "expected_output": ["4", "0"]})
+    with pytest.raises(RufusError, match=r"the longest prompt \(\d+ tokens\) plus max_completion_length \(200\) is "
+                                         rf"\d+ tokens, more than the vLLM server's max_model_len at {url} \(256\)"):
+        get_stage("reasoning_rl").build_dataset(config, rows, tiny_tokenizer)
+
+
+def test_async_grpo_stops_when_its_server_never_answers(openai_stub, tiny_tokenizer, tmp_path):
+    """No server within the wait: the run stops, naming the URL and the checks that could not run,
+    instead of starting blind; a server without max_model_len (not vLLM) is refused the same way."""
+    url = f"http://127.0.0.1:{free_port()}"
+    config = async_stage("reasoning_rl", vllm_server=url, output_dir=str(tmp_path),
+                         **{"trainer.vllm_server_timeout": 2.0})
+    started = time.monotonic()
+    with pytest.raises(RufusError) as refused:
+        length_checks.context_limit(config, check=True)
+    assert time.monotonic() - started < 10  # bounded by the wait
+    message = str(refused.value)
+    assert f"the vLLM server at {url} did not answer GET {url}/v1/models within 2 s" in message
+    assert "these checks could not run: max_completion_length against the server's max_model_len" in message
+    assert "the longest prompt plus max_completion_length" in message and "trainer.vllm_server_timeout" in message
+    rows = pa.table({"prompt": ["Hi"], "expected_output": ["0"]})
+    with pytest.raises(RufusError, match=r"these checks could not run: the longest prompt plus max_completion_length"):
+        get_stage("reasoning_rl").build_dataset(config, rows, tiny_tokenizer)
+    not_vllm = openai_stub(models=["tiny"]).base_url  # answers, reports no max_model_len
+    with pytest.raises(RufusError, match=r"answered GET .*/v1/models without a max_model_len \(not a vLLM server\?\)"):
+        length_checks.context_limit(config.model_copy(update={"vllm_server": not_vllm}), check=True)
