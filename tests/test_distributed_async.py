@@ -190,3 +190,62 @@ def test_async_grpo_stops_when_its_server_never_answers(openai_stub, tiny_tokeni
     not_vllm = openai_stub(models=["tiny"]).base_url  # answers, reports no max_model_len
     with pytest.raises(RufusError, match=r"answered GET .*/v1/models without a max_model_len \(not a vLLM server\?\)"):
         length_checks.context_limit(config.model_copy(update={"vllm_server": not_vllm}), check=True)
+
+
+# ------------------------------------------------------------------ the server's context-length 400, mid-run
+
+
+def test_the_rollout_workers_death_on_a_context_length_400_names_the_numbers(openai_stub, tiny_tokenizer,
+                                                                            monkeypatch):
+    """TRL's own rollout loop (in this process; TRL spawns it) against a stand-in vLLM on loopback that
+    answers every completion with vLLM's context-length 400: the loop retries and dies, TRL's health
+    check raises "Rollout worker child has failed", and what the user sees instead names the longest
+    prompt, max_completion_length and the server's max_model_len."""
+    import multiprocessing
+    import queue
+
+    from accelerate.state import PartialState
+    from datasets import Dataset
+    from openai_stub import Reply
+    from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker, _AsyncRolloutLoop
+
+    from rufus_train.grpo.rollout_failures import context_length_explained, explain_context_400
+    from rufus_train.grpo.tools import enable_tool_parsing
+
+    too_long = ("This model's maximum context length is 256 tokens. However, you requested 300 tokens (100 in the "
+                "messages, 200 in the completion). Please reduce the length of the messages or completion.")
+    server = openai_stub(lambda request: Reply(status=400, error=too_long), models=["tiny"], max_model_len=256)
+    real_sleep = asyncio.sleep
+    monkeypatch.setattr(asyncio, "sleep", lambda seconds, *a: real_sleep(0))  # TRL's backoff, minutes of it
+    failed, info = threading.Event(), queue.Queue(maxsize=1)
+    PartialState()  # as TRL's child process starts
+    loop = _AsyncRolloutLoop(
+        model_name="tiny", dataset=Dataset.from_dict({"prompt": [[{"role": "user", "content": "What is 2 + 2?"}]]}),
+        reward_funcs=[lambda completions, **kw: [1.0] * len(completions)],
+        processing_class=enable_tool_parsing(tiny_tokenizer) or tiny_tokenizer,
+        eos_token_ids=[tiny_tokenizer.eos_token_id], rollout_buffer=queue.Queue(),
+        model_version_value=multiprocessing.Value("i", 0), heartbeat_value=multiprocessing.Value("d", 0.0),
+        failed_event=failed, exception_info_queue=info, metrics_queue=queue.Queue(), num_generations=2,
+        max_inflight_tasks=1, vllm_server_url=server.base_url, max_tokens=200, request_timeout=10,
+    )
+    with pytest.raises(Exception, match="400"):
+        loop.run()
+    assert failed.is_set() and len(server.requests) == 90  # 30 attempts of 3 posts, as TRL 1.16 retries
+    worker = object.__new__(AsyncRolloutWorker)  # the trainer's side: its health check reads what the loop left
+    worker._failed_event, worker._exception_info_queue = failed, info
+    with pytest.raises(RufusError) as explained, context_length_explained(server.base_url, lambda: 100, 200, 2):
+        worker.check_health(stale_after_s=300)
+    message = str(explained.value)
+    assert isinstance(explained.value.__cause__, RuntimeError)
+    assert "Rollout worker child has failed" in str(explained.value.__cause__)  # what TRL said
+    assert f"HTTP 400 ({server.base_url}/v1/completions)" in message
+    assert ("the longest prompt of the data is 100 tokens, max_completion_length is 200 (300 in all), and the "
+            "server's max_model_len is 256") in message
+    assert "restarted with a smaller --max-model-len" in message and "rufus-train serve --max-model-len N" in message
+    grew = explain_context_400(f"{server.base_url}/v1/completions", server.base_url, 20, 200, 2)
+    assert "20 tokens" in str(grew) and "a later turn's prompt grew past it" in str(grew)
+    assert "(up to max_tool_calling_iterations: 2)" in str(grew)
+    # any other failure passes as it is
+    with pytest.raises(RuntimeError, match="heartbeat stale"), context_length_explained(server.base_url, lambda: 100,
+                                                                                      200, 2):
+        raise RuntimeError("Rollout worker heartbeat stale: 400s > 300s; child is hung.")
