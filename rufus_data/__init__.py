@@ -20,7 +20,8 @@ The floors below them (none imports a data step: tests/test_layering.py):
 - pages to review rows in a browser: review_page.py (decontam's hits.html, rufus-eval vibe's page).
 - models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
-  paths.py, report.py, jsonl.py, engines.py (tasks over a shard folder), perturb.py.
+  paths.py, cache.py (the cache's bound, `cache info` / `cache clean`), report.py, jsonl.py, engines.py
+  (tasks over a shard folder), perturb.py.
 - the installed package: catalog_files.py (where catalogs are: the user's own, then the shipped
   ones), version.py (the version every output records), env_report.py (`rufus-data env`)."""
 

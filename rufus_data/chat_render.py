@@ -66,11 +66,12 @@ class ChatRenderer:
         return texts, [[tuple(s) for s in row] for row in spans] if self.tracked else [[] for _ in texts]
 
     def _render_group(self, group: list[list[dict]], kwargs: dict) -> tuple[list[str], list] | None:
-        # each conversation's reasoning fields aliased as transformers does it per conversation
-        from transformers.utils.chat_template_utils import _alias_reasoning_fields
-
-        rows = [_alias_reasoning_fields(c) for c in group]
         try:
+            # each conversation's reasoning fields aliased as transformers does it per conversation; a
+            # private helper, so a transformers without it renders one conversation at a time instead
+            from transformers.utils.chat_template_utils import _alias_reasoning_fields
+
+            rows = [_alias_reasoning_fields(c) for c in group]
             if is_plain(rows) and is_plain(kwargs):
                 [text], found = self._render_plain(rows, kwargs)
             else:

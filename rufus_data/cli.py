@@ -22,6 +22,8 @@ models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
 catalogs_app = CliApp(help="The catalogs Rufus ships (stages, suites, data catalogs, samples): list them, copy one to edit.")
 app.add_typer(catalogs_app, name="catalogs")
+cache_app = CliApp(help="What $RUFUS_CACHE holds, and removing its computed entries.")
+app.add_typer(cache_app, name="cache")
 
 
 @app.callback()
@@ -77,6 +79,36 @@ def catalogs_copy(
     from rufus_data.catalog_files import copy_shipped
 
     print_result(str(copy_shipped(name, dest, overwrite=overwrite)), highlight=False)
+
+
+@cache_app.command("info")
+@cli_errors
+def cache_info() -> None:
+    """List each folder of the cache: files, size, and the computed entries `cache clean` removes."""
+    from rufus_data import cache
+    from rufus_data.paths import cache_dir
+
+    root = cache_dir()
+    table = Table(title=f"cache {root} (computed entries bounded by ${cache.MAX_GB_VARIABLE}: "
+                        f"{cache.max_bytes() / 1e9:g} GB)")
+    for col in ("folder", "files", "MB", "computed entries", "computed MB"):
+        table.add_column(col, justify="left" if col == "folder" else "right")
+    for folder in cache.info(root):
+        table.add_row(folder.name, str(folder.files), f"{folder.size / 1e6:,.1f}", str(folder.computed),
+                      f"{folder.computed_size / 1e6:,.1f}")
+    print_result(table)
+
+
+@cache_app.command("clean")
+@cli_errors
+def cache_clean() -> None:
+    """Remove the computed entries (decontam eval indexes: rebuilt when next needed); models and wheels stay."""
+    from rufus_data import cache
+    from rufus_data.paths import cache_dir
+
+    entries, size = cache.clean(cache_dir())
+    print_result(f"removed {entries} computed entries ({size / 1e6:,.1f} MB) from {cache_dir()}; converted models "
+                 "and downloaded wheels are kept", highlight=False)
 
 
 @app.command("mix")

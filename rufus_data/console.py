@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.measure import Measurement
 from rich.progress import (
     BarColumn,
@@ -69,7 +70,8 @@ def cli_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except RufusError as err:
-            console.print(f"[bold red]error:[/] {err}", highlight=False, soft_wrap=True)
+            # escaped: a message's own brackets (an extra, `.[gpu]`; a list) are text, not rich markup
+            console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             let_go(err)
             raise typer.Exit(err.exit_code) from None
 

@@ -46,13 +46,20 @@ def hub_commit(repo: str, revision: str | None) -> str | None:
         return None
 
 
+def offline_variable() -> str | None:
+    """The variable that puts this process offline, read as the libraries read it: HF_HUB_OFFLINE, else
+    TRANSFORMERS_OFFLINE (huggingface_hub takes the first one set), or HF_DATASETS_OFFLINE (datasets)."""
+    hub = "HF_HUB_OFFLINE" if os.environ.get("HF_HUB_OFFLINE") else "TRANSFORMERS_OFFLINE"
+    return next((v for v in (hub, "HF_DATASETS_OFFLINE") if os.environ.get(v, "").lower() in OFFLINE_VALUES), None)
+
+
 def offline_mode() -> bool:
-    """HF_HUB_OFFLINE / HF_DATASETS_OFFLINE (or `datasets`, once imported, told so): the datasets
-    cache is used, the network never."""
+    """Offline (`offline_variable`, or `datasets`, once imported, told so): the caches are used, the
+    network never."""
     datasets = sys.modules.get("datasets")
     if datasets is not None and getattr(getattr(datasets, "config", None), "HF_HUB_OFFLINE", False):
         return True
-    return any(os.environ.get(v, "").lower() in OFFLINE_VALUES for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+    return offline_variable() is not None
 
 
 @contextlib.contextmanager
@@ -100,6 +107,6 @@ def model_unavailable(repo: str) -> str | None:
     if isinstance(cached, str):
         return None
     if offline_mode():
-        return "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache"
+        return f"{offline_variable() or 'HF_HUB_OFFLINE'} is set and it is not in the Hugging Face cache"
     unreachable = hub_unreachable()
     return f"it is not in the Hugging Face cache and {unreachable}" if unreachable else None

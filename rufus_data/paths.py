@@ -13,12 +13,16 @@ from pathlib import Path
 from types import ModuleType
 from typing import TypeVar
 
+from rufus_data import cache
 from rufus_data.errors import RufusError
 
 
 def cache_dir() -> Path:
-    """`$RUFUS_CACHE`, default `~/.cache/rufus`: converted models and downloaded wheels."""
-    root = Path(os.environ.get("RUFUS_CACHE") or Path.home() / ".cache" / "rufus")
+    """`$RUFUS_CACHE`, else `$XDG_CACHE_HOME/rufus` (an absolute one: the XDG spec ignores a relative
+    path), else `~/.cache/rufus`: converted models, downloaded wheels, computed entries (cache.py)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    root = Path(os.environ.get("RUFUS_CACHE") or base / "rufus")
     root.mkdir(parents=True, exist_ok=True)
     return root
 
@@ -45,20 +49,25 @@ def cached_pickle(name: str, key: object, code: Iterable[ModuleType], compute: C
     (anything JSON can write: the inputs, the settings, library versions) and the source of the
     `code` modules that compute it, so a change to either is a new entry. An unreadable entry (a
     crashed writer, an old layout) is computed again and replaced; a new one is written under a
-    temporary name and renamed (atomic_file)."""
+    temporary name and renamed (atomic_file), then the least recently used entries beyond
+    `$RUFUS_CACHE_MAX_GB` are removed (cache.py)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
     for module in code:
         digest.update(Path(module.__file__).read_bytes())
+    limit = cache.max_bytes()  # a bad bound is refused before the work
     stored = cache_dir() / f"{name}-{digest.hexdigest()[:32]}.pkl"
     if stored.exists():
         try:
             with stored.open("rb") as f:
-                return pickle.load(f)
+                found = pickle.load(f)
+            cache.mark_used(stored)
+            return found
         except Exception:  # noqa: BLE001, S110 - an unreadable entry is only a cache miss
             pass
     found = compute()
     with atomic_file(stored) as tmp, tmp.open("wb") as f:
         pickle.dump(found, f, protocol=pickle.HIGHEST_PROTOCOL)
+    cache.evict(cache_dir(), limit, keep=stored)
     return found
 
 

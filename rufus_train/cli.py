@@ -194,6 +194,21 @@ def plan_cmd(
     typer.echo(f"{p.gpus} GPUs ({p.gpu})")
 
 
+@app.command("prefetch")
+@cli_errors
+def prefetch_cmd() -> None:
+    """Fetch what async GRPO downloads on first use (its FlashAttention tree-attention kernel, through
+    `kernels`) into the cache, for a GPU machine that trains offline: run it there while online."""
+    from rufus_train.grpo.attention_kernel import prefetch  # torch: only for this command
+
+    name, path = prefetch()
+    table = Table(title="prefetched for async GRPO (HF_HUB_OFFLINE=1 runs read it from the cache)")
+    for col in ("what", "cached at"):
+        table.add_column(col)
+    table.add_row(name, str(path))
+    print_result(table)
+
+
 @app.command("serve")
 @cli_errors
 def serve_cmd(

@@ -86,7 +86,10 @@ class StageConfig(StrictModel):
     logging_steps: int = Field(10, ge=1)
     gradient_checkpointing: bool = True
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto: bf16 on a GPU with native bf16, else fp16 mixed precision (gradient scaler); fp32 on CPU"
+        "auto", description="auto: on a GPU with native bf16, full fine-tuning keeps fp32 master weights (and fp32 AdamW "
+        "states) and computes under bf16 autocast, async GRPO included; LoRA keeps its frozen base in bf16 and its "
+        "adapter in fp32; an older GPU: fp16 autocast with a gradient scaler over fp32 weights; CPU: fp32. bfloat16: "
+        "pure bf16 (full fine-tuning: no fp32 masters, warned); float32, float16 as named (docs/train.md, Precision)"
     )
     resume_from_checkpoint: str | None = Field(
         None, description="latest: the newest complete checkpoint of output_dir, else of checkpoint_mirror, else a fresh "

@@ -27,7 +27,7 @@ fi
 import json, re, sys
 report, log, seconds = json.load(open(sys.argv[1])), open(sys.argv[2]).read(), sys.argv[3]
 got = {item["metadata"]["name"].lower(): item["metadata"]["version"] for item in report["install"]}
-shown = ", ".join(f"{name} {got[name]}" for name in ("vllm", "torch", "transformers", "trl", "peft", "accelerate") if name in got)
+shown = ", ".join(f"{name} {got[name]}" for name in ("vllm", "kernels", "deepspeed", "torch", "transformers", "trl", "peft", "accelerate") if name in got)
 print(f"check-resolve: .[train,eval,gpu] resolves against constraints.txt in {seconds} s: {len(got)} packages ({shown})")
 # A dry run needs only each wheel's metadata: PyPI serves it beside the wheel (PEP 658), fast-deps
 # reads it by range requests. A wheel downloaded whole is listed; torch's is a CUDA build of ~0.5 GB

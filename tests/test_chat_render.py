@@ -111,3 +111,24 @@ def test_a_shared_prefix_is_tokenized_once_and_counts_the_same(counter, data_roo
     encodings = counter.backend.encode_batch(rendered, add_special_tokens=False)
     assert whole.total == [len(e) for e in encodings]
     assert counter._shared_prefix(rendered[:1], spans[:1]) == 0  # one text shares nothing with another
+
+
+def test_without_transformers_private_helper_rows_render_one_at_a_time(counter, data_root, monkeypatch):
+    """The loop uses a private transformers function (`_alias_reasoning_fields`); where a release
+    renames or drops it (its import fails: simulated here for that name, transformers' own rendering
+    untouched), mix still renders, one conversation at a time, instead of failing."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def renamed_upstream(name, globals=None, locals=None, fromlist=(), level=0):
+        if "_alias_reasoning_fields" in (fromlist or ()):
+            raise ImportError(f"cannot import name '_alias_reasoning_fields' from '{name}'")
+        return real_import(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", renamed_upstream)
+    conversations = rows(data_root)[:ROWS_PER_CALL + 4]
+    renderer = ChatRenderer(counter.template, True)
+    got = renderer.render(conversations, **counter.template_kwargs)
+    assert renderer.batched is False
+    assert got == each(counter, conversations)

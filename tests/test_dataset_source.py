@@ -132,6 +132,26 @@ def test_offline_set_after_datasets_loaded_still_means_no_network(monkeypatch):
     assert datasets.config.HF_HUB_OFFLINE is False and constants.HF_HUB_OFFLINE is False  # restored
 
 
+def test_transformers_offline_is_offline_as_huggingface_hub_reads_it(monkeypatch):
+    """TRANSFORMERS_OFFLINE=1 puts huggingface_hub offline (its HF_HUB_OFFLINE falls back to it), so
+    Rufus is offline too: a model outside the cache is refused naming the variable, with no probe of
+    the network; HF_HUB_OFFLINE, when set, wins over it, as in huggingface_hub."""
+    import socket
+
+    from rufus_data import hub
+
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("the network was probed"))
+    assert not hub.offline_mode()
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    assert hub.offline_mode() and hub.offline_variable() == "TRANSFORMERS_OFFLINE"
+    reason = hub.model_unavailable("no-such-org/no-such-model")
+    assert reason == "TRANSFORMERS_OFFLINE is set and it is not in the Hugging Face cache"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")  # huggingface_hub reads HF_HUB_OFFLINE first when it is set
+    assert not hub.offline_mode()
+
+
 def test_id_ranges_keep_a_split_of_a_larger_file(data_root):
     local = "mbpp_sanitized/sanitized-mbpp.jsonl"
     train = list(load_rows(DatasetSource(local=local, ids=IdRange(field="task_id", outside=(11, 510))), "mbpp").rows)

@@ -324,3 +324,32 @@ def test_gpu_smoke_script_commands_parse_with_rufus_clis(tmp_path):
             command.make_context(argv[3], list(argv[4:]))  # unknown options and bad values raise here
         else:
             assert name == "eval_agree", name
+
+
+@pytest.mark.spawn
+def test_gpu_smoke_precheck_names_what_is_missing_and_how_to_install_it(tmp_path):
+    """On this machine (no GPU, a CPU torch, no vllm/kernels/deepspeed) the pre-check lists each need
+    with what it found, marks the missing ones, prints the install commands and exits 2; a full run
+    stops there too, having run nothing."""
+    import importlib.util
+
+    script = REPO / "bench" / "gpu_smoke.sh"
+    env = {**os.environ, "PYTHON": sys.executable, "WORK": str(tmp_path / "work"), "RUFUS_DATA_ROOT": str(tmp_path)}
+    proc = subprocess.run(["bash", str(script), "--precheck"], capture_output=True, text=True, timeout=120,
+                          check=False, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    rows = {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")]
+                                              for line in proc.stdout.splitlines() if line.startswith("| "))}
+    assert rows["GPU"][0] == "MISSING" and rows["CUDA torch"][0] == "MISSING"
+    assert not torch.cuda.is_available() and "CPU build" in rows["CUDA torch"][1]
+    for package in ("vllm", "kernels", "deepspeed", "trl", "lm_eval", "aiohttp"):
+        installed = importlib.util.find_spec(package) is not None
+        assert rows[package][0] == ("ok" if installed else "MISSING"), (package, rows[package])
+        assert installed or "install-gpu below" in rows[package][1]
+    assert rows["attention kernel"] == ["MISSING", "not checked: needs CUDA and kernels (above)"]
+    assert rows["RUFUS_DATA_ROOT"] == ["ok", str(tmp_path)]
+    assert f'install-gpu:   {sys.executable} -m pip install -c {REPO}/constraints.txt -e "{REPO}[gpu]"' in proc.stdout
+    assert "rufus_train.cli prefetch" in proc.stdout
+    run = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120, check=False, env=env)
+    assert run.returncode == 2 and "nothing run" in run.stdout and "| step " not in run.stdout
+    assert not (tmp_path / "work").exists()

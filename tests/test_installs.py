@@ -33,14 +33,22 @@ def pins() -> dict[str, str]:
 
 
 def test_gpu_extra_asks_for_the_vllm_releases_trl_supports():
-    ours = next(Requirement(r) for r in project()["optional-dependencies"]["gpu"] if r.startswith("vllm"))
+    """vllm and deepspeed come through TRL's own extras (their ranges are TRL's), kernels below
+    transformers' cap, and the train and eval extras beside them: what bench/gpu_smoke.sh needs."""
+    gpu = [Requirement(r) for r in project()["optional-dependencies"]["gpu"]]
+    trl = next(r for r in gpu if r.name == "trl")
+    assert {"vllm", "deepspeed"} <= trl.extras
+    assert any(r.name == "rufus" and {"train", "eval"} <= r.extras for r in gpu)
     theirs = next(Requirement(r) for r in requires("trl") if r.startswith("vllm") and 'extra == "vllm"' in r)
-    assert ours.specifier == theirs.specifier, (str(ours.specifier), str(theirs.specifier))
-    # TRL's runtime check (it warns outside the range) says the same
+    # TRL's runtime check (it warns outside the range) says the same as its extra
     source = Path(importlib.util.find_spec("trl.import_utils").origin).read_text()
     low, high = re.search(r'Version\("([\d.]+)"\) <= _vllm_base_version <= Version\("([\d.]+)"\)', source).groups()
-    assert ours.specifier.contains(low) and ours.specifier.contains(high)
-    assert not ours.specifier.contains("0.21.0") and not ours.specifier.contains("0.31.1")
+    assert theirs.specifier.contains(low) and theirs.specifier.contains(high)
+    assert not theirs.specifier.contains("0.21.0") and not theirs.specifier.contains("0.31.1")
+    assert any(r.startswith("deepspeed") and 'extra == "deepspeed"' in r for r in requires("trl"))
+    kernels = next(r for r in gpu if r.name == "kernels")
+    cap = next(Requirement(r) for r in requires("transformers") if r.startswith("kernels") and 'extra == "kernels"' in r)
+    assert not kernels.specifier.contains("0.19.0") and not cap.specifier.contains("0.19.0")
 
 
 def test_constraints_pin_what_pyproject_asks_for():

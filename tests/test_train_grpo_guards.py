@@ -69,6 +69,24 @@ def test_async_refuses_everything_it_cannot_run_one_message_each(tmp_path):
         async_checks.validate_async_args(config, environ={})
 
 
+def test_prefetch_names_what_it_needs_before_fetching(monkeypatch):
+    """`rufus-train prefetch` fetches async GRPO's attention kernel for offline GPU machines; without
+    the `kernels` package (as here) it says how to install it (the gpu extra, brackets shown), and it
+    refuses to run offline, naming the variable."""
+    import importlib.util
+
+    result = CliRunner().invoke(app, ["prefetch"])
+    if importlib.util.find_spec("kernels") is None:
+        assert result.exit_code == 2
+        assert ('the `kernels` package is not installed: pip install -c constraints.txt -e ".[gpu]"'
+                in " ".join(result.output.split()))
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "kernels" else None)
+    offline = CliRunner().invoke(app, ["prefetch"])
+    assert offline.exit_code == 2 and "but TRANSFORMERS_OFFLINE is set: unset it" in " ".join(offline.output.split())
+
+
 def test_async_allows_fsdp2_lora_and_several_processes_but_not_fsdp1(tmp_path):
     fsdp2 = tmp_path / "fsdp2.yaml"
     fsdp2.write_text("distributed_type: FSDP\nnum_processes: 4\nfsdp_config:\n  fsdp_version: 2\n")

@@ -144,6 +144,22 @@ def test_sharded_configs_compute_in_bf16_over_fp32_masters(bf16_gpu, monkeypatch
     assert (plugin.mixed_precision_policy.param_dtype, plugin.mixed_precision_policy.reduce_dtype) == (torch.bfloat16,) * 2
 
 
+def test_the_stage_yamls_the_dtype_help_and_the_docs_say_what_auto_does():
+    """What a user reads about `dtype: auto` (each stage YAML's comment, the key's help, docs/train.md)
+    says fp32 master weights with bf16 autocast, as `precision` trains, async GRPO included."""
+    from rufus_train.config import StageConfig
+
+    comments = {path.name: line.partition("#")[2] for path in sorted((REPO / "catalogs" / "stages").glob("*.yaml"))
+                for line in path.read_text().splitlines() if line.startswith("dtype:")}
+    assert len(comments) >= 8
+    wrong = {name: c for name, c in comments.items() if "fp32 master weights + bf16 autocast" not in c}
+    assert not wrong, wrong
+    help_text = StageConfig.model_fields["dtype"].description
+    assert "fp32 master weights" in help_text and "bf16 autocast" in help_text and "async GRPO" in help_text
+    docs = (REPO / "docs" / "train.md").read_text()
+    assert "async GRPO (`grpo_execution: async`, TRL's AsyncGRPOTrainer) trains the same way" in docs
+
+
 # ------------------------------------------------------------------ the playbook's full fine-tuning baseline
 
 

@@ -7,10 +7,14 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
 - async_checks.py: every configuration TRL's AsyncGRPOTrainer cannot run, refused up front.
+- async_config.py: TRL's AsyncGRPOConfig from a stage config; async_trainer.py: the async trainer.
+- attention_kernel.py: the kernel async GRPO packs with, its cache, `rufus-train prefetch`.
+- rollout_failures.py: the rollout worker's death on the server's context-length 400, explained.
 - length_checks.py: prompt plus completion against the server's or the model's context.
 - rollout_state.py: where an async run resumes its rollouts.
 - tools.py, search_index.py: the agent stages' tools and environments, and the offline BM25 index.
 
 The vLLM server GRPO trains against is started by `rufus-train serve` (rufus_train/serve.py), on
 the stage's `devices.server` (every role's GPUs: rufus_data/devices.py).
-Nothing is imported here: torch and TRL load only with dynamic_sampling.py, when a run starts."""
+Nothing is imported here: torch and TRL load only with dynamic_sampling.py and async_trainer.py, when a
+run starts."""

@@ -22,7 +22,7 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
   CUDA_VISIBLE_DEVICES="", so a sequence-classification reward model would run on CPU).
 - Added (trl): CUDA present, vllm and aiohttp importable in the trainer's environment, the
   `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
-  the Hub on first use), no Liger kernel, attention-only architectures, picklable rewards.
+  the Hub on first use: attention_kernel.py), no Liger kernel, attention-only architectures, picklable rewards.
 - Every stage setting the async config has no field for (async_config.py): refused by name.
 
 The checks every GRPO run shares sit beside this module: length_checks.py (completion length
@@ -36,17 +36,16 @@ import importlib.util
 import os
 import pickle
 import sys
-from pathlib import Path
 
 import yaml
-from huggingface_hub.constants import HF_HUB_CACHE
 
 from rufus_data.errors import RufusError
 from rufus_data.models import read_model_config
 from rufus_train.grpo.async_config import async_setting_problems
+from rufus_train.grpo.attention_kernel import CUDA_KERNEL, cached_kernel, kernels_missing
 from rufus_train.launch import accelerate_config_path
 
-TREE_ATTENTION_KERNEL = "kernels-community/flash-attn3"
+TREE_ATTENTION_KERNEL = CUDA_KERNEL[0]
 QUANTIZATION_KEYS = ("quantization_config", "load_in_4bit", "load_in_8bit")
 HEAD_AND_EMBEDDINGS = ("lm_head", "embed_tokens", "embed_out", "wte", "word_embeddings")
 
@@ -117,22 +116,15 @@ def _environment_problems(env: dict) -> list[str]:
         )
     if importlib.util.find_spec("aiohttp") is None:
         problems.append("(trl) aiohttp is not installed: the async rollout worker talks to vLLM with it (`pip install aiohttp`)")
-    if importlib.util.find_spec("kernels") is None:
+    missing = kernels_missing()
+    if missing:
+        problems.append(f"(trl) async GRPO's tree attention loads {TREE_ATTENTION_KERNEL} through `kernels`, and {missing}")
+    elif env.get("HF_HUB_OFFLINE") == "1" and torch.cuda.is_available() and cached_kernel() is None:
         problems.append(
-            f"(trl) the `kernels` package is not installed: async GRPO's tree attention loads {TREE_ATTENTION_KERNEL} "
-            "through it (`pip install kernels`)"
-        )
-    elif env.get("HF_HUB_OFFLINE") == "1" and not _kernel_cached():
-        problems.append(
-            f"(trl) HF_HUB_OFFLINE=1 but {TREE_ATTENTION_KERNEL} is not in the Hugging Face cache: the tree-attention "
-            "kernel is downloaded on first use. Fetch it once online (python -c \"from kernels import get_kernel; "
-            f"get_kernel('{TREE_ATTENTION_KERNEL}', version=1)\") or unset HF_HUB_OFFLINE"
+            f"(trl) HF_HUB_OFFLINE=1 but {TREE_ATTENTION_KERNEL} is not cached for this machine: the tree-attention "
+            "kernel is downloaded on first use. Run `rufus-train prefetch` once while online, or unset HF_HUB_OFFLINE"
         )
     return problems
-
-
-def _kernel_cached() -> bool:
-    return (Path(HF_HUB_CACHE) / ("models--" + TREE_ATTENTION_KERNEL.replace("/", "--"))).is_dir()
 
 
 def _distributed_problems(config, env: dict) -> list[str]:

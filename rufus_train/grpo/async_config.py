@@ -23,6 +23,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from rufus_train import modeling
 from rufus_train.grpo.config import GRPOStageConfig
 from rufus_train.trl_args import trl_kwargs_for
 
@@ -94,8 +95,10 @@ def async_config_kwargs(config: GRPOStageConfig) -> dict[str, Any]:
     kwargs = {key: value for key, value in trl_request(config).items() if key in fields}
     kwargs.update({key: getattr(config, key) for key in ASYNC_KEYS})
     kwargs["vllm_server_base_url"] = config.server_url
-    # the weights' dtype: TRL's default is float32 (its training-inference mismatch measurements)
-    kwargs["dtype"] = "bfloat16" if kwargs.get("bf16") else "float32"
+    # the weights' dtype, as every stage loads them (modeling.precision): under `auto` on a bf16 GPU full
+    # fine-tuning keeps fp32 master weights and computes under the trainer's bf16 autocast (TRL's own
+    # default: dtype float32, bf16 on), LoRA keeps its frozen base in bf16
+    kwargs["dtype"] = modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype
     return kwargs
 
 

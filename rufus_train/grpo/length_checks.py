@@ -1,7 +1,12 @@
 """What a GRPO run's prompts and completions must fit, checked before the model loads: the
 completion length against the vLLM server's `max_model_len` (or the model's own
 `max_position_embeddings` when the trainer generates), and, once the prompts are tokenized, the
-longest prompt plus the completion length (vLLM would otherwise cut completions silently)."""
+longest prompt plus the completion length (vLLM would otherwise cut completions silently).
+
+Async GRPO does not start without them: it waits for its server as long as TRL itself would
+(`trainer.vllm_server_timeout`), then checks; a server that never answers stops the run, naming
+the URL and the checks that could not run. (Sync server mode asks a few times and goes on with
+the checks skipped, as before: its trainer fails at once on a server that is not there.)"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.context import check_fits, server_max_model_len
 from rufus_data.models import read_model_config
+from rufus_data.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models, v1_url
 from rufus_train.grpo.config import GRPOStageConfig
 
 
@@ -24,6 +30,13 @@ def check_completion_budget(
     if limit is None:
         console.print(f"[yellow]completion-length check skipped:[/] no max_model_len from {base_url}/v1/models")
         return None
+    check_completion_fits(limit, base_url, max_completion_length, token_budget)
+    return limit
+
+
+def check_completion_fits(limit: int, base_url: str, max_completion_length: int, token_budget: int | None) -> None:
+    """The server's max_model_len must leave room for a prompt beside max_completion_length; a set
+    token_budget below it is warned about."""
     check_fits(
         max_completion_length, limit, at=f" at {base_url}", max_tokens_name="max_completion_length",
         fixes=["restart the server with a larger --max-model-len (rufus-train serve --max-model-len N)"],
@@ -39,7 +52,47 @@ def check_completion_budget(
         f"server max_model_len {limit}: completions up to {max_completion_length} tokens leave "
         f"{limit - max_completion_length} tokens for the prompt"
     )
-    return limit
+
+
+# what async GRPO cannot check without its server's max_model_len
+BEFORE_LOADING = ("max_completion_length against the server's max_model_len (before anything loads), and after "
+                  "tokenization the longest prompt plus max_completion_length against it (with token_budget: null "
+                  "also the token budget, which is max_model_len then)")
+AFTER_TOKENIZATION = ("the longest prompt plus max_completion_length against the server's max_model_len (with "
+                      "token_budget: null also the token budget, which is max_model_len then)")
+
+
+def server_wait_s(config: GRPOStageConfig) -> float:
+    """How long async GRPO waits for its server: TRL's own wait for it (trainer.vllm_server_timeout)."""
+    from rufus_train.grpo.async_config import async_fields  # TRL: only when an async run is checked
+
+    return float(config.trainer.get("vllm_server_timeout", async_fields()["vllm_server_timeout"].default))
+
+
+def wait_for_max_model_len(base_url: str, wait_s: float, checks: str) -> int:
+    """Async GRPO: GET /v1/models until the server answers, at most `wait_s` seconds, and its
+    max_model_len; a RufusError naming the URL and the `checks` that could not run otherwise."""
+    models_url = f"{v1_url(base_url)}/models"
+    console.print(f"waiting up to {wait_s:g} s for the vLLM server at {base_url} (GET {models_url})", highlight=False)
+    policy = RetryPolicy(attempts=None, backoff_s=1.0, max_backoff_s=5.0, total_s=wait_s)
+    try:
+        models = served_models(base_url, key=api_key(SERVER_KEY_VARIABLE), retry=policy)
+    except RufusError as err:
+        raise RufusError(
+            f"grpo_execution: async: the vLLM server at {base_url} did not answer GET {models_url} within "
+            f"{wait_s:g} s ({err}), so these checks could not run: {checks}. Async GRPO does not start without them "
+            "(a prompt that does not fit fails minutes later, as an HTTP 400 the rollout worker retries). Start the "
+            "server first (`rufus-train serve --stage STAGE`, docs/train_rl.md), point vllm_server at it, or wait "
+            "longer with trainer.vllm_server_timeout"
+        ) from None
+    limit = models[0].get("max_model_len") if models else None
+    if limit is None:
+        raise RufusError(
+            f"grpo_execution: async: the server at {base_url} answered GET {models_url} without a max_model_len (not a "
+            f"vLLM server?), so these checks could not run: {checks}. Point vllm_server at the vLLM server "
+            "`rufus-train serve` starts"
+        )
+    return int(limit)
 
 
 def check_prompt_fits(longest_prompt: int, max_completion_length: int, limit: int, where: str) -> None:
@@ -69,16 +122,18 @@ def check_token_budget(longest_prompt: int, max_completion_length: int, token_bu
 
 def context_limit(config: GRPOStageConfig, check: bool) -> tuple[int | None, str]:
     """The context a prompt plus its completion must fit: the server's max_model_len when a server
-    generates (asked with a few short retries; None = skipped), else the model's
+    generates (async: waited for, or the run stops; sync: a few short retries, None = skipped), else the model's
     max_position_embeddings from its config.json. With check=True, also refuse a
     max_completion_length that leaves no room for any prompt."""
     url = config.server_url
+    if url and config.grpo_execution == "async":
+        limit = wait_for_max_model_len(url, server_wait_s(config), BEFORE_LOADING if check else AFTER_TOKENIZATION)
+        if check:
+            check_completion_fits(limit, url, config.max_completion_length, config.token_budget)
+        return limit, f"the vLLM server's max_model_len at {url}"
     if url:
         if check:
-            limit = check_completion_budget(
-                url, config.max_completion_length, config.token_budget if config.grpo_execution == "async" else None,
-                retries=config.server_check_retries,
-            )
+            limit = check_completion_budget(url, config.max_completion_length, retries=config.server_check_retries)
         else:
             limit = server_max_model_len(url, retries=config.server_check_retries)
         return limit, f"the vLLM server's max_model_len at {url}"

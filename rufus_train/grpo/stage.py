@@ -88,12 +88,7 @@ class GRPOStage(Stage):
                 columns[name] = rows.column(name).to_pylist()
         if config.tools or config.environment or config.grpo_execution == "async":
             enable_tool_parsing(tokenizer)  # async: TRL's rollout worker parses every completion with it
-        tools = self.tool_schemas(config, Path(config.output_dir))
-        longest = max(
-            len(tokenizer.apply_chat_template(p, tools=tools or None, add_generation_prompt=True, tokenize=True,
-                                              return_dict=False))
-            for p in columns["prompt"]
-        )
+        longest = longest_prompt_tokens(columns["prompt"], tokenizer, self.tool_schemas(config, Path(config.output_dir)))
         limit, where = context_limit(config, check=False)
         if limit is not None:
             check_prompt_fits(longest, config.max_completion_length, limit, where)
@@ -144,7 +139,8 @@ class GRPOStage(Stage):
 
     def make_async_trainer(self, ctx: StageContext):  # pragma: no cover - needs CUDA and vllm (validate_async_args)
         from peft import LoraConfig  # heavy: only when an async run starts
-        from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+        from rufus_train.grpo.async_trainer import RufusAsyncGRPOTrainer
 
         config: GRPOStageConfig = ctx.config
         funcs = self.reward_funcs(config)
@@ -160,7 +156,9 @@ class GRPOStage(Stage):
                        target_modules=list(lora.target_modules), task_type="CAUSAL_LM")
             if lora.enabled else None
         )
-        return AsyncGRPOTrainer(
+        return RufusAsyncGRPOTrainer(
+            longest_prompt=lambda: longest_prompt_tokens(ctx.train_dataset["prompt"], ctx.tokenizer,
+                                                         self.tool_schemas(config, ctx.output_dir)),
             model=resolve_model(config.model),
             reward_funcs=funcs,
             args=args,
@@ -170,6 +168,15 @@ class GRPOStage(Stage):
             peft_config=peft_config,
             **tools,
         )
+
+
+def longest_prompt_tokens(prompts: list, tokenizer, tools: list) -> int:
+    """The longest prompt in tokens, rendered as TRL renders it (chat template, tools, generation prompt)."""
+    return max(
+        len(tokenizer.apply_chat_template(p, tools=tools or None, add_generation_prompt=True, tokenize=True,
+                                          return_dict=False))
+        for p in prompts
+    )
 
 
 def stage_rewards(specs: list, judge_url: str | None) -> list:
