@@ -17,7 +17,7 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards.extract import strip_reasoning
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_eval.compare import compare_runs
-from rufus_eval.metrics import Answer, answer_of, pass_at, rufus_avg
+from rufus_eval.metrics import Answer, answer_of, rufus_avg
 from rufus_eval.request import EvalRequest
 from rufus_eval.results import query_runs
 from rufus_eval.runner import run_suite
@@ -140,12 +140,6 @@ def test_reasoning_is_stripped_and_unclosed_counted():
     answers = [Answer("no commas here"), answer_of("<think>never closed, ever")]
     result = rufus_avg([gold], [answers], scorer={"name": "ifeval", "mode": "strict"}, k=2)
     assert result == {"avg@2": 0.5, "unclosed_think": 0.5, "unscored": 0.0}
-
-
-def test_pass_at_k_estimator():
-    assert pass_at(16, 0, 1) == 0.0 and pass_at(16, 16, 1) == 1.0
-    assert pass_at(16, 4, 1) == pytest.approx(0.25)
-    assert pass_at(4, 1, 2) == pytest.approx(0.5)
 
 
 def test_suite_catalogs_load_and_bad_input(tmp_path, data_root):
