@@ -1,0 +1,145 @@
+"""`rufus-eval compare A B`: two runs over the same documents, task by task: each run's score with
+its standard error, the paired difference B - A with its standard error, a verdict (beyond two
+standard errors or not), and pass@k for k = 1, 2, 4, ... up to the samples taken.
+
+The difference is paired: the mean and standard error of the per-document differences
+(stats.paired_difference), which is what tells a gain from noise when both runs saw the same
+documents. Runs over other documents (another --limit, another suite version) are refused, with
+how many documents they share. The checkpoint evaluation's curve reports each step against its
+baseline with the same rows (`paired_rows(..., pass_at=False)`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+from rich.table import Table
+
+from rufus_data.console import console, print_result
+from rufus_data.errors import RufusError
+from rufus_eval.documents import pass_counts, run_folder, task_documents
+from rufus_eval.stats import beyond_noise, mean_and_se, paired_difference, pass_at_k, pass_at_ks
+
+SIGMAS = 2.0
+
+
+def paired_rows(a_path: str | Path, a: dict, b_path: str | Path, b: dict, pass_at: bool = True) -> list[dict]:
+    """One row per task of either run: scores, the paired delta, the verdict and pass@k (empty
+    dicts when `pass_at` is off or the task cannot be re-scored); refused when a task that ran in
+    both holds other documents in each."""
+    folders = run_folder(a_path), run_folder(b_path)
+    tasks = list(dict.fromkeys([*a["tasks"], *b["tasks"]]))
+    rows, mismatched = [], []
+    for task in tasks:
+        ta, tb = a["tasks"].get(task), b["tasks"].get(task)
+        row = {"task": task, "metric": (ta or tb)["metric"], "a_run": a["run"], "b_run": b["run"]}
+        ran = [t is not None and t.get("status", "ran") == "ran" for t in (ta, tb)]
+        if not all(ran):
+            why = " and ".join(f"{'not in' if t is None else 'skipped in'} {r['run']}"
+                               for t, r, ok in zip((ta, tb), (a, b), ran) if not ok)
+            rows.append({**row, "verdict": f"no comparison: {why}"})
+            continue
+        docs_a, docs_b = task_documents(folders[0], a, task), task_documents(folders[1], b, task)
+        if set(docs_a.scores) != set(docs_b.scores):
+            shared = len(set(docs_a.scores) & set(docs_b.scores))
+            mismatched.append(f"{task}: {a['run']} has {len(docs_a.scores)} documents, {b['run']} has "
+                              f"{len(docs_b.scores)}, {shared} shared")
+            continue
+        rows.append({**row, **_scored_row(docs_a, docs_b)})
+        if pass_at:
+            for side, folder, docs in (("a", folders[0], docs_a), ("b", folders[1], docs_b)):
+                row_pass, why = pass_at_k_row(folder, docs, (ta if side == "a" else tb).get("k") or 1)
+                rows[-1][f"{side}_pass_at_k"] = row_pass
+                if why:
+                    rows[-1]["pass_at_k_note"] = why
+    if mismatched:
+        raise RufusError("the runs were not scored on the same documents, so no paired difference exists: "
+                         + "; ".join(mismatched) + ". Compare runs of one suite with the same --limit (and data)")
+    return rows
+
+
+def _scored_row(docs_a, docs_b) -> dict:
+    """Scores, standard errors and the paired delta over the documents both runs scored."""
+    both = [key for key in docs_a.scores if docs_a.scores[key] is not None and docs_b.scores[key] is not None]
+    row: dict = {"docs": len(docs_a.scores), "paired_docs": len(both)}
+    if not both:
+        return {**row, "verdict": "no document scored in both runs"}
+    xs, ys = [docs_a.scores[k] for k in both], [docs_b.scores[k] for k in both]
+    (row["a_value"], row["a_se"]), (row["b_value"], row["b_se"]) = mean_and_se(xs), mean_and_se(ys)
+    row["delta"], row["delta_se"] = paired_difference(xs, ys)
+    row["verdict"] = verdict(row["delta"], row["delta_se"], len(both))
+    return row
+
+
+def verdict(delta: float, se: float, n: int) -> str:
+    beyond = beyond_noise(delta, se, SIGMAS)
+    if beyond is None:
+        return f"{n} document: no standard error, no verdict"
+    if not beyond:
+        return f"no difference shown (|delta| <= {SIGMAS:g} SE)"
+    return f"B {'higher' if delta > 0 else 'lower'} (beyond {SIGMAS:g} SE)"
+
+
+def pass_at_k_row(folder: Path, docs, samples: int) -> tuple[dict[str, float], str]:
+    """{"pass@1": ..., "pass@2": ...} over the documents with at least k scored samples, and why not."""
+    counts, why = pass_counts(folder, docs)
+    if counts is None:
+        return {}, why
+    out = {}
+    for k in pass_at_ks(samples):
+        values = [pass_at_k(n, c, k) for n, c in counts.values() if n >= k]
+        if values:
+            out[f"pass@{k}"] = sum(values) / len(values)
+    return out, ""
+
+
+def number_text(value: float | None, se: float | None = None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:+.4f}" if signed else f"{value:.4f}"
+    return text if se is None else text + (" ± n/a" if math.isnan(se) else f" ± {se:.4f}")
+
+
+def pass_text(values: dict | None) -> str:
+    return "  ".join(f"{k}={v:.3f}" for k, v in (values or {}).items()) or "-"
+
+
+FLAT_COLUMNS = ("task", "metric", "docs", "paired_docs", "a_run", "a_value", "a_se", "b_run", "b_value", "b_se",
+                "delta", "delta_se", "verdict")
+
+
+def flat_rows(rows: list[dict]) -> tuple[list[str], list[tuple]]:
+    """The rows as CSV columns: pass@k of each run as a_pass@1, b_pass@1, ..."""
+    ks = list(dict.fromkeys(k for r in rows for side in "ab" for k in r.get(f"{side}_pass_at_k", {})))
+    columns = [*FLAT_COLUMNS, *(f"{side}_{k}" for side in "ab" for k in ks)]
+    out = [tuple(r.get(c) for c in FLAT_COLUMNS) + tuple(r.get(f"{side}_pass_at_k", {}).get(k)
+                                                          for side in "ab" for k in ks) for r in rows]
+    return columns, out
+
+
+def print_paired(rows: list[dict], a: dict, b: dict, fmt: str = "table") -> None:
+    """The rows as a table (stdout), or CSV / JSON for files and pipes; notes on stderr."""
+    if fmt != "table":
+        from rufus_data.shard_inspect import rows_as_text  # heavy: duckdb and arrow
+
+        text = json.dumps(rows, indent=2, default=str) + "\n" if fmt == "json" else rows_as_text(*flat_rows(rows), fmt)
+        sys.stdout.write(text)
+    else:
+        table = Table(title=f"A = {a['run']} (step {a.get('step')})  vs  B = {b['run']} (step {b.get('step')})")
+        for col in ("task", "metric", "docs", "A", "B", "B - A (paired)", "verdict", "pass@k A", "pass@k B"):
+            table.add_column(col)
+        for r in rows:
+            table.add_row(r["task"], r["metric"], str(r.get("docs", "-")), number_text(r.get("a_value"), r.get("a_se")),
+                          number_text(r.get("b_value"), r.get("b_se")), number_text(r.get("delta"), r.get("delta_se"), signed=True),
+                          r["verdict"], pass_text(r.get("a_pass_at_k")), pass_text(r.get("b_pass_at_k")))
+        print_result(table)
+    for r in rows:
+        if r.get("paired_docs") is not None and r["paired_docs"] < r["docs"]:
+            console.print(f"{r['task']}: {r['docs'] - r['paired_docs']} of {r['docs']} documents have no score in one "
+                          "run (none of their samples could be scored): left out of the pairs", highlight=False,
+                          markup=False, soft_wrap=True)
+        if r.get("pass_at_k_note"):
+            console.print(f"{r['task']}: no pass@k: {r['pass_at_k_note']}", highlight=False, markup=False,
+                          soft_wrap=True)
