@@ -91,8 +91,6 @@ class EvalRequest(EvalSettings):
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
     run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
-    db_path: Annotated[Path | None, Flag("--db")] = Field(
-        None, description="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)")
     base_url: str | None = Field(None, description="server backend: OpenAI-compatible endpoint")
     tokenizer: str | None = Field(None, description="server backend: tokenizer folder (default: --ckpt)")
     devices: str | None = Field(None, description="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim")

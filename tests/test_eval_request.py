@@ -27,9 +27,10 @@ SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max
 CLI = ["suite", "quick", "--task", "gsm8k", "--limit", "2", "--samples", "1", "--max-tokens", "16", "--temperature", "0",
        "--backend", "auto"]
 ROLES = {"trainer": "0", "eval": "1"}
-# the options `rufus-eval suite` had when it declared its own: none may go away
+# the options `rufus-eval suite` had when it declared its own: none may go away (but --db: runs write no
+# database any more, `rufus-eval results` reads their results.json)
 FLAGS_BEFORE = {"--ckpt", "--backend", "--limit", "--out", "--final", "--step", "--name", "--base-url", "--tokenizer",
-                "--devices", "--data-parallel-size", "--samples", "--max-tokens", "--task", "--db", "--strict"}
+                "--devices", "--data-parallel-size", "--samples", "--max-tokens", "--task", "--strict"}
 
 
 def settings_of(request: EvalRequest) -> dict:
