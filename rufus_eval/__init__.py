@@ -11,7 +11,10 @@ A suite run (`rufus-eval suite`):
 - backends.py: hf, vllm or server, as lm-eval model classes that seed every sample.
 - metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
   judge pinned before anything is generated.
-- results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
+- resume.py: a run's work folder, keyed by the request, so a killed run continues.
+- results.py: results.json per run, and the table of all runs read from them (`rufus-eval results`).
+- compare.py: runs side by side; paired.py: two runs paired on their documents; documents.py: a
+  run's per-document scores from lm-eval's samples; stats.py: pass@k, standard errors, paired deltas.
 - vibe.py: your own prompts, answered side by side.
 
 While training (attached by every rufus-train stage):
