@@ -165,6 +165,10 @@ def request_from_cli(options: dict, request_file: Path | None = None) -> EvalReq
         if not isinstance(fields, dict):
             raise RufusError(f"--request {request_file}: a request is a JSON object of EvalRequest's fields")
         options = {key: value for key, value in options.items() if value != EvalRequest.model_fields[key].default}
+        if "db_path" in fields:  # written by Rufus before runs stopped sharing a DuckDB file
+            console.print(f"--request {request_file}: db_path {fields.pop('db_path')} is no longer used (no run writes a "
+                          "database; `rufus-eval results --runs DIR` queries the runs' results.json): ignored",
+                          style="yellow", highlight=False, markup=False, soft_wrap=True)
     fields = {**fields, **options}
     if "suite" not in fields or "checkpoint" not in fields:
         raise RufusError("give a suite NAME and --ckpt MODEL (e.g. `rufus-eval suite quick --ckpt smollm2-135m`), "

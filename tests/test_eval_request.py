@@ -19,7 +19,7 @@ from rufus_eval import request as request_module
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_eval.cli import app
-from rufus_eval.request import EvalRequest, EvalSettings
+from rufus_eval.request import EvalRequest, EvalSettings, request_from_cli
 from rufus_train.pipeline import StageEval, stage_request
 
 SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max_tokens": 16, "temperature": 0.0,
@@ -120,3 +120,12 @@ def test_temperature_is_an_override_like_samples_and_max_tokens():
     assert [untouched.sampling_for(t) for t in untouched.tasks] == [load_suite("quick").sampling_for(t)
                                                                     for t in load_suite("quick").tasks]
 
+
+
+def test_a_job_file_from_before_the_results_database_went_still_runs(tmp_path, capsys):
+    """A checkpoint evaluation's job.json written by an older Rufus names db_path: said, then ignored."""
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"request": {"suite": "quick", "checkpoint": "smollm2-135m", "db_path": "old.duckdb"}}))
+    req = request_from_cli({}, job)
+    assert (req.suite, req.checkpoint) == ("quick", "smollm2-135m") and "db_path" not in req.model_dump()
+    assert "db_path old.duckdb is no longer used" in capsys.readouterr().err
