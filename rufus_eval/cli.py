@@ -85,25 +85,12 @@ def results(
                             "(a table written there keeps every value whole)"),
 ) -> None:
     """Query every run's results with DuckDB SQL; the table is read from the runs' results.json when asked."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from rufus_data.console import print_result
-    from rufus_data.shard_inspect import SQL_FORMATS, rows_as_text  # heavy: duckdb and arrow
+    from rufus_data.shard_inspect import SQL_FORMATS, print_rows  # heavy: duckdb and arrow
     from rufus_eval.results import query_results
 
     if fmt not in SQL_FORMATS:
         raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
-    columns, rows = query_results(query, runs or None)
-    if fmt != "table":
-        typer.echo(rows_as_text(columns, rows, fmt), nl=False)
-        return
-    table = Table()
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(Text("-" if v is None else str(v)) for v in row))  # values are data, never rich markup
-    print_result(table)
+    print_rows(*query_results(query, runs or None), fmt)
 
 
 @app.command("vibe")
