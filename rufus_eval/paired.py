@@ -31,32 +31,35 @@ def paired_rows(a_path: str | Path, a: dict, b_path: str | Path, b: dict, pass_a
     both holds other documents in each."""
     folders = run_folder(a_path), run_folder(b_path)
     tasks = list(dict.fromkeys([*a["tasks"], *b["tasks"]]))
-    rows, mismatched = [], []
-    for task in tasks:
+    rows, documents, mismatched = [], {}, []
+    for task in tasks:  # every task's documents first: runs over other documents are refused before any re-scoring
         ta, tb = a["tasks"].get(task), b["tasks"].get(task)
-        row = {"task": task, "metric": (ta or tb)["metric"], "a_run": a["run"], "b_run": b["run"]}
+        metrics = list(dict.fromkeys(t["metric"] for t in (ta, tb) if t is not None))  # avg@4 vs avg@8: said
+        rows.append({"task": task, "metric": " vs ".join(metrics), "a_run": a["run"], "b_run": b["run"]})
         ran = [t is not None and t.get("status", "ran") == "ran" for t in (ta, tb)]
         if not all(ran):
             why = " and ".join(f"{'not in' if t is None else 'skipped in'} {r['run']}"
                                for t, r, ok in zip((ta, tb), (a, b), ran) if not ok)
-            rows.append({**row, "verdict": f"no comparison: {why}"})
+            rows[-1]["verdict"] = f"no comparison: {why}"
             continue
-        docs_a, docs_b = task_documents(folders[0], a, task), task_documents(folders[1], b, task)
-        if set(docs_a.scores) != set(docs_b.scores):
-            shared = len(set(docs_a.scores) & set(docs_b.scores))
-            mismatched.append(f"{task}: {a['run']} has {len(docs_a.scores)} documents, {b['run']} has "
-                              f"{len(docs_b.scores)}, {shared} shared")
-            continue
-        rows.append({**row, **_scored_row(docs_a, docs_b)})
-        if pass_at:
-            for side, folder, docs in (("a", folders[0], docs_a), ("b", folders[1], docs_b)):
-                row_pass, why = pass_at_k_row(folder, docs, (ta if side == "a" else tb).get("k") or 1)
-                rows[-1][f"{side}_pass_at_k"] = row_pass
-                if why:
-                    rows[-1]["pass_at_k_note"] = why
+        docs = documents[task] = task_documents(folders[0], a, task), task_documents(folders[1], b, task)
+        if set(docs[0].scores) != set(docs[1].scores):
+            shared = len(set(docs[0].scores) & set(docs[1].scores))
+            mismatched.append(f"{task}: {a['run']} has {len(docs[0].scores)} documents, {b['run']} has "
+                              f"{len(docs[1].scores)}, {shared} shared")
     if mismatched:
         raise RufusError("the runs were not scored on the same documents, so no paired difference exists: "
                          + "; ".join(mismatched) + ". Compare runs of one suite with the same --limit (and data)")
+    for row in rows:
+        if row["task"] not in documents:
+            continue
+        docs = documents[row["task"]]
+        row.update(_scored_row(*docs))
+        if pass_at:
+            for side, folder, record, side_docs in zip("ab", folders, (a, b), docs):
+                row[f"{side}_pass_at_k"], why = pass_at_k_row(folder, side_docs, record["tasks"][row["task"]].get("k") or 1)
+                if why:
+                    row["pass_at_k_note"] = why
     return rows
 
 
@@ -131,9 +134,10 @@ def print_paired(rows: list[dict], a: dict, b: dict, fmt: str = "table") -> None
         for col in ("task", "metric", "docs", "A", "B", "B - A (paired)", "verdict", "pass@k A", "pass@k B"):
             table.add_column(col)
         for r in rows:
-            table.add_row(r["task"], r["metric"], str(r.get("docs", "-")), number_text(r.get("a_value"), r.get("a_se")),
-                          number_text(r.get("b_value"), r.get("b_se")), number_text(r.get("delta"), r.get("delta_se"), signed=True),
-                          r["verdict"], pass_text(r.get("a_pass_at_k")), pass_text(r.get("b_pass_at_k")))
+            table.add_row(r["task"], r["metric"], str(r.get("docs", "-")),
+                          number_text(r.get("a_value"), r.get("a_se")), number_text(r.get("b_value"), r.get("b_se")),
+                          number_text(r.get("delta"), r.get("delta_se"), signed=True), r["verdict"],
+                          pass_text(r.get("a_pass_at_k")), pass_text(r.get("b_pass_at_k")))
         print_result(table)
     for r in rows:
         if r.get("paired_docs") is not None and r["paired_docs"] < r["docs"]:

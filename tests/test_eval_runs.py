@@ -120,6 +120,20 @@ def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, 
     delta = (1.0 - base_scores[0] + 0.5 - base_scores[1]) / 2
     assert f"{delta:+.4f} ±" in res.stdout and "pass@1=" in res.stdout
     assert f"wrote {tmp_path / 'c.png'}" in res.stderr and "wrote" not in res.stdout
+    res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "json",
+                                   "--png", str(tmp_path / "c.png")])
+    rows = {r["task"]: r for r in json.loads(res.stdout)}
+    assert rows["follow"]["delta"] == pytest.approx(delta) and rows["follow"]["b_value"] == pytest.approx(0.75)
+    assert rows["follow"]["paired_docs"] == 2 and set(rows["follow"]["a_pass_at_k"]) == {"pass@1"}
+    assert rows["livecodebench"]["verdict"].startswith("no comparison: skipped in")
+    csv = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "csv",
+                                   "--png", str(tmp_path / "c.png")]).stdout.splitlines()
+    assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,b_run") and csv[0].endswith("b_pass@1")
+    # one document fewer in the trained run: no pairs to form, and it says how many are shared
+    (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(json.dumps({**lines[0], "avg@1": 0.75}) + "\n")
+    res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained")])
+    assert res.exit_code == 2 and "not scored on the same documents" in res.output
+    assert f"follow: {base['run']} has 2 documents, {trained['run']} has 1, 1 shared" in res.output
     plot = plot_metric_vs_step(load_runs([work / "base", tmp_path / "trained"]), tmp_path / "c2.png")
     assert plot.by_step and plot.drawn == ["follow"] and plot.png.stat().st_size > 1000
     assert plot.notes == ["livecodebench has no number in any run (skipped, not run, or none scored): not plotted"]
