@@ -22,7 +22,6 @@ RUN_OFFLINE = {"aime25", "ifeval", "bfcl_simple_python", "bfcl_multiple", "gsm_p
 def test_smollm3_suite_headline_command_offline(tmp_path, data_root, builtin_model):
     cli = Path(sys.executable).with_name("rufus-eval")
     env = {**os.environ, "RUFUS_DATA_ROOT": str(data_root), "HF_HUB_OFFLINE": "1"}
-    env.pop("RUFUS_EVAL_DB", None)
     proc = subprocess.run([str(cli), "suite", "smollm3", "--ckpt", "smollm2-135m", "--limit", "1", "--samples", "1",
                            "--max-tokens", "16"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800,
                           check=False)

@@ -128,6 +128,20 @@ def test_results_store_and_compare(quick_hf, vary_hf, work):
     assert png.stat().st_size > 1000
 
 
+def test_a_run_paired_with_itself_and_its_pass_at_k_from_rescored_samples(vary_hf, work):
+    """A run against itself: every difference is 0, so no difference is shown. pass@k re-scores
+    each of the 6 samples with the task's scorer: with a pass/fail scorer, pass@1 is the run's
+    own avg@6, and pass@k grows with k."""
+    paired, _ = compare_runs([work / "vary-hf", work / "vary-hf"], png=work / "self.png")
+    (row,) = paired
+    assert (row["delta"], row["delta_se"], row["paired_docs"]) == (0.0, 0.0, len(VARY_ROWS))
+    assert row["verdict"].startswith("no difference shown")
+    passes = row["a_pass_at_k"]
+    assert list(passes) == ["pass@1", "pass@2", "pass@4", "pass@6"] and passes == row["b_pass_at_k"]
+    assert passes["pass@1"] == pytest.approx(vary_hf["tasks"]["follow"]["value"])
+    assert list(passes.values()) == sorted(passes.values()) and passes["pass@6"] > passes["pass@1"]
+
+
 def test_reasoning_is_stripped_and_unclosed_counted():
     assert answer_of("<think>2+2 is 5?</think>The answer is 4.") == "The answer is 4."
     unclosed = answer_of("<think>still thinking about it")
