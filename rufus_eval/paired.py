@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 
 from rich.table import Table
+from rich.text import Text
 
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
+from rufus_eval.data_check import check_of
 from rufus_eval.documents import pass_counts, run_folder, task_documents
 from rufus_eval.stats import beyond_noise, mean_and_se, paired_difference, pass_at_k, pass_at_ks
 
@@ -55,6 +57,9 @@ def paired_rows(a_path: str | Path, a: dict, b_path: str | Path, b: dict, pass_a
             continue
         docs = documents[row["task"]]
         row.update(_scored_row(*docs))
+        for side, record in zip("ab", (a, b)):  # the training data never checked against the task's benchmark
+            check = check_of(record["tasks"][row["task"]])
+            row[f"{side}_not_checked"] = bool(check is not None and check.flagged)
         if pass_at:
             for side, folder, record, side_docs in zip("ab", folders, (a, b), docs):
                 row[f"{side}_pass_at_k"], why = pass_at_k_row(folder, side_docs, record["tasks"][row["task"]].get("k") or 1)
@@ -105,12 +110,20 @@ def number_text(value: float | None, se: float | None = None, signed: bool = Fal
     return text if se is None else text + (" ± n/a" if math.isnan(se) else f" ± {se:.4f}")
 
 
+def score_cell(row: dict, side: str) -> Text:
+    """A run's score ± SE, with NOT CHECKED under it when its training data was never checked against the benchmark."""
+    text = Text(number_text(row.get(f"{side}_value"), row.get(f"{side}_se")))
+    if row.get(f"{side}_not_checked"):
+        text.append("\nNOT CHECKED", style="bold red")
+    return text
+
+
 def pass_text(values: dict | None) -> str:
     return "  ".join(f"{k}={v:.3f}" for k, v in (values or {}).items()) or "-"
 
 
-FLAT_COLUMNS = ("task", "metric", "docs", "paired_docs", "a_run", "a_value", "a_se", "b_run", "b_value", "b_se",
-                "delta", "delta_se", "verdict")
+FLAT_COLUMNS = ("task", "metric", "docs", "paired_docs", "a_run", "a_value", "a_se", "a_not_checked", "b_run",
+                "b_value", "b_se", "b_not_checked", "delta", "delta_se", "verdict")
 
 
 def flat_rows(rows: list[dict]) -> tuple[list[str], list[tuple]]:
@@ -135,7 +148,7 @@ def print_paired(rows: list[dict], a: dict, b: dict, fmt: str = "table") -> None
             table.add_column(col)
         for r in rows:
             table.add_row(r["task"], r["metric"], str(r.get("docs", "-")),
-                          number_text(r.get("a_value"), r.get("a_se")), number_text(r.get("b_value"), r.get("b_se")),
+                          score_cell(r, "a"), score_cell(r, "b"),
                           number_text(r.get("delta"), r.get("delta_se"), signed=True), r["verdict"],
                           pass_text(r.get("a_pass_at_k")), pass_text(r.get("b_pass_at_k")))
         print_result(table)

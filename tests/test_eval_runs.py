@@ -105,7 +105,9 @@ def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, 
     work, _ = mixed_run
     base = json.loads((work / "base" / "results.json").read_text())
     trained = {**base, "run": "mixed-trained-run-with-a-long-name-" + "x" * 60, "checkpoint": "runs/reasoning_rl",
-               "step": 2, "tasks": {**base["tasks"], "follow": {**base["tasks"]["follow"], "value": 0.75}}}
+               "step": 2, "tasks": {**base["tasks"], "follow": {
+                   **base["tasks"]["follow"], "value": 0.75,
+                   "data_check": {"status": "not_checked", "rows_removed": 0, "why": "mixed at the start"}}}}
     (tmp_path / "trained" / "lm_eval").mkdir(parents=True)
     (tmp_path / "trained" / "results.json").write_text(json.dumps(trained))
     # its own samples: the same documents, scored 1.0 and 0.5 (mean 0.75)
@@ -119,16 +121,18 @@ def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, 
     assert res.stdout.count("skipped") == 2 and "0.7500" in res.stdout
     delta = (1.0 - base_scores[0] + 0.5 - base_scores[1]) / 2
     assert f"{delta:+.4f} ±" in res.stdout and "pass@1=" in res.stdout
+    assert res.stdout.count("NOT CHECKED") == 1  # under the trained run's score only
     assert f"wrote {tmp_path / 'c.png'}" in res.stderr and "wrote" not in res.stdout
     res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "json",
                                    "--png", str(tmp_path / "c.png")])
     rows = {r["task"]: r for r in json.loads(res.stdout)}
     assert rows["follow"]["delta"] == pytest.approx(delta) and rows["follow"]["b_value"] == pytest.approx(0.75)
+    assert (rows["follow"]["a_not_checked"], rows["follow"]["b_not_checked"]) == (False, True)
     assert rows["follow"]["paired_docs"] == 2 and set(rows["follow"]["a_pass_at_k"]) == {"pass@1"}
     assert rows["livecodebench"]["verdict"].startswith("no comparison: skipped in")
     csv = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "csv",
                                    "--png", str(tmp_path / "c.png")]).stdout.splitlines()
-    assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,b_run") and csv[0].endswith("b_pass@1")
+    assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,a_not_checked,b_run") and csv[0].endswith("b_pass@1")
     # one document fewer in the trained run: no pairs to form, and it says how many are shared
     (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(json.dumps({**lines[0], "avg@1": 0.75}) + "\n")
     res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained")])
