@@ -72,7 +72,7 @@ def main() -> None:
     suite.write_text(SUITE.format(max_tokens=args.max_tokens))
     start = time.time()
     record = run_suite(EvalRequest(suite=str(suite), checkpoint="smollm2-135m", backend=args.backend, concurrency=args.concurrency,
-                                  limit=args.limit, out=work / "run", run_name="published", db_path=work / "db.duckdb"))
+                                  limit=args.limit, out=work / "run", run_name="published"))
     levels = ifeval_levels(record["tasks"]["ifeval"]["samples_file"])
     avg_strict = (levels["prompt_strict"] + levels["inst_strict"]) / 2
     avg_loose = (levels["prompt_loose"] + levels["inst_loose"]) / 2

@@ -7,7 +7,6 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from rich.text import Text
 
 from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption, model_options
 from rufus_data.console import cli_errors, console, print_result
@@ -170,20 +169,11 @@ def sql_command(
 ) -> None:
     """Run a DuckDB query over a shard folder; the rows go to stdout."""
     # heavy: duckdb and arrow, not for --help
-    from rufus_data.shard_inspect import SQL_FORMATS, rows_as_text, run_sql  # heavy: duckdb and arrow
+    from rufus_data.shard_inspect import SQL_FORMATS, print_rows, run_sql  # heavy: duckdb and arrow
 
     if fmt not in SQL_FORMATS:
         raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
-    columns, rows = run_sql(folder, query)
-    if fmt != "table":
-        typer.echo(rows_as_text(columns, rows, fmt), nl=False)
-        return
-    table = Table()
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(Text(str(v)) for v in row))  # values are data, never rich markup
-    print_result(table)
+    print_rows(*run_sql(folder, query), fmt)
 
 
 # --- generation: filter and pairs (rufus_data/rollouts/) ----------------

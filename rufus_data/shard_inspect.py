@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,6 +73,24 @@ def rows_as_text(columns: list[str], rows: list[tuple], fmt: str) -> str:
     for row in rows:
         writer.writerow([json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in row])
     return buffer.getvalue()
+
+
+def print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
+    """Query rows on stdout: a table, or CSV / JSON (rows_as_text) for files and pipes."""
+    if fmt != "table":
+        sys.stdout.write(rows_as_text(columns, rows, fmt))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    from rufus_data.console import print_result
+
+    table = Table()
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(Text(str(v)) for v in row))  # values are data, never rich markup
+    print_result(table)
 
 
 def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:

@@ -12,7 +12,10 @@ A suite run (`rufus-eval suite`):
 - metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
   judge pinned before anything is generated.
 - suite_trackers.py: `--report_to wandb|trackio`, through lm-eval's own loggers.
-- results.py: results.json per run and the DuckDB file of all runs; compare.py: runs side by side.
+- resume.py: a run's work folder, keyed by the request, so a killed run continues.
+- results.py: results.json per run, and the table of all runs read from them (`rufus-eval results`).
+- compare.py: runs side by side; paired.py: two runs paired on their documents; documents.py: a
+  run's per-document scores from lm-eval's samples; stats.py: pass@k, standard errors, paired deltas.
 - vibe.py: your own prompts, answered side by side; vibe_page.py: the answers as a page.
 - replay.py: responses generated elsewhere (released outputs, gold solutions) scored through a
   task's own lm-eval config: the reference checks of docs/eval.md.

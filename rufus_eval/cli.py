@@ -11,6 +11,7 @@ import typer
 from rufus_data.cli_options import CliApp, VersionOption, model_options
 from rufus_data.console import cli_errors
 from rufus_data.env_report import env_command
+from rufus_data.errors import RufusError
 from rufus_eval.compare import compare_runs
 from rufus_eval.request import EvalRequest, request_from_cli
 
@@ -70,9 +71,30 @@ def data_pull(
 def compare(
     runs: list[str] = typer.Argument(..., help="run folders (or results.json files)"),
     png: Path = typer.Option(None, help="where to write the metric-vs-step plot (default: compare.png beside the first run)"),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes"),
 ) -> None:
-    """A table of the runs' metrics across checkpoints (stdout), and a PNG of metric vs step."""
-    compare_runs(runs, png)
+    """Two runs over the same documents: per task each run's score ± SE, the paired delta B - A ± SE, a verdict
+    (beyond 2 SE or not) and pass@k. More runs: a table of their metrics across checkpoints. Also a PNG of metric vs step."""
+    compare_runs(runs, png, fmt)
+
+
+@app.command("results")
+@cli_errors
+def results(
+    query: str = typer.Argument(None, help="SQL over the table `results`, one row per run and task (default: every "
+                                "row's run, step, task, metric, value, stderr, k, docs, status)"),
+    runs: list[Path] = typer.Option(None, "--runs", help="folder of eval runs, searched at any depth, or a run "
+                                    "folder (repeatable; default outputs/eval)"),
+    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes "
+                            "(a table written there keeps every value whole)"),
+) -> None:
+    """Query every run's results with DuckDB SQL; the table is read from the runs' results.json when asked."""
+    from rufus_data.shard_inspect import SQL_FORMATS, print_rows  # heavy: duckdb and arrow
+    from rufus_eval.results import query_results
+
+    if fmt not in SQL_FORMATS:
+        raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
+    print_rows(*query_results(query, runs or None), fmt)
 
 
 @app.command("vibe")

@@ -1,5 +1,6 @@
 """`rufus-eval compare RUN...`: one table of every task's metric across runs (checkpoints), and a
-PNG of metric vs training step per task.
+PNG of metric vs training step per task. Two runs over the same documents get the paired
+comparison instead of the table (paired.py): scores, the paired delta, a verdict and pass@k.
 
 The table is a result (stdout); a skipped task reads `skipped`, never 0, and a number scored on a
 benchmark the run's training data was never checked against reads NOT CHECKED under it (why: on
@@ -10,6 +11,7 @@ drawn as empty lines."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,7 +21,10 @@ from rich.text import Text
 from rufus_data.console import console, print_result
 from rufus_data.errors import RufusError
 from rufus_eval.data_check import flagged_notes
+from rufus_eval.paired import paired_rows, print_paired
 from rufus_eval.results import Cell, cell_text, read_results
+
+FORMATS = ("table", "csv", "json")
 
 
 def load_runs(runs: list[str | Path]) -> list[dict]:
@@ -111,17 +116,18 @@ def compare_cell(cell: Cell | None) -> Text:
     return text
 
 
-def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[dict], Path | None]:
+def compare_runs(runs: list[str | Path], png: Path | None = None, fmt: str = "table") -> tuple[list[dict], Path | None]:
+    """Print the comparison (stdout: a table, or CSV / JSON) and draw the plot; returns the rows
+    printed (paired rows for two runs) and the PNG."""
+    if fmt not in FORMATS:
+        raise RufusError(f"--format {fmt!r} is not one of {', '.join(FORMATS)}")
     records = load_runs(runs)
-    tasks, rows = comparison_rows(records)
-    table = Table(title="rufus-eval compare")
-    table.add_column("run", no_wrap=True)
-    table.add_column("step")
-    for task in tasks:
-        table.add_column(task)
-    for row in rows:
-        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[compare_cell(row[t]) for t in tasks])
-    print_result(table)
+    if len(runs) == 2:  # in the order given: B - A
+        a, b = read_results(runs[0]), read_results(runs[1])
+        rows = paired_rows(runs[0], a, runs[1], b)
+        print_paired(rows, a, b, fmt)
+    else:
+        rows = print_across_runs(records, fmt)
     for record in records:
         for note in flagged_notes(record):
             console.print(f"{record['run']}: {note}", style="red", highlight=False, markup=False, soft_wrap=True)
@@ -132,3 +138,25 @@ def compare_runs(runs: list[str | Path], png: Path | None = None) -> tuple[list[
     if plot.png is not None:
         console.print(f"wrote {plot.png}", highlight=False, markup=False, soft_wrap=True)
     return rows, plot.png
+
+
+def print_across_runs(records: list[dict], fmt: str) -> list[dict]:
+    """Every task's metric across the runs: a table of run x task, or one CSV / JSON row per (run, task)."""
+    tasks, rows = comparison_rows(records)
+    if fmt != "table":
+        from rufus_data.shard_inspect import rows_as_text  # heavy: duckdb and arrow
+
+        columns = ["run", "checkpoint", "step", "task", "metric", "value", "stderr", "status"]
+        flat = [(r["run"], r["checkpoint"], r["step"], t, c.metric, c.value, c.stderr, c.status)
+                for r in rows for t in tasks if (c := r[t]) is not None]
+        sys.stdout.write(rows_as_text(columns, flat, fmt))
+        return rows
+    table = Table(title="rufus-eval compare")
+    table.add_column("run", no_wrap=True)
+    table.add_column("step")
+    for task in tasks:
+        table.add_column(task)
+    for row in rows:
+        table.add_row(row["run"], "-" if row["step"] is None else str(row["step"]), *[compare_cell(row[t]) for t in tasks])
+    print_result(table)
+    return rows

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import math
 from collections import Counter
 from functools import lru_cache
 
@@ -32,6 +31,7 @@ from lm_eval.api.registry import register_filter, register_metric
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.extract import THINK_CLOSE, normalise_answer, strip_reasoning
 from rufus_data.rewards.registry import build_reward
+from rufus_eval.stats import pass_at_k
 
 
 class Answer(str):
@@ -104,13 +104,6 @@ def scored_samples(predictions, references, scorer: str | dict) -> tuple[list[An
     return answers, scores, extra
 
 
-def pass_at(n_samples: int, n_correct: int, at: int) -> float:
-    """Unbiased pass@at from n samples with c correct (Chen et al., 2021): 1 - C(n-c, at) / C(n, at)."""
-    if n_samples - n_correct < at:
-        return 1.0
-    return 1.0 - math.comb(n_samples - n_correct, at) / math.comb(n_samples, at)
-
-
 @register_metric(metric="rufus_avg", higher_is_better=True, aggregation="mean")
 def rufus_avg(references, predictions, scorer: str | dict, k: int, **_) -> dict:
     """avg@k: the mean score of the k samples of one document (lm-eval then averages documents)."""
@@ -130,7 +123,7 @@ def rufus_pass(references, predictions, scorer: str | dict, k: int, at: int, **_
     scored = [s for s in scores if s is not None]
     if len(scored) < at:
         return extra  # too few scored samples for pass@at: excluded, counted in `unscored`
-    return {f"pass@{at}": pass_at(len(scored), sum(s >= 1.0 for s in scored), at), **extra}
+    return {f"pass@{at}": pass_at_k(len(scored), sum(s >= 1.0 for s in scored), at), **extra}
 
 
 @register_metric(metric="rufus_maj", higher_is_better=True, aggregation="mean")

@@ -91,8 +91,6 @@ class EvalRequest(EvalSettings):
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
     run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
-    db_path: Annotated[Path | None, Flag("--db")] = Field(
-        None, description="DuckDB file of all runs (default $RUFUS_EVAL_DB or outputs/eval/results.duckdb)")
     base_url: str | None = Field(None, description="server backend: OpenAI-compatible endpoint")
     tokenizer: str | None = Field(None, description="server backend: tokenizer folder (default: --ckpt)")
     devices: str | None = Field(None, description="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim")
@@ -178,6 +176,10 @@ def request_from_cli(options: dict, request_file: Path | None = None) -> EvalReq
         if not isinstance(fields, dict):
             raise RufusError(f"--request {request_file}: a request is a JSON object of EvalRequest's fields")
         options = {key: value for key, value in options.items() if value != EvalRequest.model_fields[key].default}
+        if "db_path" in fields:  # written by Rufus before runs stopped sharing a DuckDB file
+            console.print(f"--request {request_file}: db_path {fields.pop('db_path')} is no longer used (no run writes a "
+                          "database; `rufus-eval results --runs DIR` queries the runs' results.json): ignored",
+                          style="yellow", highlight=False, markup=False, soft_wrap=True)
     fields = {**fields, **options}
     if "suite" not in fields or "checkpoint" not in fields:
         raise RufusError("give a suite NAME and --ckpt MODEL (e.g. `rufus-eval suite quick --ckpt smollm2-135m`), "

@@ -1,4 +1,4 @@
-"""Results: one `results.json` per run, and a DuckDB file that holds every run's rows.
+"""Results: one `results.json` per run, and the table of all runs read from them.
 
 results.json: {run, suite, checkpoint, step, step_from, backend, created, versions, training_run, tasks:
 {task: {status, metric, value, stderr, k, docs, scored_docs, unscored, unclosed_think, role, kind,
@@ -6,18 +6,20 @@ data_check}}, judges: {task: {model, base_url, server_version, threshold, max_to
 is `ran` or `skipped`; a skipped task (its data is not here) has `reason` and `fetch` (the command
 that gets its data) and value null. `value` is null too when no sample of the task could be scored
 (`unscored` 1.0), never 0.0. `data_check` ({status, rows_removed, why}: data_check.py) says whether
-the training data of `training_run` was checked against the task's benchmark. The DuckDB table
-`results` has one row per (run, task), so runs can be compared across checkpoints with plain SQL.
+the training data of `training_run` was checked against the task's benchmark.
+
+The table `results` (one row per run and task, COLUMNS) is built when it is queried, in an
+in-memory DuckDB, from the results.json of every run under a folder (`rufus-eval results`,
+`connect_results`): a run writes only its own folder, so no run waits on, or fails at the end
+for, a database another run or a notebook holds open.
 The summary table is a result: it goes to stdout, messages to stderr; report.md repeats it."""
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import NamedTuple
 
-import duckdb
 from rich.table import Table
 
 from rufus_data.console import console, print_result
@@ -29,23 +31,15 @@ RESULTS_JSON = "results.json"
 REPORT = "report.md"
 COLUMNS = ("run", "suite", "checkpoint", "step", "task", "metric", "value", "stderr", "k", "docs", "role", "backend",
            "created", "results_path", "status", "data_check")
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
-    run VARCHAR, suite VARCHAR, checkpoint VARCHAR, step BIGINT, task VARCHAR, metric VARCHAR,
-    value DOUBLE, stderr DOUBLE, k INTEGER, docs INTEGER, role VARCHAR, backend VARCHAR,
-    created VARCHAR, results_path VARCHAR, status VARCHAR, data_check VARCHAR,
-    PRIMARY KEY (run, task)
-)
-"""
-# files written before a column existed get it (their rows: NULL; status NULL reads as ran)
-MIGRATE = ("ALTER TABLE results ADD COLUMN IF NOT EXISTS status VARCHAR",
-           "ALTER TABLE results ADD COLUMN IF NOT EXISTS data_check VARCHAR")
+TYPES = ("VARCHAR", "VARCHAR", "VARCHAR", "BIGINT", "VARCHAR", "VARCHAR", "DOUBLE", "DOUBLE", "INTEGER", "INTEGER",
+         "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR", "VARCHAR")
+DEFAULT_QUERY = ("SELECT run, step, task, metric, value, stderr, k, docs, status FROM results "
+                 "ORDER BY step NULLS FIRST, run, task")
 
 
-
-def default_db_path() -> Path:
-    """`$RUFUS_EVAL_DB`, default outputs/eval/results.duckdb."""
-    return Path(os.environ.get("RUFUS_EVAL_DB") or "outputs/eval/results.duckdb")
+def default_runs_root() -> Path:
+    """Where `rufus-eval suite` puts its runs by default: outputs/eval."""
+    return Path("outputs/eval")
 
 
 def write_results(record: dict, out_dir: Path) -> Path:
@@ -68,11 +62,9 @@ def read_results(path: str | Path) -> dict:
         raise RufusError(f"{path} is not valid JSON ({err}): was the run interrupted? re-run it") from None
 
 
-def store_run(record: dict, results_path: Path, db_path: Path | None = None) -> Path:
-    """Insert (or replace) the run's rows in the DuckDB file."""
-    db_path = Path(db_path or default_db_path())
-    db_path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [
+def result_rows(record: dict, results_path: Path) -> list[tuple]:
+    """The run's rows of the `results` table: one per task, in COLUMNS order."""
+    return [
         (
             record["run"], record["suite"], record["checkpoint"], record.get("step"), task, t["metric"],
             t["value"], t.get("stderr"), t.get("k"), t.get("docs"), t.get("role"), record.get("backend"),
@@ -81,26 +73,67 @@ def store_run(record: dict, results_path: Path, db_path: Path | None = None) -> 
         )
         for task, t in record["tasks"].items()
     ]
-    with duckdb.connect(str(db_path)) as con:
-        con.execute(SCHEMA)
-        for statement in MIGRATE:
-            con.execute(statement)
-        con.execute("DELETE FROM results WHERE run = ?", [record["run"]])
-        if rows:
-            con.executemany(f"INSERT INTO results ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})", rows)
-    return db_path
 
 
-def query_runs(db_path: Path, runs: list[str] | None = None) -> list[dict]:
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        sql = "SELECT * FROM results"
-        params: list = []
-        if runs:
-            sql += f" WHERE run IN ({', '.join('?' for _ in runs)})"
-            params = list(runs)
-        cursor = con.execute(sql + " ORDER BY step NULLS FIRST, run, task", params)
-        names = [d[0] for d in cursor.description]
-        return [dict(zip(names, row)) for row in cursor.fetchall()]
+def results_files(roots: list[str | Path]) -> list[Path]:
+    """Every finished run's results.json under the roots (a run folder, or a folder of them, at any
+    depth); folders being written (hidden: `.RUN.tmp-*`, a suite's resume work) are not runs yet."""
+    found: list[Path] = []
+    for root in map(Path, roots):
+        if not root.exists():
+            raise RufusError(f"{root} does not exist: give folders that hold eval runs (default outputs/eval)")
+        if root.is_file():
+            found.append(root)
+            continue
+        for path in sorted(root.rglob(RESULTS_JSON)):
+            if not any(part.startswith(".") for part in path.relative_to(root).parts):
+                found.append(path)
+    return list(dict.fromkeys(found))
+
+
+def connect_results(roots: list[str | Path] | None = None):
+    """An in-memory DuckDB connection whose table `results` (one row per run and task) is read
+    from the runs' results.json now. Nothing on disk is opened for writing: runs finishing while
+    a notebook holds this connection, or two runs finishing together, never wait for a lock; a
+    new connection sees the runs finished since. A results.json that cannot be read is skipped
+    with a warning naming it."""
+    import duckdb  # heavy: only to query
+
+    rows = []
+    for path in results_files(roots or [default_runs_root()]):
+        try:
+            record = json.loads(path.read_text())
+            rows += result_rows(record, path)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            console.print(f"warning: {path} is not a readable results.json ({type(err).__name__}: {err}): skipped",
+                          style="yellow", highlight=False, markup=False, soft_wrap=True)
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE results ({', '.join(f'{c} {t}' for c, t in zip(COLUMNS, TYPES))})")
+    if rows:
+        con.executemany(f"INSERT INTO results VALUES ({', '.join('?' for _ in COLUMNS)})", rows)
+    return con
+
+
+def query_results(sql: str | None = None, roots: list[str | Path] | None = None,
+                  params: list | None = None) -> tuple[list[str], list[tuple]]:
+    """(columns, rows) of a query over the `results` table of the runs under `roots`."""
+    import duckdb  # heavy: only to query
+
+    con = connect_results(roots)
+    try:
+        cursor = con.execute(sql or DEFAULT_QUERY, params or [])
+    except duckdb.Error as err:
+        raise RufusError(f"query failed: {err}. The table is `results`, columns {', '.join(COLUMNS)}") from None
+    columns = [d[0] for d in cursor.description or []]
+    return columns, cursor.fetchall()
+
+
+def query_runs(roots: list[str | Path] | None = None, runs: list[str] | None = None) -> list[dict]:
+    """The `results` rows (as dicts) of the runs under `roots`, of the named runs only when given."""
+    where = f" WHERE run IN ({', '.join('?' for _ in runs)})" if runs else ""
+    columns, rows = query_results(f"SELECT * FROM results{where} ORDER BY step NULLS FIRST, run, task", roots,
+                                  list(runs or []))
+    return [dict(zip(columns, row)) for row in rows]
 
 
 class Cell(NamedTuple):

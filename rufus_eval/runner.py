@@ -2,9 +2,10 @@
 
 The model is created once; tasks run one after the other under a rich progress bar. Each run
 folder holds `tasks/` (the lm-eval configs and data Rufus wrote), `lm_eval/` (lm-eval's results
-and samples, as lm-eval produced them), `results.json` and `report.md`; the run is also added to
-the DuckDB file of all runs. Each task says whether the model's training data was checked against
-its benchmark (data_check.py)."""
+and samples, as lm-eval produced them), `results.json` and `report.md` (`rufus-eval results`
+queries every run's). A run is written in its work folder first (resume.py): killed, it keeps the
+tasks it finished, and the same command continues. Each task says whether the model's training
+data was checked against its benchmark (data_check.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import contextlib
 import datetime as dt
 import json
 import logging
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -30,14 +32,15 @@ from rufus_data.merged_model import is_adapter_folder, merged_model
 from rufus_data.models import BUILTINS, resolve_model
 from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import RUN_JSON, checkpoint_step_of, run_step
-from rufus_data.shards import atomic_output_dir, package_versions
+from rufus_data.shards import package_versions
 from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.request import EvalRequest, apply_overrides
-from rufus_eval.results import RESULTS_JSON, print_summary, store_run, write_report, write_results
+from rufus_eval.results import default_runs_root, print_summary, write_report, write_results
+from rufus_eval.resume import SuiteWork, request_key, suite_work
 from rufus_eval.suite_trackers import SuiteTrackers, check_trackers, suite_trackers
 from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
@@ -123,12 +126,14 @@ def local_model(checkpoint: str) -> str:
 
 
 def run_suite(req: EvalRequest) -> dict:
-    """Run the suite; returns the results record (also written to results.json and DuckDB).
+    """Run the suite; returns the results record (also written to results.json).
 
-    Everything goes into a temporary sibling of the run folder, renamed into place at the end: a
-    run that fails leaves no half-written folder (and a re-run replaces the old folder only then).
-    A task whose data is not here is skipped (recorded with the reason and the command that
-    fetches it), or, with `strict`, refused before the model loads."""
+    Everything is written into the request's work folder (resume.py), renamed into place as the
+    run folder at the end: a run that fails leaves no half-written run folder (and a re-run
+    replaces an old one only then), and the tasks it finished stay in the work folder, so running
+    the same command again continues after them. A task whose data is not here is skipped
+    (recorded with the reason and the command that fetches it), or, with `strict`, refused before
+    the model loads."""
     req = req.resolved()  # `auto` decided here, for every caller (rufus_eval/request.py)
     check_trackers(req.report_to)
     suite = load_suite(req.suite)
@@ -138,66 +143,93 @@ def run_suite(req: EvalRequest) -> dict:
         step, step_from = req.step, "--step"
     else:
         step, step_from = checkpoint_step(req.checkpoint)
-    run_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
-    out = Path(req.out or Path("outputs/eval") / run_name)
-    with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, from before the model loads
-        return _run_into(out, req, suite, tasks, step, step_from, run_name)
-
-
-def _run_into(out: Path, req: EvalRequest, suite: Suite, tasks: list[Task], step: int, step_from: str,
-              run_name: str) -> dict:
-    """run_suite's work, under the lock of its run folder `out`."""
+    default_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
     model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)
-    record = {
-        "run": run_name,
-        "suite": suite.name,
-        "checkpoint": str(req.checkpoint),
-        "step": step,
-        "step_from": step_from,
-        "final": req.final,
-        "limit": req.limit,
-        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit
-        "system_prompt": suite.system_prompt,
-        "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
-        "tasks": {},
-        "judges": {},
-    }
-    with atomic_output_dir(out, overwrite=True) as work:
-        lm_names, skipped = prepare_tasks(suite, tasks, work / "tasks")
-        if skipped and (req.strict or not lm_names):  # a run that evaluates nothing is no result either
-            raise RufusError(("--strict: " if req.strict else f"no task of suite {suite.name} can run here: ") + "; ".join(
-                f"{name}: {why['reason']}; fetch it with `{why['fetch']}`" for name, why in skipped.items()))
-        to_run = [t for t in tasks if t.name in lm_names]
-        for task in to_run:  # judged tasks: the judge is asked what it serves before any answer is generated
-            if task.scorer and task.scorer.name == "llm_judge":
-                task.scorer, record["judges"][task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")
-                write_task(suite, task, work / "tasks")  # the config the metric reads names the pinned judge
-        if to_run:
-            (work / "lm_eval").mkdir()
-            with suite_trackers(req.report_to, run_name, {"suite": suite.name, "checkpoint": str(req.checkpoint),
-                                                          "step": step}) as trackers:
-                _evaluate(suite, to_run, lm_names, model, req, record, work, out, trackers)
-        for task in tasks:
-            if task.name in skipped:
-                record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
-        record["tasks"] = {t.name: {**record["tasks"][t.name], "data_check": data_checks[t.name].as_dict()}
-                           for t in tasks}  # suite order
-        _repoint(work / "tasks", work, out)
-        write_results(record, work)
-        write_report(record, work)
-    store_run(record, out / RESULTS_JSON, req.db_path)
+    key = request_key(suite.model_dump_json(), [t.name for t in tasks], model, req.model_dump(mode="json"))
+    parent = Path(req.out).parent if req.out else default_runs_root()
+    with suite_work(parent, key, default_name) as work:
+        out = Path(req.out or default_runs_root() / work.run_name)
+        try:
+            with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, before any task runs
+                record = {
+                    "run": work.run_name,
+                    "suite": suite.name,
+                    "checkpoint": str(req.checkpoint),
+                    "step": step,
+                    "step_from": step_from,
+                    "final": req.final,
+                    "limit": req.limit,
+                    "created": work.created,
+                    "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit
+                    "system_prompt": suite.system_prompt,
+                    "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
+                    "tasks": {},
+                    "judges": {},
+                }
+                _run_tasks(suite, tasks, model, req, record, work, out)
+                record["tasks"] = {t.name: {**record["tasks"][t.name], "data_check": data_checks[t.name].as_dict()}
+                                   for t in tasks}  # suite order
+                _repoint(work.run / "tasks", work.run, out)
+                write_results(record, work.run)
+                write_report(record, work.run)
+                work.finish(out)
+        except BaseException as err:
+            done = len(work.done())
+            if not done:  # nothing to continue from: no work folder left behind
+                shutil.rmtree(work.folder, ignore_errors=True)
+            elif not isinstance(err, RufusError):
+                console.print(f"stopped ({type(err).__name__}): {done} finished task(s) are kept in {work.folder}; "
+                              "run the same command again to continue", style="yellow", highlight=False, markup=False,
+                              soft_wrap=True)
+            raise
     print_summary(record)
     console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,
                   markup=False, soft_wrap=True)
     return record
 
 
+def _run_tasks(suite: Suite, tasks: list[Task], model: str, req: EvalRequest, record: dict, work: SuiteWork,
+               out: Path) -> None:
+    """Every task not done by an earlier attempt, each kept in the work folder once it is done."""
+    prepared = work.prepared()
+    if prepared is None:  # the first attempt writes the task configs and data, and every attempt scores them
+        shutil.rmtree(work.run / "tasks", ignore_errors=True)
+        prepared = dict(zip(("lm_names", "skipped"), prepare_tasks(suite, tasks, work.run / "tasks")))
+        work.save_prepared(prepared["lm_names"], prepared["skipped"])
+    lm_names, skipped = prepared["lm_names"], prepared["skipped"]
+    if skipped and (req.strict or not lm_names):  # a run that evaluates nothing is no result either
+        raise RufusError(("--strict: " if req.strict else f"no task of suite {suite.name} can run here: ") + "; ".join(
+            f"{name}: {why['reason']}; fetch it with `{why['fetch']}`" for name, why in skipped.items()))
+    done = work.done()
+    for name, finished in done.items():
+        record["tasks"][name] = finished["record"]
+        if finished.get("judge"):
+            record["judges"][name] = finished["judge"]
+    to_run = [t for t in tasks if t.name in lm_names and t.name not in done]
+    if done:
+        console.print(f"resuming {record['run']}: {len(done)} of {len(lm_names)} task(s) done by an earlier attempt "
+                      f"({', '.join(done)}); running {', '.join(t.name for t in to_run) or 'none'}", highlight=False,
+                      markup=False, soft_wrap=True)
+    for task in to_run:  # judged tasks: the judge is asked what it serves before any answer is generated
+        if task.scorer and task.scorer.name == "llm_judge":
+            task.scorer, record["judges"][task.name] = pin_judge(task.scorer, f"suite {suite.name}, task {task.name}")
+            write_task(suite, task, work.run / "tasks")  # the config the metric reads names the pinned judge
+    if to_run:
+        (work.run / "lm_eval").mkdir(exist_ok=True)
+        with suite_trackers(req.report_to, record["run"], {"suite": suite.name, "checkpoint": str(req.checkpoint),
+                                                          "step": record["step"]}) as trackers:
+            _evaluate(suite, to_run, lm_names, model, req, record, work, out, trackers)
+    for task in tasks:
+        if task.name in skipped:
+            record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
+
+
 def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: EvalRequest,
-              record: dict, work: Path, out: Path, trackers: SuiteTrackers) -> None:
-    """Create the model once and run each task through lm-eval, writing into `work` (paths recorded under `out`)."""
+              record: dict, work: SuiteWork, out: Path, trackers: SuiteTrackers) -> None:
+    """Create the model once and run each task through lm-eval, writing into the work folder's run
+    (paths recorded under `out`); each task is marked done there as it finishes."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     with open_backend(model, req.backend_config(), seed=suite.seed) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
@@ -208,7 +240,7 @@ def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: 
             lengths = [int(t.metric_key) for t in tasks if t.kind == "lm_eval" and str(t.metric_key).isdigit()]
             if lengths:
                 metadata["max_seq_lengths"] = sorted(set(lengths))
-        manager = TaskManager(include_path=str(work / "tasks"), include_defaults=False, metadata=metadata)
+        manager = TaskManager(include_path=str(work.run / "tasks"), include_defaults=False, metadata=metadata)
         lm = get_model(model_name).create_from_arg_obj(model_args)
         with progress("tasks") as bar:
             job = bar.add_task(f"suite {suite.name}", total=len(tasks))
@@ -229,7 +261,8 @@ def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: 
                         bootstrap_iters=1000,
                         confirm_run_unsafe_code=True,
                     )
-                record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work, out)
+                record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work.run, out)
+                work.task_done(task.name, record["tasks"][task.name], record["judges"].get(task.name))
                 trackers.log(output)
                 bar.advance(job)
 
@@ -316,5 +349,6 @@ def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Pat
         "unclosed_think": unclosed,
         "role": task.role,
         "kind": task.kind,
+        "filter": filter_key,  # which lines of the samples file hold the number (documents.py)
         "samples_file": str(out / "lm_eval" / f"samples_{task.name}.jsonl"),
     }

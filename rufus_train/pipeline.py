@@ -184,9 +184,8 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
 
 
 def stage_request(model_ref: str, settings: StageEval, out: Path, tag: str) -> EvalRequest:
-    """The evaluation of one model of the pipeline: run OUT/eval/<tag>, in OUT/eval/results.duckdb."""
-    return settings.request(checkpoint=model_ref, out=out / "eval" / tag, run_name=f"{out.name}-{tag}",
-                            db_path=out / "eval" / "results.duckdb")
+    """The evaluation of one model of the pipeline: run OUT/eval/<tag> (`rufus-eval results --runs OUT/eval` queries them)."""
+    return settings.request(checkpoint=model_ref, out=out / "eval" / tag, run_name=f"{out.name}-{tag}")
 
 
 def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:

@@ -54,7 +54,7 @@ def single_process_eval(model: str | Path, out: Path, suite: str) -> Path:
     """The suite on `model` in this one plain process (one torch thread, as the callback's
     evaluation runs), with the settings the callback's evaluation got."""
     run_suite(EvalRequest(suite=suite, checkpoint=str(model), backend="hf",
-                          limit=2, samples=1, max_tokens=16, out=out, db_path=out.parent / "results.duckdb"))
+                          limit=2, samples=1, max_tokens=16, out=out))
     return out
 
 

@@ -11,7 +11,6 @@ import os
 import socket
 from pathlib import Path
 
-import duckdb
 import httpx
 import pytest
 import yaml
@@ -20,6 +19,7 @@ from conftest import read_jsonl
 from rufus_data.errors import RufusError
 from rufus_eval.metrics import rufus_avg
 from rufus_eval.request import EvalRequest
+from rufus_eval.results import query_results
 from rufus_eval.runner import run_suite
 
 DOCS, K = 2, 2
@@ -54,7 +54,6 @@ def judged_run(vllm_server, data_root, builtin_model, tmp_path_factory):
     record = run_suite(EvalRequest(
         suite=str(judged_suite(work, vllm_server.base_url)), checkpoint=builtin_model,
         backend="hf", limit=DOCS, out=work / "run", run_name="judged-hf", step=5,
-        db_path=work / "runs.duckdb",
     ))
     env_after = {k: v for k, v in os.environ.items() if k.startswith("JUDGE_")}
     return record, work, env_before, env_after
@@ -75,8 +74,7 @@ def test_judge_is_pinned_in_results_and_store(judged_run, vllm_server):
     assert (scorer["base_url"], scorer["model"], scorer["reference_column"]) == (
         f"{vllm_server.base_url}/v1", "smollm2-135m", "answer")
     assert env_after == env_before  # the connection went through arguments, not the process environment
-    with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
-        rows = con.execute("select task, metric, value, k, docs from results where run = 'judged-hf'").fetchall()
+    _, rows = query_results("select task, metric, value, k, docs from results where run = 'judged-hf'", [work])
     assert rows == [("judged", "avg@2", None, K, DOCS)]
 
 
@@ -127,12 +125,11 @@ def test_unreachable_judge_is_a_clear_error_before_generation(tmp_path, data_roo
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     out = tmp_path / "run"
     with pytest.raises(RufusError) as err:
-        run_suite(EvalRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=tiny_model, limit=DOCS, out=out,
-                              db_path=tmp_path / "runs.duckdb"))
+        run_suite(EvalRequest(suite=str(judged_suite(tmp_path, url)), checkpoint=tiny_model, limit=DOCS, out=out))
     message = str(err.value)
     assert "suite judged, task judged" in message and f"{url} is not reachable" in message
     assert "start the judge server" in message and "scorer's base_url" in message
-    assert not out.exists() and not (tmp_path / "runs.duckdb").exists()  # nothing half-written
+    assert not out.exists() and not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing half-written
 
 
 @pytest.mark.vllm

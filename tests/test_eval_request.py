@@ -19,7 +19,7 @@ from rufus_eval import request as request_module
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_eval.cli import app
-from rufus_eval.request import EvalRequest, EvalSettings
+from rufus_eval.request import EvalRequest, EvalSettings, request_from_cli
 from rufus_train.pipeline import StageEval, stage_request
 
 SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max_tokens": 16, "temperature": 0.0,
@@ -27,9 +27,10 @@ SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max
 CLI = ["suite", "quick", "--task", "gsm8k", "--limit", "2", "--samples", "1", "--max-tokens", "16", "--temperature", "0",
        "--backend", "auto"]
 ROLES = {"trainer": "0", "eval": "1"}
-# the options `rufus-eval suite` had when it declared its own: none may go away
+# the options `rufus-eval suite` had when it declared its own: none may go away (but --db: runs write no
+# database any more, `rufus-eval results` reads their results.json)
 FLAGS_BEFORE = {"--ckpt", "--backend", "--limit", "--out", "--final", "--step", "--name", "--base-url", "--tokenizer",
-                "--devices", "--data-parallel-size", "--samples", "--max-tokens", "--task", "--db", "--strict"}
+                "--devices", "--data-parallel-size", "--samples", "--max-tokens", "--task", "--strict"}
 
 
 def settings_of(request: EvalRequest) -> dict:
@@ -119,3 +120,12 @@ def test_temperature_is_an_override_like_samples_and_max_tokens():
     assert [untouched.sampling_for(t) for t in untouched.tasks] == [load_suite("quick").sampling_for(t)
                                                                     for t in load_suite("quick").tasks]
 
+
+
+def test_a_job_file_from_before_the_results_database_went_still_runs(tmp_path, capsys):
+    """A checkpoint evaluation's job.json written by an older Rufus names db_path: said, then ignored."""
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"request": {"suite": "quick", "checkpoint": "smollm2-135m", "db_path": "old.duckdb"}}))
+    req = request_from_cli({}, job)
+    assert (req.suite, req.checkpoint) == ("quick", "smollm2-135m") and "db_path" not in req.model_dump()
+    assert "db_path old.duckdb is no longer used" in capsys.readouterr().err

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import duckdb
 import lm_eval
 import pytest
 from lm_eval.api.model import LM
@@ -63,8 +62,7 @@ def mixed_run(tmp_path_factory, data_root, tiny_model):
     suite = write_suite(work)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
-        res = CliRunner().invoke(app, ["suite", str(suite), "--ckpt", "tiny-random", "--out", str(work / "base"),
-                                       "--db", str(work / "runs.duckdb")])
+        res = CliRunner().invoke(app, ["suite", str(suite), "--ckpt", "tiny-random", "--out", str(work / "base")])
     return work, res
 
 
@@ -82,8 +80,10 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert f"to get it: {lcb['fetch']}" in res.stderr
     assert f"run folder: {work / 'base'}" in res.stderr and "backend: hf (auto: no GPU" in res.stderr
     assert record["step"] == 0 and record["step_from"] == "base model (no run.json)"
-    with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
-        rows = con.execute("SELECT task, status, value FROM results ORDER BY task").fetchall()
+    found = CliRunner().invoke(app, ["results", "SELECT task, status, value FROM results ORDER BY task", "--runs",
+                                     str(work), "--format", "json"])
+    assert found.exit_code == 0, found.output
+    rows = [(r["task"], r["status"], r["value"]) for r in json.loads(found.stdout)]
     assert rows == [("follow", "ran", follow["value"]), ("livecodebench", "skipped", None)]
     # the task configs name their data in the final folder, not the temporary one the run wrote
     config = (work / "base" / "tasks" / "follow.yaml").read_text()
@@ -95,24 +95,49 @@ def test_strict_refuses_before_the_model_loads(mixed_run, monkeypatch):
     work, _ = mixed_run
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     res = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "smollm2-135m", "--strict",
-                                   "--out", str(work / "strict"), "--db", str(work / "strict.duckdb")])
+                                   "--out", str(work / "strict")])
     assert res.exit_code == 2
     assert "--strict: livecodebench:" in res.output and "rufus-eval data pull mixed --task livecodebench" in res.output
-    assert not (work / "strict").exists() and not (work / "strict.duckdb").exists()
+    assert not (work / "strict").exists() and not list(work.glob(".eval-work-*"))
 
 
 def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, tmp_path):
     work, _ = mixed_run
     base = json.loads((work / "base" / "results.json").read_text())
     trained = {**base, "run": "mixed-trained-run-with-a-long-name-" + "x" * 60, "checkpoint": "runs/reasoning_rl",
-               "step": 2, "tasks": {**base["tasks"], "follow": {**base["tasks"]["follow"], "value": 0.75}}}
-    (tmp_path / "trained").mkdir()
+               "step": 2, "tasks": {**base["tasks"], "follow": {
+                   **base["tasks"]["follow"], "value": 0.75,
+                   "data_check": {"status": "not_checked", "rows_removed": 0, "why": "mixed at the start"}}}}
+    (tmp_path / "trained" / "lm_eval").mkdir(parents=True)
     (tmp_path / "trained" / "results.json").write_text(json.dumps(trained))
+    # its own samples: the same documents, scored 1.0 and 0.5 (mean 0.75)
+    lines = [json.loads(line) for line in (work / "base" / "lm_eval" / "samples_follow.jsonl").read_text().splitlines()]
+    base_scores = [line["avg@1"] for line in lines]
+    (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(
+        "".join(json.dumps({**line, "avg@1": score}) + "\n" for line, score in zip(lines, [1.0, 0.5])))
     res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--png", str(tmp_path / "c.png")])
     assert res.exit_code == 0, res.output
     assert trained["run"] in res.stdout  # not cut at 80 columns when stdout is no terminal
     assert res.stdout.count("skipped") == 2 and "0.7500" in res.stdout
+    delta = (1.0 - base_scores[0] + 0.5 - base_scores[1]) / 2
+    assert f"{delta:+.4f} ±" in res.stdout and "pass@1=" in res.stdout
+    assert res.stdout.count("NOT CHECKED") == 1  # under the trained run's score only
     assert f"wrote {tmp_path / 'c.png'}" in res.stderr and "wrote" not in res.stdout
+    res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "json",
+                                   "--png", str(tmp_path / "c.png")])
+    rows = {r["task"]: r for r in json.loads(res.stdout)}
+    assert rows["follow"]["delta"] == pytest.approx(delta) and rows["follow"]["b_value"] == pytest.approx(0.75)
+    assert (rows["follow"]["a_not_checked"], rows["follow"]["b_not_checked"]) == (False, True)
+    assert rows["follow"]["paired_docs"] == 2 and set(rows["follow"]["a_pass_at_k"]) == {"pass@1"}
+    assert rows["livecodebench"]["verdict"].startswith("no comparison: skipped in")
+    csv = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "csv",
+                                   "--png", str(tmp_path / "c.png")]).stdout.splitlines()
+    assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,a_not_checked,b_run") and csv[0].endswith("b_pass@1")
+    # one document fewer in the trained run: no pairs to form, and it says how many are shared
+    (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(json.dumps({**lines[0], "avg@1": 0.75}) + "\n")
+    res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained")])
+    assert res.exit_code == 2 and "not scored on the same documents" in res.output
+    assert f"follow: {base['run']} has 2 documents, {trained['run']} has 1, 1 shared" in res.output
     plot = plot_metric_vs_step(load_runs([work / "base", tmp_path / "trained"]), tmp_path / "c2.png")
     assert plot.by_step and plot.drawn == ["follow"] and plot.png.stat().st_size > 1000
     assert plot.notes == ["livecodebench has no number in any run (skipped, not run, or none scored): not plotted"]

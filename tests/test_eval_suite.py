@@ -9,15 +9,14 @@ import json
 import os
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
 from rufus_data.rewards.extract import strip_reasoning
 from rufus_data.rewards.ifeval import IFEvalReward
-from rufus_eval.compare import compare_runs
-from rufus_eval.metrics import Answer, answer_of, pass_at, rufus_avg
+from rufus_eval.compare import compare_runs, comparison_rows, load_runs
+from rufus_eval.metrics import Answer, answer_of, rufus_avg
 from rufus_eval.request import EvalRequest
 from rufus_eval.results import query_runs
 from rufus_eval.runner import run_suite
@@ -69,15 +68,14 @@ def work(tmp_path_factory):
 @pytest.fixture(scope="module")
 def quick_hf(work, data_root, tiny_model):
     req = EvalRequest(suite="quick", checkpoint=tiny_model, backend="hf", limit=1,
-                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf",
-                      db_path=work / "runs.duckdb")
+                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf")
     return run_suite(req)
 
 
 @pytest.fixture(scope="module")
 def vary_hf(work, data_root, builtin_model):
     req = EvalRequest(suite=str(vary_suite(work)), checkpoint=builtin_model, backend="hf",
-                      out=work / "vary-hf", step=20, run_name="vary-hf", db_path=work / "runs.duckdb")
+                      out=work / "vary-hf", step=20, run_name="vary-hf")
     return run_suite(req)
 
 
@@ -118,14 +116,30 @@ def test_avg_at_k_is_the_mean_of_every_sample(vary_hf, work):
 
 
 def test_results_store_and_compare(quick_hf, vary_hf, work):
-    rows = query_runs(work / "runs.duckdb")
+    rows = query_runs([work], runs=["quick-hf", "vary-hf"])
     assert {(r["run"], r["task"]) for r in rows} == {("quick-hf", t) for t in QUICK_TASKS} | {("vary-hf", "follow")}
-    table, png = compare_runs([work / "vary-hf", work / "quick-hf"], png=work / "cmp.png")
-    assert [r["step"] for r in table] == [10, 20]
-    assert table[1]["follow"][1] == pytest.approx(vary_hf["tasks"]["follow"]["value"])
+    assert [r["step"] for r in rows] == [10] * len(QUICK_TASKS) + [20]
+    _, across = comparison_rows(load_runs([work / "vary-hf", work / "quick-hf"]))
+    assert [r["step"] for r in across] == [10, 20]
+    assert across[1]["follow"][1] == pytest.approx(vary_hf["tasks"]["follow"]["value"])
+    # two runs of different suites: nothing to pair, and each task says why
+    paired, png = compare_runs([work / "vary-hf", work / "quick-hf"], png=work / "cmp.png")
+    assert {r["task"]: r["verdict"] for r in paired}["follow"] == "no comparison: not in quick-hf"
     assert png.stat().st_size > 1000
-    with duckdb.connect(str(work / "runs.duckdb"), read_only=True) as con:
-        assert con.execute("select count(*) from results where run='vary-hf'").fetchone()[0] == 1
+
+
+def test_a_run_paired_with_itself_and_its_pass_at_k_from_rescored_samples(vary_hf, work):
+    """A run against itself: every difference is 0, so no difference is shown. pass@k re-scores
+    each of the 6 samples with the task's scorer: with a pass/fail scorer, pass@1 is the run's
+    own avg@6, and pass@k grows with k."""
+    paired, _ = compare_runs([work / "vary-hf", work / "vary-hf"], png=work / "self.png")
+    (row,) = paired
+    assert (row["delta"], row["delta_se"], row["paired_docs"]) == (0.0, 0.0, len(VARY_ROWS))
+    assert row["verdict"].startswith("no difference shown")
+    passes = row["a_pass_at_k"]
+    assert list(passes) == ["pass@1", "pass@2", "pass@4", "pass@6"] and passes == row["b_pass_at_k"]
+    assert passes["pass@1"] == pytest.approx(vary_hf["tasks"]["follow"]["value"])
+    assert list(passes.values()) == sorted(passes.values()) and passes["pass@6"] > passes["pass@1"]
 
 
 def test_reasoning_is_stripped_and_unclosed_counted():
@@ -140,12 +154,6 @@ def test_reasoning_is_stripped_and_unclosed_counted():
     answers = [Answer("no commas here"), answer_of("<think>never closed, ever")]
     result = rufus_avg([gold], [answers], scorer={"name": "ifeval", "mode": "strict"}, k=2)
     assert result == {"avg@2": 0.5, "unclosed_think": 0.5, "unscored": 0.0}
-
-
-def test_pass_at_k_estimator():
-    assert pass_at(16, 0, 1) == 0.0 and pass_at(16, 16, 1) == 1.0
-    assert pass_at(16, 4, 1) == pytest.approx(0.25)
-    assert pass_at(4, 1, 2) == pytest.approx(0.5)
 
 
 def test_suite_catalogs_load_and_bad_input(tmp_path, data_root):
@@ -166,13 +174,11 @@ def test_quick_suite_against_real_vllm_server(vllm_server, work, data_root, buil
     server; per-sample seeds make the k samples differ (a fixed seed would return k copies)."""
     backend = {"backend": "server", "base_url": vllm_server.base_url, "tokenizer": builtin_model}
     record = run_suite(EvalRequest(suite="quick", checkpoint=vllm_server.model, **backend, limit=1, samples=2,
-                                   max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm",
-                                   db_path=work / "vllm.duckdb"))
+                                   max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm"))
     assert set(record["tasks"]) == QUICK_TASKS and record["backend"] == "server"
     assert record["server_version"]
     vary = run_suite(EvalRequest(suite=str(vary_suite(work)), checkpoint=vllm_server.model,
-                                 **backend, out=work / "vary-vllm", run_name="vary-vllm",
-                                 db_path=work / "vllm.duckdb"))
+                                 **backend, out=work / "vary-vllm", run_name="vary-vllm"))
     for line in Path(vary["tasks"]["follow"]["samples_file"]).read_text().splitlines():
         raw = json.loads(line)["resps"][0]
         assert len(raw) == 6 and len(set(raw)) > 1, raw
@@ -196,7 +202,6 @@ def test_vllm_backend_launches_and_stops_its_own_server(work, data_root, builtin
         pytest.skip("vLLM CPU build not installed: run `make vllm-venv`")
     # the server Rufus starts carries the run's name (quick-launch)
     record = run_suite(EvalRequest(suite="quick", checkpoint=builtin_model, backend="vllm", max_model_len=2048, limit=1,
-                                    samples=2, max_tokens=16, out=work / "quick-launch", run_name="quick-launch",
-                                    db_path=work / "launch.duckdb"))
+                                    samples=2, max_tokens=16, out=work / "quick-launch", run_name="quick-launch"))
     assert record["backend"] == "vllm" and set(record["tasks"]) == QUICK_TASKS
     assert group_members(record["server_pgid"]) == []

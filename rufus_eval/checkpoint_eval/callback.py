@@ -142,6 +142,7 @@ class CheckpointEvalCallback(TrainerCallback):
             self.wait(self.config.end_timeout_s)
         self.shutdown()
         self.drain(state)
+        self.curve.report()
         self.staged.report()
 
     def _resume(self, args, step: int, model=None, processing_class=None) -> None:
@@ -169,7 +170,7 @@ class CheckpointEvalCallback(TrainerCallback):
         logs = Path(output_dir) / EVAL_LOGS
         return self.config.request(
             checkpoint=str(model), out=logs / f"step-{step}", step=step, run_name=f"{self.config.tag}-checkpoint-{step}",
-            db_path=logs / "results.duckdb", devices=self.devices.eval if gpus.gpu_count() > 0 else None,
+            devices=self.devices.eval if gpus.gpu_count() > 0 else None,
         )
 
     def eval_command(self, output_dir: str | Path, step: int, model: Path) -> tuple[list[str], dict[str, str]]:

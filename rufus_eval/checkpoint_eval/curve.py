@@ -1,7 +1,9 @@
 """The checkpoint evaluation's results, as one curve: each finished evaluation's `results.json`
 becomes a point of `eval/<task>` on the `eval/step` axis, with `train/global_step` = the step,
 logged into the training log (`state.log_history`), `<output_dir>/eval_logs/metrics.jsonl` and the
-trackers (trackers.py).
+trackers (trackers.py). Each step after the step-0 baseline also gets its paired delta against
+it on the same documents (`eval/<task>/delta`, `eval/<task>/delta_se`: paired.py, as `rufus-eval
+compare` computes it), and the end of training prints the curve as a table (`report`).
 
 The process supervisor's thread queues a result when its evaluation ends; the trainer's thread
 logs it (`drain`): trackers and log_history are not thread-safe. A resumed run keeps the curve up
@@ -13,10 +15,14 @@ import json
 import queue
 from pathlib import Path
 
+from rich.table import Table
+
 from rufus_data.console import console
+from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file
 from rufus_data.run_folder import EVAL_LOGS, METRICS
 from rufus_eval.checkpoint_eval.trackers import Trackers
+from rufus_eval.paired import number_text, paired_rows, verdict
 
 
 class EvalCurve:
@@ -27,6 +33,9 @@ class EvalCurve:
         self.finished: queue.Queue = queue.Queue()  # (step, results record), from the supervisor's thread
         self.logged: list[dict] = []
         self.metrics_file: Path | None = None
+        self.folders: dict[int, Path] = {}  # step -> its finished evaluation's run folder
+        self.paired: dict[int, list[dict]] = {}  # step -> its paired rows against step 0
+        self.reported = 0  # entries in the last report
 
     def open(self, output_dir: str | Path) -> None:
         self.metrics_file = Path(output_dir) / EVAL_LOGS / METRICS
@@ -35,6 +44,7 @@ class EvalCurve:
     def evaluation_ended(self, step: int, out: Path, code: int | None) -> None:
         """Queue the results of a finished evaluation, or say why there are none (the log's tail)."""
         if code == 0 and (out / "results.json").exists():
+            self.folders[step] = out
             self.finished.put((step, json.loads((out / "results.json").read_text())))
             return
         log = out / "eval.log"
@@ -49,11 +59,14 @@ class EvalCurve:
             except queue.Empty:
                 return
             entry = {f"eval/{task}": t["value"] for task, t in record["tasks"].items() if t["value"] is not None}
+            for row in self._against_baseline(step, record):
+                entry[f"eval/{row['task']}/delta"], entry[f"eval/{row['task']}/delta_se"] = row["delta"], row["delta_se"]
             entry.update({"eval/step": step, "train/global_step": step})
             self.logged.append(entry)
             state.log_history.append({**entry, "step": state.global_step})
             self.trackers.log(entry)
-            scores = ", ".join(f"{k}={v:.4f}" for k, v in entry.items() if k.startswith("eval/") and k != "eval/step")
+            scores = ", ".join(f"{k.removeprefix('eval/')}={v:.4f}" for k, v in entry.items()
+                               if k.startswith("eval/") and k != "eval/step" and not k.endswith("_se"))
             console.print(f"eval: step {step}: {scores}")
             if self.metrics_file is not None:
                 with open(self.metrics_file, "a") as fh:
@@ -66,7 +79,10 @@ class EvalCurve:
         logged = self._keep_up_to(step)
         for folder in sorted((Path(output_dir) / EVAL_LOGS).glob("step-*")):
             done = folder.name.removeprefix("step-")
-            if done.isdigit() and int(done) <= step and int(done) not in logged and (folder / "results.json").exists():
+            if not (done.isdigit() and int(done) <= step and (folder / "results.json").exists()):
+                continue
+            self.folders[int(done)] = folder
+            if int(done) not in logged:
                 self.finished.put((int(done), json.loads((folder / "results.json").read_text())))
 
     def _keep_up_to(self, step: int) -> set[int]:
@@ -79,3 +95,43 @@ class EvalCurve:
             with atomic_file(self.metrics_file) as tmp:
                 tmp.write_text("".join(json.dumps(entry) + "\n" for entry in kept))
         return {entry["eval/step"] for entry in kept if "eval/step" in entry}
+
+    def _against_baseline(self, step: int, record: dict) -> list[dict]:
+        """The paired rows of `step` against step 0 (the tasks with a delta), kept for the report;
+        none without a baseline, and a note when the two cannot be paired."""
+        base = self.folders.get(0)
+        if step == 0 or base is None or step not in self.folders:
+            return []
+        try:
+            rows = paired_rows(base, json.loads((base / "results.json").read_text()), self.folders[step], record,
+                               pass_at=False)
+        except (RufusError, OSError, ValueError, KeyError) as err:
+            console.print(f"eval: step {step}: no paired delta against step 0 ({err})", highlight=False, markup=False,
+                          soft_wrap=True)
+            return []
+        self.paired[step] = [row for row in rows if row.get("delta") is not None]
+        return self.paired[step]
+
+    def report(self) -> None:
+        """The curve as a table: each step's score per task and, after step 0, its paired delta against it."""
+        if len(self.logged) in (0, self.reported):  # nothing new since the last report (_finish runs twice)
+            return
+        self.reported = len(self.logged)
+        tasks = list(dict.fromkeys(k.removeprefix("eval/") for e in self.logged for k in e
+                                   if k.startswith("eval/") and k.count("/") == 1 and k != "eval/step"))
+        table = Table(title="checkpoint evaluation: score, and B - A against step 0 (paired, ± SE)")
+        table.add_column("step")
+        for task in tasks:
+            table.add_column(task)
+        for entry in sorted(self.logged, key=lambda e: e["eval/step"]):
+            rows = {r["task"]: r for r in self.paired.get(entry["eval/step"], [])}
+            cells = []
+            for task in tasks:
+                value, row = entry.get(f"eval/{task}"), rows.get(task)
+                text = "-" if value is None else f"{value:.4f}"
+                if row is not None:
+                    text += (f"\n{number_text(row['delta'], row['delta_se'], signed=True)}"
+                             f"\n{verdict(row['delta'], row['delta_se'], row['paired_docs'])}")
+                cells.append(text)
+            table.add_row(str(entry["eval/step"]), *cells)
+        console.print(table)
