@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from rufus_data.errors import RufusError
 
-FORMAT = 1  # bump when the layout of the work files changes: older folders then start afresh
+FORMAT = 2  # bump when the layout of the work files changes: older folders then start afresh
 KEY_FILE = "key.json"
 
 
