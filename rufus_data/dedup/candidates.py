@@ -15,10 +15,12 @@ from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import TaskWorker
 from rufus_data.similarity.ngram_hash import distinct, sorted_member
 
-# A bucket of up to this many rows gives every pair of them. A larger one (a template filled in
-# thousands of times) gives its first row with each other row and each row with the next: linear
-# in its size, and still enough to link its duplicates into one cluster.
-ALL_PAIRS_UP_TO = 10
+# A bucket of up to this many rows gives every pair of them. A larger one (a row and its copies, or
+# a template filled in thousands of times) gives its first row with each other row: linear in its
+# size, and the same pairs in every band whose bucket starts with that row, so a row copied 50
+# times costs about 50 pairs, not 50 per band. Rows of a bucket whose first row is no duplicate
+# of them meet again in the other bands' buckets and in the messages they share.
+ALL_PAIRS_UP_TO = 4
 
 
 def _sorted(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,8 +55,7 @@ def bucket_pairs(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nda
         if size <= ALL_PAIRS_UP_TO:
             i, j = np.triu_indices(size, 1)
         else:
-            i = np.concatenate((np.zeros(size - 1, np.int64), np.arange(1, size - 1)))
-            j = np.concatenate((np.arange(1, size), np.arange(2, size)))
+            i, j = np.zeros(size - 1, np.int64), np.arange(1, size)
         firsts.append(rows[(at[:, None] + i[None, :]).ravel()])
         seconds.append(rows[(at[:, None] + j[None, :]).ravel()])
     packed = distinct((np.concatenate(firsts).astype(np.uint64) << np.uint64(32)) | np.concatenate(seconds).astype(np.uint64))

@@ -118,7 +118,9 @@ class ShingleWorker(TaskWorker):
             sizes = np.concatenate([p.sizes() for p in parts]) if parts else np.empty(0, np.int64)
             offsets[stream] = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
         rows = np.concatenate([r for r, _ in found]) if found else np.empty(0, np.int64)
-        save_arrays(index_path, rows=rows, **offsets)
+        own = [np.add.reduceat(((e[0].shingles >> (_TAG - 1)) & 1).astype(np.int64), e[0].offsets[:-1]) * (e[0].sizes() > 0)
+               for _, e in found if len(e[0].shingles)]
+        save_arrays(index_path, rows=rows, own=np.concatenate(own) if own else np.empty(0, np.int64), **offsets)
         return task.rows
 
     def _evidence(self, table: pa.Table, local: np.ndarray, scaffold: np.ndarray):
@@ -154,10 +156,14 @@ class ShingleStore:
         return ends - starts
 
     def own_sizes(self, rows: np.ndarray) -> np.ndarray:
-        """How many of each row's shingles (rows sorted, distinct) are its own (not scaffold)."""
-        tagged, offsets = self.load(rows)
-        own = ((tagged >> (_TAG - 1)) & 1).astype(np.int64)
-        return np.add.reduceat(own, offsets[:-1]) * (np.diff(offsets) > 0) if len(tagged) else np.zeros(len(rows), np.int64)
+        """How many of each row's shingles are its own (not scaffold), from the index."""
+        tasks = np.searchsorted(self.task_starts, rows, side="right") - 1
+        out = np.empty(len(rows), np.int64)
+        for task in distinct(tasks).tolist():
+            at = np.flatnonzero(tasks == task)
+            index = self._task_index(task)
+            out[at] = index["own"][np.searchsorted(index["rows"], rows[at])]
+        return out
 
     def load(self, rows: np.ndarray, stream: str = "shingles") -> tuple[np.ndarray, np.ndarray]:
         """The sets of `rows` (sorted, distinct): (values, offsets), row by row."""
@@ -219,9 +225,9 @@ def _side(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, at: np.ndar
 
 
 def _found(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """Whether each value of the x side is among its pair's values on the y side."""
-    keys = np.sort((y[0] << np.uint64(32)) | y[1].astype(np.uint64))
-    return sorted_member((x[0] << np.uint64(32)) | x[1].astype(np.uint64), keys)
+    """Whether each value of the x side is among its pair's values on the y side (both sides come
+    pair by pair, each row's values ascending: the keys are sorted already)."""
+    return sorted_member((x[0] << np.uint64(32)) | x[1].astype(np.uint64), (y[0] << np.uint64(32)) | y[1].astype(np.uint64))
 
 
 def _count(pairs: np.ndarray, n: int, where: np.ndarray | None = None) -> np.ndarray:
