@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pyarrow as pa
 import pytest
@@ -101,3 +102,41 @@ def test_a_mixs_repeats_stay_and_moved_token_shares_are_reported(data_root, tmp_
     assert any("'copies' from 50.0% to 40.0%" in w and "Dedup belongs before mixing" in w for w in result.warnings)
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| copies | 0.5000 | 0.4000 | -10.00 |" in report and "Dedup belongs before mixing" in report
+
+
+SHARED_PROMPT = ("You are a careful and patient tutor for a school. Read the request twice, think step by step, show every "
+                 "intermediate step of a computation, give the final answer on its own line, never invent facts, and keep "
+                 "a neutral tone that a student understands without any jargon at all.")
+
+
+def test_copies_under_a_new_framing_go_and_rows_sharing_a_template_stay(data_root, tmp_path):
+    """Containment of a row's own content: a copy under a preamble, a suffix, a system prompt or an
+    ID goes; the same template with other numbers, the same setup asking another question (another
+    answer), and short tasks sharing a long system prompt stay. clusters.parquet names the measure."""
+    train = read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=60)
+    alpaca = [r for r in read_jsonl(data_root / "code_alpaca_2k" / "code_alpaca_2k.jsonl", limit=200) if len(r["output"].split()) < 30]
+
+    def row(rid, user, answer, system=None):
+        turns = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        return {"id": rid, "source": "s", "label": "s", "messages": turns}
+
+    rows, copies = [], {}
+    for i, r in enumerate(train[:40]):
+        q, a = r["question"], r["answer"]
+        rows.append(row(f"g{i}", q, a))
+        bumped = re.sub(r"\d+", lambda m: str(int(m.group()) + 3), q), re.sub(r"\d+", lambda m: str(int(m.group()) + 3), a)
+        rows.append(row(f"numbers{i}", *bumped))  # same wording, other numbers: another problem
+        setup = q.rsplit(".", 1)[0]
+        rows.append(row(f"other_question{i}", f"{setup}. How many did they start with?", "They started with 7.\n#### 7"))
+        framing = [f"tabby azure quill maple drift ember\n{q}", f"{q}\nplease answer this one carefully today", f"[ID {1000 + i}] {q}"]
+        rows.append(row(f"copy{i}", framing[i % 3], a))
+        rows.append(row(f"system{i}", q, a, system="Answer as a friendly math teacher would."))
+        copies.update({f"copy{i}": f"g{i}", f"system{i}": f"g{i}"})
+    rows += [row(f"tool{k}", r["instruction"], r["output"], SHARED_PROMPT) for k, r in enumerate(alpaca[:30])]
+    write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
+    result = deduplicate(tmp_path / "mix", dry_run=True, config=DedupConfig(scaffold_min_rows=20), show_progress=False)
+    found = {c["duplicate_id"]: c for c in result.clusters.to_pylist()}
+    assert {d: c["kept_id"] for d, c in found.items() if d in copies} == copies
+    assert not [d for d in found if not d.startswith(("copy", "system"))]  # nothing else goes
+    assert {c["measure"] for c in found.values()} == {"containment"} and all(c["value"] >= 0.8 for c in found.values())

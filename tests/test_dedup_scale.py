@@ -81,16 +81,18 @@ def test_ray_engine_drops_what_local_drops(data_root, tmp_path):
     assert pq.read_table(tmp_path / "ray" / "clusters.parquet").equals(pq.read_table(tmp_path / "local" / "clusters.parquet"))
 
 
-def test_a_chain_of_near_duplicates_is_one_cluster(data_root, tmp_path):
-    """A~B and B~C but not A~C (three windows of one text, each 5 words on): union-find puts
-    all three in A's cluster, and clusters.parquet gives C's Jaccard with A, the row kept."""
+def test_a_chain_does_not_drop_a_row_unlike_the_kept_one(data_root, tmp_path):
+    """A~B and B~C but not A~C (three windows of one text, each 5 words on, compared by Jaccard):
+    union-find puts all three in one cluster, A is kept, B goes; C is no duplicate of A, the row
+    kept, so it stays (it once went with A's cluster, through B)."""
     words = " ".join(r["question"] for r in read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=4)).split()
     rows = [chat(name, " ".join(words[shift : shift + 60]), None) for name, shift in (("a", 0), ("b", 5), ("c", 10))]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    result = deduplicate(tmp_path / "mix", dry_run=True, config=DedupConfig(threshold=0.8), show_progress=False)
-    pairs = {p["duplicate_id"]: (p["kept_id"], p["jaccard"]) for p in result.clusters.to_pylist()}
-    assert set(pairs) == {"b", "c"} and pairs["b"][0] == pairs["c"][0] == "a"
-    assert pairs["b"][1] >= 0.8 > pairs["c"][1]
+    config = DedupConfig(measure="jaccard", threshold=0.8, numbers_must_match=False)
+    result = deduplicate(tmp_path / "mix", dry_run=True, config=config, show_progress=False)
+    pairs = {p["duplicate_id"]: p for p in result.clusters.to_pylist()}
+    assert set(pairs) == {"b"} and pairs["b"]["kept_id"] == "a"
+    assert pairs["b"]["measure"] == "jaccard" and pairs["b"]["value"] == pairs["b"]["jaccard"] >= 0.8
 
 
 def test_rows_copied_many_times_are_one_cluster_each(data_root, tmp_path):

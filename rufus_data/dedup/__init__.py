@@ -85,10 +85,10 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, dry_run: b
     with work_folder(None if dry_run else step.out, key) as folder:
         minhash = MinHashStages(config, tasks, rows_in, folder, train_paths, token_column, workers, show_progress).run()
         semantic: list[SemanticPair] = []
-        clusters = _cluster_table(tasks, by_split, minhash.drops)
+        clusters = _cluster_table(tasks, by_split, minhash.drops, config.measure)
         if config.semantic:
             semantic, drops, pair_of = _semantic(tasks, minhash, config)
-            clusters = pa.concat_tables([clusters, _cluster_table(tasks, by_split, drops, (semantic, pair_of))])
+            clusters = pa.concat_tables([clusters, _cluster_table(tasks, by_split, drops, "cosine", (semantic, pair_of))])
             clusters = clusters.sort_by("duplicate_row")
         dropped = clusters.column("duplicate_row").to_numpy()
         result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0, semantic_pairs=semantic)
@@ -128,10 +128,11 @@ def _semantic(tasks: list[RowGroupTask], minhash: MinHashOutcome, config: DedupC
     order = np.argsort(rows)
     pair_of = np.concatenate((np.arange(len(pairs)), order[np.searchsorted(rows[order], repeat_first[follows])]))
     dropped = np.concatenate((rows, repeat_rows[follows]))
-    return pairs, Drops(dropped, kept[pair_of], np.full(len(dropped), np.nan)), pair_of
+    unmeasured = np.full(len(dropped), np.nan)
+    return pairs, Drops(dropped, kept[pair_of], unmeasured, unmeasured), pair_of
 
 
-def _cluster_table(tasks: list[RowGroupTask], by_split: dict[str, list[Path]], drops: Drops,
+def _cluster_table(tasks: list[RowGroupTask], by_split: dict[str, list[Path]], drops: Drops, measure: str,
                    semantic: tuple[list[SemanticPair], np.ndarray] | None = None) -> pa.Table:
     """clusters.parquet's rows for these drops, by dropped row: MinHash's, or with `semantic`
     (its pairs, the pair of each dropped row) the semantic stage's."""
@@ -145,14 +146,16 @@ def _cluster_table(tasks: list[RowGroupTask], by_split: dict[str, list[Path]], d
         "kept_id": [ids[r] for r in kept.tolist()], "kept_row": kept, "duplicate_id": [ids[r] for r in rows.tolist()],
         "duplicate_row": rows, "jaccard": None, "kept_split": splits[task_of(tasks, kept)].tolist(),
         "duplicate_split": splits[task_of(tasks, rows)].tolist(), "method": [method] * len(rows),
-        "similarity": None, "word_share": None, "shared_quantities": None,
+        "similarity": None, "word_share": None, "shared_quantities": None, "measure": [measure] * len(rows), "value": None,
     }
     if semantic is None:
         columns["jaccard"] = np.round(drops.jaccard[order], 4)
+        columns["value"] = np.round(drops.value[order], 4)
     else:
         pairs, pair_of = semantic
         chosen = [pairs[i] for i in pair_of[order].tolist()]
         columns["similarity"] = [p.similarity for p in chosen]
+        columns["value"] = columns["similarity"]
         columns["word_share"] = [p.word_share for p in chosen]
         columns["shared_quantities"] = [p.quantities for p in chosen]
     return pa.table({f.name: pa.nulls(len(rows), f.type) if columns[f.name] is None else pa.array(columns[f.name], f.type)

@@ -15,10 +15,12 @@ from rufus_data.dedup.work import save_arrays
 from rufus_data.engines import TaskWorker
 from rufus_data.similarity.ngram_hash import distinct, sorted_member
 
-# A bucket of up to this many rows gives every pair of them. A larger one (a template filled in
-# thousands of times) gives its first row with each other row and each row with the next: linear
-# in its size, and still enough to link its duplicates into one cluster.
-ALL_PAIRS_UP_TO = 10
+# A bucket of up to this many rows gives every pair of them. A larger one (a row and its copies, or
+# a template filled in thousands of times) gives its first row with each other row: linear in its
+# size, and the same pairs in every band whose bucket starts with that row, so a row copied 50
+# times costs about 50 pairs, not 50 per band. Rows of a bucket whose first row is no duplicate
+# of them meet again in the other bands' buckets and in the messages they share.
+ALL_PAIRS_UP_TO = 4
 
 
 def _sorted(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,15 +55,29 @@ def bucket_pairs(keys: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.nda
         if size <= ALL_PAIRS_UP_TO:
             i, j = np.triu_indices(size, 1)
         else:
-            i = np.concatenate((np.zeros(size - 1, np.int64), np.arange(1, size - 1)))
-            j = np.concatenate((np.arange(1, size), np.arange(2, size)))
+            i, j = np.zeros(size - 1, np.int64), np.arange(1, size)
         firsts.append(rows[(at[:, None] + i[None, :]).ravel()])
         seconds.append(rows[(at[:, None] + j[None, :]).ravel()])
     packed = distinct((np.concatenate(firsts).astype(np.uint64) << np.uint64(32)) | np.concatenate(seconds).astype(np.uint64))
     return (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
-KINDS = ("origins", "sets", "bands")  # the keys sketched, grouped in this order
+def field_groups(keys: np.ndarray, rows: np.ndarray, min_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the sorted keys that at least `min_rows` distinct rows hold: scaffold, and the candidate
+    pairs of the rows that share any other key)."""
+    order = np.lexsort((rows, keys))
+    keys, rows = keys[order], rows[order]
+    new_pair = np.ones(len(keys), bool)
+    new_pair[1:] = (keys[1:] != keys[:-1]) | (rows[1:] != rows[:-1])
+    keys, rows = keys[new_pair], rows[new_pair]  # each (key, row) once, by key
+    starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1]))) if len(keys) else np.empty(0, np.int64)
+    sizes = np.diff(np.append(starts, len(keys)))
+    common = np.repeat(sizes >= min_rows, sizes)
+    a, b = bucket_pairs(keys[~common], rows[~common])
+    return keys[starts[sizes >= min_rows]], a, b
+
+
+KINDS = ("origins", "sets", "bands", "fields")  # the keys sketched, grouped in this order
 
 
 @dataclass(frozen=True)
@@ -71,7 +87,8 @@ class GroupPlan:
     inputs: tuple[Path, ...]  # every sketch task's file of these keys
     parts: int  # partitions of the inputs
     pair_parts: int  # partitions of the candidate pairs written
-    skip_mask: Path | None  # rows left out (bool per row): for sets the repeats, for bands also the copies
+    skip_mask: Path | None  # rows left out (bool per row): for sets the repeats, for bands and fields also the copies
+    scaffold_rows: int = 0  # fields: a field held by this many distinct rows is scaffold
 
 
 def group_file(folder: Path, kind: str, part: int) -> Path:
@@ -90,7 +107,12 @@ class GroupWorker(TaskWorker):
     sets     rows with the same shingle set: each later row is a candidate duplicate of the
              first (verified like any pair) and is left out of the bands, where it would only
              repeat the first row's pairs (a row copied 10,000 times is 9,999 pairs, not 50 million);
-    bands    each LSH bucket's candidate pairs."""
+    bands    each LSH bucket's candidate pairs;
+    fields   whole fields (messages): those held by at least `scaffold_rows` rows are scaffold
+             (a system prompt or instruction many rows share), which verification does not
+             count as a row's own content; rows sharing any other field are candidate pairs
+             (a short row under a new preamble keeps its answer verbatim, where its Jaccard
+             with its copy may be too low for the bands)."""
 
     def __init__(self, plan: GroupPlan):
         self.plan = plan
@@ -106,13 +128,17 @@ class GroupWorker(TaskWorker):
         if plan.skip_mask is not None and len(rows):
             keep = ~np.load(plan.skip_mask, mmap_mode="r")[rows]
             keys, rows = keys[keep], rows[keep]
-        if plan.kind == "bands":
+        if plan.kind == "fields":
+            scaffold, a, b = field_groups(keys, rows, plan.scaffold_rows)
+        elif plan.kind == "bands":
             a, b = bucket_pairs(keys, rows)
         else:
             b, a = repeats_of(keys, rows)
         if plan.kind != "origins":
             with partitioned_file(pairs_file(plan.folder, plan.kind, part), PAIRS, plan.pair_parts) as add:
                 add(pair_partition(a, b, plan.pair_parts), a=a, b=b)
-        if plan.kind != "bands":
+        if plan.kind == "fields":  # written last: the task is done
+            save_arrays(group_file(plan.folder, plan.kind, part), keys=scaffold)
+        elif plan.kind != "bands":
             save_arrays(group_file(plan.folder, plan.kind, part), rows=b, first=a)
         return len(b)

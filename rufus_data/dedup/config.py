@@ -14,7 +14,16 @@ from rufus_data.yaml_config import StrictModel
 class DedupConfig(StrictModel):
     """Every knob of dedup (settable with `rufus-data dedup --config FILE.yaml`)."""
 
-    threshold: float = Field(0.8, gt=0, le=1, description="exact Jaccard of shingle sets to call two rows duplicates")
+    measure: Literal["containment", "jaccard"] = Field(
+        "containment", description="containment: of the row with less content of its own in the other; jaccard: symmetric")
+    threshold: float = Field(0.8, gt=0, le=1, description="the measure's value from which two rows are duplicates")
+    numbers_must_match: bool = Field(True, description="a duplicate holds every number of the other row, or the other every one of its")
+    scaffold_min_words: int = Field(16, ge=1, description="a field (whole message) of this many words ...")
+    scaffold_min_rows: int = Field(20, ge=2, description="... held by this many rows ...")
+    scaffold_share: float = Field(0.0005, ge=0, le=1, description="... and by this share of the rows: not a row's own content")
+    field_containment: float = Field(0.5, ge=0, le=1, description="containment: each own field of the row must be found at this")
+    min_own_shingles: int = Field(5, ge=1, description="rows with fewer shingles of their own are compared by Jaccard of them")
+    lsh_threshold: float | None = Field(None, gt=0, le=1, description="Jaccard the LSH bands aim at; None: the measure's default")
     shingle: int = Field(3, ge=1, description="word shingle length")
     num_perm: int = Field(128, ge=16)
     batch_rows: int = Field(5000, ge=1, description="rows read and sketched at once")
@@ -32,12 +41,16 @@ class DedupConfig(StrictModel):
     semantic_clustered_from: int = Field(20_000, ge=1, description="rows from which the search is clustered (approximate)")
 
     @property
-    def lsh_threshold(self) -> float:
-        """The LSH looks for candidates below the threshold, so pairs just above it are not
-        missed; the exact Jaccard decides."""
-        return max(0.1, self.threshold - 0.15)
+    def band_threshold(self) -> float:
+        """The Jaccard the LSH bands aim at, below the threshold so that pairs just above it are not
+        missed (the verification decides). A row under a new preamble is contained in its copy but
+        its Jaccard with it is lower, the shorter the row the lower: containment bands lower."""
+        if self.lsh_threshold is not None:
+            return self.lsh_threshold
+        return CONTAINMENT_BANDS_AT if self.measure == "containment" else max(0.1, self.threshold - 0.15)
 
 
+CONTAINMENT_BANDS_AT = 0.5  # measured: docs/decontam.md ("Which rows are duplicates")
 LSH_WEIGHTS = (0.3, 0.7)  # false positives, false negatives: recall first, every candidate is re-checked
 # settings that do not change the result (a killed run resumes under other values of these)
 RUN_ONLY = frozenset({"workers", "engine", "batch_rows"})

@@ -2,10 +2,12 @@
 engines (in-process, a local process pool, or Ray) and each task's output a file of the work
 folder, so a killed run resumes at the first unfinished task:
 
-    1. sketch   per row group: band keys, shingle-set keys, origin keys (signatures.py)
-    2. group    per partition of each kind of key: repeats, exact copies, candidate pairs (candidates.py)
-    3. verify   the candidate rows' shingles, then per partition of pairs: exact Jaccard (verify.py)
-    4. clusters union-find over the verified pairs, in this process (clusters.py)
+    1. sketch   per row group: band keys, shingle-set keys, origin keys, field keys (signatures.py)
+    2. group    per partition of each kind of key: repeats, exact copies, candidate pairs, the
+                scaffold fields (candidates.py)
+    3. verify   the candidate rows' shingles, then per partition of pairs: the measure (verify.py)
+    4. clusters union-find over the verified pairs, each row checked against the row its
+                cluster keeps, in this process (clusters.py)
 
 What this process holds grows with the rows only by a few bytes a row (flags, and the arrays of
 the dropped rows and verified pairs); everything else is bounded by a batch or a partition."""
@@ -54,8 +56,9 @@ class MinHashStages:
                  train_paths: frozenset[str], token_column: str, workers: int, show_progress: bool):
         self.config, self.tasks, self.rows, self.folder = config, tasks, rows, folder
         self.workers, self.show_progress = workers, show_progress
-        bands, _ = band_params(config.lsh_threshold, config.num_perm, LSH_WEIGHTS)
-        self.parts = {"bands": partitions_for(rows * bands), "sets": partitions_for(rows), "origins": partitions_for(rows)}
+        bands, _ = band_params(config.band_threshold, config.num_perm, LSH_WEIGHTS)
+        self.parts = {"bands": partitions_for(rows * bands), "sets": partitions_for(rows), "origins": partitions_for(rows),
+                      "fields": partitions_for(rows * 3)}
         self.pair_parts = self.parts["bands"]
         self.sketch = SketchPlan(folder, self.parts, train_paths, token_column)
 
@@ -81,29 +84,51 @@ class MinHashStages:
         repeats_mask = self._save_mask("repeats", skip) if len(repeat_rows) else None
         copies, _ = self._group("sets", repeats_mask)
         skip[copies] = True
-        self._group("bands", self._save_mask("skip", skip) if skip.any() else None)
+        skip_mask = self._save_mask("skip", skip) if skip.any() else None
+        self._group("bands", skip_mask)
+        self._group("fields", skip_mask)
         del skip, copies
+        scaffold = self._scaffold_keys()
 
         candidates = self._save_mask("candidates", self._candidate_rows())
         wanted = np.load(candidates, mmap_mode="r")
         starts = np.asarray([t.first_row for t in self.tasks] + [self.rows], dtype=np.int64)
         with_candidates = [t for i, t in enumerate(self.tasks) if wanted[starts[i] : starts[i + 1]].any()]
         del wanted
-        self._stage("shingles", with_candidates, ShingleWorker(self.config, self.folder, candidates),
+        self._stage("shingles", with_candidates, ShingleWorker(self.config, self.folder, candidates, scaffold),
                     lambda t: shingle_files(self.folder, t.first_row)[1], lambda t: t.rows, unit="rows")
-        plan = VerifyPlan(self.folder, self._pair_files(), self.pair_parts, starts[:-1], self.config.threshold)
+        plan = VerifyPlan(self.folder, self._pair_files(), self.pair_parts, starts[:-1], self.config)
         self._stage("verify", range(self.pair_parts), VerifyWorker(plan), lambda p: edges_file(self.folder, p))
         edges = read_partition([edges_file(self.folder, p) for p in range(self.pair_parts)], EDGES, 0, 1)
-        drops = minhash_drops(edges["a"], edges["b"], edges["jaccard"], ShingleStore(self.folder, starts[:-1]))
+        holdout_task = np.asarray([t.path not in self.sketch.train_paths for t in self.tasks])
+
+        def holdout_of(rows: np.ndarray) -> np.ndarray:
+            return holdout_task[np.searchsorted(starts, rows, side="right") - 1]
+
+        drops = minhash_drops(edges["a"], edges["b"], edges["value"], edges["jaccard"],
+                              ShingleStore(self.folder, starts[:-1]), holdout_of, self.config)
         return MinHashOutcome(with_repeats(drops, repeat_rows, repeat_first), (repeat_rows, repeat_first), has_words,
                               tokens, seen)
+
+    def _scaffold_keys(self) -> Path:
+        """The fields held by so many rows that they are scaffold, sorted, saved for the spill."""
+        found = [load_arrays(group_file(self.folder, "fields", p))["keys"] for p in range(self.parts["fields"])]
+        path = self.folder / "masks" / "scaffold.npy"
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:
+                np.save(fh, np.sort(np.concatenate(found + [np.empty(0, np.uint64)])))
+
+        write_atomic(path, write)
+        return path
 
     def _group(self, kind: str, skip_mask: Path | None) -> tuple[np.ndarray, np.ndarray]:
         """Stage 2 for one kind of key; for origins and sets: (follower rows, their first rows), by row."""
         inputs = tuple(sketch_file(self.folder, t, kind) for t in self.tasks)
-        worker = GroupWorker(GroupPlan(self.folder, kind, inputs, self.parts[kind], self.pair_parts, skip_mask))
+        least = max(self.config.scaffold_min_rows, int(np.ceil(self.config.scaffold_share * self.rows)))
+        worker = GroupWorker(GroupPlan(self.folder, kind, inputs, self.parts[kind], self.pair_parts, skip_mask, least))
         self._stage(f"group {kind}", range(self.parts[kind]), worker, worker.done_file)
-        if kind == "bands":
+        if kind in ("bands", "fields"):
             return np.empty(0, np.int64), np.empty(0, np.int64)
         found = [load_arrays(group_file(self.folder, kind, p)) for p in range(self.parts[kind])]
         rows = np.concatenate([f["rows"] for f in found] + [np.empty(0, np.int64)])
@@ -112,7 +137,7 @@ class MinHashStages:
         return rows[order], first[order]
 
     def _pair_files(self) -> tuple[Path, ...]:
-        return tuple(pairs_file(self.folder, kind, p) for kind in ("sets", "bands") for p in range(self.parts[kind]))
+        return tuple(pairs_file(self.folder, kind, p) for kind in ("sets", "bands", "fields") for p in range(self.parts[kind]))
 
     def _candidate_rows(self) -> np.ndarray:
         """Whether each row is in some candidate pair (read one partition of the pairs at a time)."""

@@ -23,7 +23,10 @@ CLUSTER_SCHEMA = pa.schema([
     ("jaccard", pa.float64()), ("kept_split", pa.string()), ("duplicate_split", pa.string()),
     ("method", pa.string()),  # the stage that dropped the row: minhash or semantic
     ("similarity", pa.float64()), ("word_share", pa.float64()), ("shared_quantities", pa.int64()),  # semantic only
+    ("measure", pa.string()), ("value", pa.float64()),  # what decided the drop: containment / jaccard / cosine, its value
 ])
+MEASURE_TEXT = {"containment": "containment of a row's own word shingles in the other row",
+                "jaccard": "Jaccard of word shingle sets"}
 SHARE_SHIFT_PP = 1.0  # a source whose token share moves more than this (percentage points) is warned about
 
 
@@ -91,8 +94,11 @@ def dedup_report(result: DedupResult, config: DedupConfig) -> str:
                 "and the same quantities, rufus_data/dedup/semantic.py)") if config.semantic else ""
     lines = ["# dedup report", "",
              (f"{result.rows_in:,} rows in, **{len(result.dropped):,} near duplicates dropped**, {result.rows_out:,} kept, "
-              f"in {n_clusters:,} clusters (Jaccard of {config.shingle}-word shingle sets >= {config.threshold}{semantic}; "
-              "rows linked by a chain of such pairs are one cluster, and its first row in input order is kept)."), "",
+              f"in {n_clusters:,} clusters ({MEASURE_TEXT[config.measure]} >= {config.threshold}"
+              f"{', holding the same numbers' if config.numbers_must_match else ''}{semantic}; "
+              "rows linked by such pairs are one cluster; it keeps a train row before a holdout row, then of the rows "
+              "with the fewest shingles of their own (give or take one) the first in input order, and drops the rows that are "
+              "duplicates of that row)."), "",
              "## Rows dropped, by stage", "", markdown_table(["stage", "rows dropped"], [
                  [stage, f"{by_stage.get(stage, 0):,}"] for stage in ("minhash", *(("semantic",) if config.semantic else ()))]), ""]
     if result.semantic_pairs:
@@ -101,10 +107,10 @@ def dedup_report(result: DedupResult, config: DedupConfig) -> str:
             lines.append(f"- cos {pair.similarity:.3f}, {pair.quantities} quantities shared, word Jaccard {pair.word_share:.2f} "
                          f"({', '.join(pair.shared_words[:4])})\n  kept: {pair.kept_text!r}\n  dropped: {pair.duplicate_text!r}")
         lines.append("")
-    lines += ["## Largest clusters", "", "| kept row id | duplicates | their ids (Jaccard J or cosine) |", "| --- | ---: | --- |"]
+    lines += ["## Largest clusters", "", "| kept row id | duplicates | their ids (the measure's value, or cosine) |", "| --- | ---: | --- |"]
     for kept, dups in _largest_clusters(clusters, 30):
         lines.append(f"| {kept} | {len(dups)} | " + ", ".join(f"{d} ({score})" for d, score in dups[:5]) + " |")
-    lines += ["", "clusters.parquet lists every dropped row with the kept row it duplicates and the stage (`method`) that dropped it.", ""]
+    lines += ["", "clusters.parquet lists every dropped row with the kept row it duplicates, the stage (`method`) that dropped it and the measure and value that decided it.", ""]
     if result.shares:
         lines += ["## Token shares per source (train)", "",
                   markdown_table(["source", "before", "after", "change (pp)"],
@@ -126,6 +132,6 @@ def _largest_clusters(clusters: pa.Table, top: int) -> list[tuple[str, list[tupl
     rows = clusters.filter(pc.is_in(clusters.column("kept_id"), pa.array(kept_ids, pa.string())))
     groups: dict[str, list[tuple[str, str]]] = {k: [] for k in kept_ids}
     for pair in rows.to_pylist():
-        score = f"J {pair['jaccard']:.2f}" if pair["method"] == "minhash" else f"cos {pair['similarity']:.2f}"
+        score = f"{pair['measure']} {pair['value']:.2f}"
         groups[pair["kept_id"]].append((pair["duplicate_id"], score))
     return list(groups.items())

@@ -34,7 +34,7 @@ from rufus_data.similarity.text_fields import text_arrays
 from rufus_data.similarity.textnorm import tokenize_unordered
 
 _LOW32 = np.uint64(0xFFFFFFFF)
-KEY_KINDS = ("bands", "sets", "origins")
+KEY_KINDS = ("bands", "sets", "origins", "fields")
 
 
 @dataclass
@@ -63,28 +63,64 @@ def _mix64(x: np.ndarray) -> np.ndarray:
         return x ^ (x >> np.uint64(31))
 
 
+@dataclass
+class RowWords:
+    """The words of a batch of rows' text fields, normalised: field f's token hashes are
+    ids[offsets[f]:offsets[f + 1]], it belongs to row row_of[f]."""
+
+    words: pa.Array
+    ids: np.ndarray
+    offsets: np.ndarray
+    row_of: np.ndarray
+
+    def field_keys(self) -> np.ndarray:
+        """A 64-bit hash of each field's whole word sequence: fields with the same words, the same key."""
+        lengths = np.diff(self.offsets)
+        owner = np.repeat(np.arange(len(lengths)), lengths)
+        with np.errstate(over="ignore"):
+            place = (np.arange(len(self.ids)) - self.offsets[owner]).astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+            mixed = _mix64(self.ids ^ place)
+        sums = np.zeros(len(lengths), np.uint64)
+        filled = lengths > 0
+        if filled.any():
+            sums[filled] = np.add.reduceat(mixed, self.offsets[:-1][filled])
+        return _mix64(sums ^ lengths.astype(np.uint64))
+
+
+def row_words(table: pa.Table, hasher: TokenHasher) -> RowWords:
+    texts, row_of = text_arrays(table)
+    if not len(texts):
+        return RowWords(pa.array([], pa.large_string()), np.empty(0, np.uint64), np.zeros(1, np.int64), row_of)
+    words, offsets, order = tokenize_unordered(texts)  # the texts' order does not matter: rows are regrouped
+    return RowWords(words, hasher(words), offsets, row_of[order])
+
+
+def field_shingles(words: RowWords, shingle: int) -> tuple[np.ndarray, np.ndarray]:
+    """(32-bit shingle, field of each): a field shorter than a shingle is one shingle of all its words."""
+    grams, field = batch_gram_hashes(words.ids, words.offsets, shingle)
+    lengths = np.diff(words.offsets)
+    short = np.flatnonzero((lengths > 0) & (lengths < shingle))
+    return fold32(np.concatenate((grams, whole_text_hashes(words.ids, words.offsets, short)))), np.concatenate((field, short))
+
+
+def per_row(rows: np.ndarray, values: np.ndarray, n_rows: int, sets: bool = True) -> RowShingles:
+    """Values (uint32) grouped by row: with `sets`, each row's sorted distinct values."""
+    if sets:  # one sort gives every row's distinct values, row by row
+        tagged = distinct((rows.astype(np.uint64) << np.uint64(32)) | values.astype(np.uint64))
+        rows, values = (tagged >> np.uint64(32)).astype(np.int64), (tagged & _LOW32).astype(np.uint32)
+    else:  # grouped by row: a few sorted runs (one per text column, and the short fields), merged
+        order = np.argsort(rows, kind="stable")
+        rows, values = rows[order], values[order]
+    return RowShingles(values, np.searchsorted(rows, np.arange(n_rows + 1)).astype(np.int64))
+
+
 def row_shingles(table: pa.Table, shingle: int, hasher: TokenHasher, sets: bool = True) -> RowShingles:
     """Every row's set of `shingle`-word shingles (32-bit, MinHash's input), over all its text
     fields; a field shorter than a shingle is one shingle of all its words. `sets=False` keeps a
     shingle that a row holds twice twice: its MinHash is the same, and it saves a sort."""
-    texts, row_of = text_arrays(table)
-    if not len(texts):
-        return RowShingles(np.empty(0, np.uint32), np.zeros(table.num_rows + 1, np.int64))
-    words, offsets, order = tokenize_unordered(texts)  # the texts' order does not matter: rows are regrouped
-    row_of = row_of[order]
-    ids = hasher(words)
-    grams, field = batch_gram_hashes(ids, offsets, shingle)
-    lengths = np.diff(offsets)
-    short = np.flatnonzero((lengths > 0) & (lengths < shingle))
-    shingles = fold32(np.concatenate((grams, whole_text_hashes(ids, offsets, short))))
-    rows = row_of[np.concatenate((field, short))]
-    if sets:  # one sort gives every row's distinct shingles, row by row
-        tagged = distinct((rows.astype(np.uint64) << np.uint64(32)) | shingles.astype(np.uint64))
-        rows, shingles = (tagged >> np.uint64(32)).astype(np.int64), (tagged & _LOW32).astype(np.uint32)
-    else:  # grouped by row: a few sorted runs (one per text column, and the short fields), merged
-        order = np.argsort(rows, kind="stable")
-        rows, shingles = rows[order], shingles[order]
-    return RowShingles(shingles, np.searchsorted(rows, np.arange(table.num_rows + 1)).astype(np.int64))
+    words = row_words(table, hasher)
+    shingles, field = field_shingles(words, shingle)
+    return per_row(words.row_of[field], shingles, table.num_rows, sets)
 
 
 @dataclass(frozen=True)
@@ -107,7 +143,7 @@ class SketchWorker(TaskWorker):
 
     def __init__(self, config: DedupConfig, plan: SketchPlan):
         self.config, self.plan = config, plan
-        self.b, self.r = band_params(config.lsh_threshold, config.num_perm, LSH_WEIGHTS)
+        self.b, self.r = band_params(config.band_threshold, config.num_perm, LSH_WEIGHTS)
 
     def setup(self, one_cpu: bool) -> None:
         super().setup(one_cpu)
@@ -128,13 +164,17 @@ class SketchWorker(TaskWorker):
                 add[kind](key_partition(keys, plan.parts[kind]), key=keys, row=rows)
 
             for first, table in task.batches():
-                sets = row_shingles(table, self.config.shingle, self.hasher, sets=False)
+                words = row_words(table, self.hasher)
+                shingles, field = field_shingles(words, self.config.shingle)
+                sets = per_row(words.row_of[field], shingles, table.num_rows, sets=False)
                 has = sets.sizes() > 0
                 has_words.append(has)
                 filled = np.flatnonzero(has)
                 sigs = self.minhasher.segments(sets.shingles, sets.offsets[filled])
                 out("bands", band_keys(sigs, self.b, self.r).ravel(), np.repeat(first + filled, self.b))
                 out("sets", sets.set_hashes(filled), first + filled)
+                fields = np.flatnonzero(np.diff(words.offsets) >= self.config.scaffold_min_words)
+                out("fields", words.field_keys()[fields], first + words.row_of[fields])
                 rows, origin_keys = self._origins(table)
                 out("origins", origin_keys, first + rows)
                 if counted:

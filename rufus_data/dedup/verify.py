@@ -1,11 +1,24 @@
-"""Stage 3 of dedup, verification: every candidate pair counts only if the exact Jaccard
-similarity of the two rows' shingle sets reaches the threshold.
+"""Stage 3 of dedup, verification: every candidate pair counts only if its measure reaches the
+threshold (DedupConfig.measure; docs/decontam.md, "Which rows are duplicates"):
+
+    containment  the share of a row's own shingles found in the other row, for the row of the
+                 pair with fewer own shingles: a row under a new preamble, suffix, system prompt
+                 or ID is contained in its copy. Each of that row's own fields must be found
+                 at `field_containment` too, or the value is that field's: the same setup asking
+                 another question, with another answer, keeps most shingles but not its answer. A row's own shingles are those of its fields
+                 that are not scaffold (a whole message held by many rows: a shared system
+                 prompt); rows with fewer than `min_own_shingles` of them are compared by the
+                 Jaccard of those.
+    jaccard      the exact Jaccard similarity of the two rows' shingle sets.
+
+and, with `numbers_must_match`, one row holds every number of the other: the same template with
+other numbers, or with another question asked (another answer), is another problem.
 
 No row's shingles are held for the run: first the rows that are in some candidate pair (a
 small share of the rows, unless the data is mostly duplicates) are read again and shingled,
-row group by row group, into spill files (`ShingleWorker`); then each partition of the pairs is
-verified in chunks of a bounded number of shingles, reading just the rows each chunk needs
-(`VerifyWorker`)."""
+row group by row group, into spill files (`ShingleWorker`: shingles flagged own or scaffold, and
+the numbers); then each partition of the pairs is verified in chunks of a bounded number of
+shingles, reading just the rows each chunk needs (`VerifyWorker`)."""
 
 from __future__ import annotations
 
@@ -15,32 +28,73 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.dedup.shuffle import PAIRS, read_partition
-from rufus_data.dedup.signatures import row_shingles
+from rufus_data.dedup.signatures import field_shingles, per_row, row_words
 from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_atomic
 from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.similarity.ngram_hash import TokenHasher, distinct
+from rufus_data.similarity.ngram_hash import TokenHasher, distinct, fold32, sorted_member
 
-EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("jaccard", pa.float64())])
+EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("value", pa.float64()), ("jaccard", pa.float64())])
 CHUNK_SHINGLES = 4_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)
 COALESCE_BYTES = 1 << 16  # reads of one spill file closer than this are made as one
+STREAMS = ("shingles", "numbers")  # what the spill holds of each row
+FIELD_SLOTS = 16  # fields of a row told apart by the per-field rule (later ones share the last slot)
+_TAG_BITS = 5  # a spilled shingle's low bits: whether its field is the row's own, and the field's slot
+_TAG = np.uint32(_TAG_BITS)
+NUMBER_WORD = "^[^a-z]*[0-9]"  # a word whose first letter or digit is a digit: 12, $5, <<48/2=24>>24, 3rd (not x2)
 
 
 def shingle_files(folder: Path, first_row: int) -> tuple[Path, Path]:
     """(the shingles, the index: rows and offsets) of the candidate rows of the task starting at
-    `first_row`; the index is written last."""
+    `first_row`; the numbers are beside the shingles; the index is written last."""
     base = Path(folder) / "shingles" / f"{first_row:012d}"
     return base.with_suffix(".bin"), base.with_suffix(".index.npz")
+
+
+def _stream_file(folder: Path, first_row: int, stream: str) -> Path:
+    data = shingle_files(folder, first_row)[0]
+    return data if stream == "shingles" else data.with_suffix(f".{stream}.bin")
+
+
+def _field_slots(row_of: np.ndarray) -> np.ndarray:
+    """Each field's place among its row's fields (0, 1, ...; at most FIELD_SLOTS - 1)."""
+    order = np.lexsort((np.arange(len(row_of)), row_of))
+    first = np.searchsorted(row_of[order], row_of[order])
+    slots = np.empty(len(row_of), np.int64)
+    slots[order] = np.arange(len(row_of)) - first
+    return np.minimum(slots, FIELD_SLOTS - 1)
+
+
+def row_evidence(table: pa.Table, shingle: int, hasher: TokenHasher, scaffold: np.ndarray):
+    """(shingles, numbers) of every row: its distinct shingles, each tagged in its low bits
+    (`_TAG_BITS`) with the field it is in and whether that field is the row's own (not
+    scaffold: `scaffold`, sorted field keys), and its distinct numbers (NUMBER_WORD)."""
+    words = row_words(table, hasher)
+    shingles, field = field_shingles(words, shingle)
+    own = ~sorted_member(words.field_keys(), scaffold)
+    tags = (own.astype(np.uint32) << np.uint32(_TAG_BITS - 1)) | _field_slots(words.row_of).astype(np.uint32)
+    sets = per_row(words.row_of[field], ((shingles >> _TAG) << _TAG) | tags[field], table.num_rows)
+    # a shingle in two fields is kept once: in an own field if it is in one (those sort last)
+    row = np.repeat(np.arange(table.num_rows), sets.sizes())
+    base = (row.astype(np.uint64) << np.uint64(32)) | (sets.shingles >> _TAG).astype(np.uint64)
+    last = np.ones(len(base), bool)
+    last[:-1] = base[1:] != base[:-1]
+    shingles = per_row(row[last], sets.shingles[last], table.num_rows, sets=False)
+    digits = pc.match_substring_regex(words.words, NUMBER_WORD).to_numpy(zero_copy_only=False) if len(words.words) else np.zeros(0, bool)
+    owner = np.repeat(np.arange(len(words.offsets) - 1), np.diff(words.offsets))
+    numbers = per_row(words.row_of[owner[digits]], fold32(words.ids[digits]), table.num_rows)
+    return shingles, numbers
 
 
 class ShingleWorker(TaskWorker):
     """The shingle sets of one row group's candidate rows (`candidates`: a bool per row, saved
     by the parent), into the spill."""
 
-    def __init__(self, config: DedupConfig, folder: Path, candidates: Path):
-        self.config, self.folder, self.candidates = config, folder, candidates
+    def __init__(self, config: DedupConfig, folder: Path, candidates: Path, scaffold: Path):
+        self.config, self.folder, self.candidates, self.scaffold = config, folder, candidates, scaffold
 
     def setup(self, one_cpu: bool) -> None:
         super().setup(one_cpu)
@@ -48,64 +102,77 @@ class ShingleWorker(TaskWorker):
 
     def __call__(self, task: RowGroupTask) -> int:
         wanted = np.load(self.candidates, mmap_mode="r")
-        data_path, index_path = shingle_files(self.folder, task.first_row)
-        rows, offsets = [], [np.zeros(1, np.int64)]
-        written = 0
+        scaffold = np.load(self.scaffold)
+        index_path = shingle_files(self.folder, task.first_row)[1]
+        found = [(first + local, self._evidence(table, local, scaffold)) for first, table in task.batches()
+                 if len(local := np.flatnonzero(wanted[first : first + table.num_rows]))]
+        offsets = {}
+        for k, stream in enumerate(STREAMS):
+            parts = [evidence[k] for _, evidence in found]
 
-        def write(tmp: Path) -> None:
-            nonlocal written
-            with open(tmp, "wb") as fh:
-                for first, table in task.batches():
-                    local = np.flatnonzero(wanted[first : first + table.num_rows])
-                    if not len(local):
-                        continue
-                    sets = row_shingles(table.take(pa.array(local)), self.config.shingle, self.hasher)
-                    fh.write(sets.shingles.tobytes())
-                    rows.append(first + local)
-                    offsets.append(written + sets.offsets[1:])
-                    written += len(sets.shingles)
+            def write(tmp: Path, parts=parts) -> None:
+                with open(tmp, "wb") as fh:
+                    fh.writelines(part.shingles.tobytes() for part in parts)
 
-        write_atomic(data_path, write)
-        save_arrays(index_path, rows=np.concatenate(rows) if rows else np.empty(0, np.int64), offsets=np.concatenate(offsets))
+            write_atomic(_stream_file(self.folder, task.first_row, stream), write)
+            sizes = np.concatenate([p.sizes() for p in parts]) if parts else np.empty(0, np.int64)
+            offsets[stream] = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+        rows = np.concatenate([r for r, _ in found]) if found else np.empty(0, np.int64)
+        own = [np.add.reduceat(((e[0].shingles >> (_TAG - 1)) & 1).astype(np.int64), e[0].offsets[:-1]) * (e[0].sizes() > 0)
+               for _, e in found if len(e[0].shingles)]
+        save_arrays(index_path, rows=rows, own=np.concatenate(own) if own else np.empty(0, np.int64), **offsets)
         return task.rows
+
+    def _evidence(self, table: pa.Table, local: np.ndarray, scaffold: np.ndarray):
+        return row_evidence(table.take(pa.array(local)), self.config.shingle, self.hasher, scaffold)
 
 
 class ShingleStore:
-    """Reads the shingle sets of given rows back from the spill of `ShingleWorker`."""
+    """Reads the shingle sets (or numbers: `stream`) of given rows back from the spill of `ShingleWorker`."""
 
     def __init__(self, folder: Path, task_starts: np.ndarray):
         self.folder, self.task_starts = Path(folder), task_starts
-        self._index: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._index: dict[int, dict[str, np.ndarray]] = {}
 
-    def _task_index(self, task: int) -> tuple[np.ndarray, np.ndarray]:
+    def _task_index(self, task: int) -> dict[str, np.ndarray]:
         if task not in self._index:
-            found = load_arrays(shingle_files(self.folder, int(self.task_starts[task]))[1])
-            self._index[task] = (found["rows"], found["offsets"])
+            self._index[task] = load_arrays(shingle_files(self.folder, int(self.task_starts[task]))[1])
         return self._index[task]
 
-    def _where(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _where(self, rows: np.ndarray, stream: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(task, start, end) in the spill of each of these rows."""
         tasks = np.searchsorted(self.task_starts, rows, side="right") - 1
         starts, ends = np.empty(len(rows), np.int64), np.empty(len(rows), np.int64)
         for task in distinct(tasks).tolist():
             at = np.flatnonzero(tasks == task)
-            index_rows, offsets = self._task_index(task)
-            pos = np.searchsorted(index_rows, rows[at])
+            index = self._task_index(task)
+            offsets = index[stream]
+            pos = np.searchsorted(index["rows"], rows[at])
             starts[at], ends[at] = offsets[pos], offsets[pos + 1]
         return tasks, starts, ends
 
-    def sizes(self, rows: np.ndarray) -> np.ndarray:
-        _, starts, ends = self._where(rows)
+    def sizes(self, rows: np.ndarray, stream: str = "shingles") -> np.ndarray:
+        _, starts, ends = self._where(rows, stream)
         return ends - starts
 
-    def load(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The sets of `rows` (sorted, distinct): (shingles, offsets), row by row."""
-        tasks, starts, ends = self._where(rows)
+    def own_sizes(self, rows: np.ndarray) -> np.ndarray:
+        """How many of each row's shingles are its own (not scaffold), from the index."""
+        tasks = np.searchsorted(self.task_starts, rows, side="right") - 1
+        out = np.empty(len(rows), np.int64)
+        for task in distinct(tasks).tolist():
+            at = np.flatnonzero(tasks == task)
+            index = self._task_index(task)
+            out[at] = index["own"][np.searchsorted(index["rows"], rows[at])]
+        return out
+
+    def load(self, rows: np.ndarray, stream: str = "shingles") -> tuple[np.ndarray, np.ndarray]:
+        """The sets of `rows` (sorted, distinct): (values, offsets), row by row."""
+        tasks, starts, ends = self._where(rows, stream)
         offsets = np.concatenate(([0], np.cumsum(ends - starts)))
         out = np.empty(int(offsets[-1]), np.uint32)
         for task in distinct(tasks).tolist():
             at = np.flatnonzero(tasks == task)
-            with open(shingle_files(self.folder, int(self.task_starts[task]))[0], "rb") as fh:
+            with open(_stream_file(self.folder, int(self.task_starts[task]), stream), "rb") as fh:
                 for lo, hi in _coalesced(starts[at], ends[at]):
                     fh.seek(4 * int(starts[at[lo]]))
                     span = np.frombuffer(fh.read(4 * int(ends[at[hi - 1]] - starts[at[lo]])), np.uint32)
@@ -123,37 +190,90 @@ def _coalesced(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-def jaccard(store: ShingleStore, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The exact Jaccard similarity of each pair's shingle sets, in chunks of at most
-    CHUNK_SHINGLES shingles."""
-    out = np.empty(len(a), np.float64)
-    if not len(a):
-        return out
-    needed = distinct(np.concatenate((a, b)))
-    size = store.sizes(needed)
-    volume = size[np.searchsorted(needed, a)] + size[np.searchsorted(needed, b)]
-    cuts = np.flatnonzero(np.diff(np.cumsum(volume) // CHUNK_SHINGLES)) + 1
-    bounds = np.concatenate(([0], cuts, [len(a)])).tolist()
-    for lo, hi in itertools.pairwise(bounds):
-        out[lo:hi] = _chunk_jaccard(store, a[lo:hi], b[lo:hi])
-    return out
+@dataclass(frozen=True)
+class Scores:
+    """Per pair: the measure's value, the Jaccard of the whole shingle sets, and whether one row
+    holds every number of the other."""
+
+    value: np.ndarray
+    jaccard: np.ndarray
+    numbers_match: np.ndarray
+
+    def duplicates(self, config: DedupConfig) -> np.ndarray:
+        return (self.value >= config.threshold) & (self.numbers_match | (not config.numbers_must_match))
 
 
-def _chunk_jaccard(store: ShingleStore, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def scores(store: ShingleStore, a: np.ndarray, b: np.ndarray, config: DedupConfig) -> Scores:
+    """Every pair's scores, in chunks of at most CHUNK_SHINGLES shingles."""
+    out = [np.empty(len(a), np.float64), np.empty(len(a), np.float64), np.empty(len(a), bool)]
+    if len(a):
+        needed = distinct(np.concatenate((a, b)))
+        size = store.sizes(needed)
+        volume = size[np.searchsorted(needed, a)] + size[np.searchsorted(needed, b)]
+        cuts = np.flatnonzero(np.diff(np.cumsum(volume) // CHUNK_SHINGLES)) + 1
+        bounds = np.concatenate(([0], cuts, [len(a)])).tolist()
+        for lo, hi in itertools.pairwise(bounds):
+            for whole, part in zip(out, _chunk_scores(store, a[lo:hi], b[lo:hi], config)):
+                whole[lo:hi] = part
+    return Scores(*out)
+
+
+def _side(values: np.ndarray, offsets: np.ndarray, rows: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pair of each value, value) of row rows[at[i]] for every pair i."""
+    sizes = offsets[at + 1] - offsets[at]
+    return np.repeat(np.arange(len(at), dtype=np.uint64), sizes), values[_ranges(offsets[at], sizes)]
+
+
+def _found(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Whether each value of the x side is among its pair's values on the y side (both sides come
+    pair by pair, each row's values ascending: the keys are sorted already)."""
+    return sorted_member((x[0] << np.uint64(32)) | x[1].astype(np.uint64), (y[0] << np.uint64(32)) | y[1].astype(np.uint64))
+
+
+def _count(pairs: np.ndarray, n: int, where: np.ndarray | None = None) -> np.ndarray:
+    return np.bincount((pairs if where is None else pairs[where]).astype(np.int64), minlength=n)
+
+
+def _chunk_scores(store: ShingleStore, a: np.ndarray, b: np.ndarray, config: DedupConfig) -> tuple[np.ndarray, ...]:
     rows = distinct(np.concatenate((a, b)))
-    shingles, offsets = store.load(rows)
-    pa_, pb = np.searchsorted(rows, a), np.searchsorted(rows, b)
-    size_a, size_b = offsets[pa_ + 1] - offsets[pa_], offsets[pb + 1] - offsets[pb]
-    # every pair's shingles from both sides, tagged with the pair: a shingle seen twice is shared
-    pair = np.arange(len(a), dtype=np.uint64)
-    tagged = np.concatenate((
-        (np.repeat(pair, size_a) << np.uint64(32)) | shingles[_ranges(offsets[pa_], size_a)],
-        (np.repeat(pair, size_b) << np.uint64(32)) | shingles[_ranges(offsets[pb], size_b)],
-    ))
-    tagged.sort()
-    shared = tagged[1:][tagged[1:] == tagged[:-1]] >> np.uint64(32)
-    inter = np.bincount(shared.astype(np.int64), minlength=len(a))
-    return inter / (size_a + size_b - inter)  # rows in pairs have words: never 0 / 0
+    ia, ib = np.searchsorted(rows, a), np.searchsorted(rows, b)
+    n = len(a)
+    tagged, offsets = store.load(rows)
+    (pair_a, va), (pair_b, vb) = _side(tagged, offsets, rows, ia), _side(tagged, offsets, rows, ib)
+    full_a, full_b = (pair_a, va >> _TAG), (pair_b, vb >> _TAG)
+    size_a, size_b = _count(pair_a, n), _count(pair_b, n)
+    a_in_b = _found(full_a, full_b)
+    inter = _count(pair_a, n, a_in_b)
+    jaccard = inter / (size_a + size_b - inter)  # rows in pairs have words: never 0 / 0
+    numbers, number_offsets = store.load(rows, "numbers")
+    na, nb = _side(numbers, number_offsets, rows, ia), _side(numbers, number_offsets, rows, ib)
+    shared_numbers = _count(na[0], n, _found(na, nb))
+    numbers_match = (shared_numbers == np.diff(number_offsets)[ia]) | (shared_numbers == np.diff(number_offsets)[ib])
+    if config.measure == "jaccard":
+        return jaccard, jaccard, numbers_match
+    own_a, own_b = (va >> (_TAG - 1)) & 1 == 1, (vb >> (_TAG - 1)) & 1 == 1
+    own_size_a, own_size_b = _count(pair_a, n, own_a), _count(pair_b, n, own_b)
+    b_in_a = _found(full_b, full_a)
+    # the row of the pair with fewer own shingles: how much of them, and of each own field, the other holds
+    a_smaller = own_size_a <= own_size_b
+    x_pairs = np.concatenate((pair_a[own_a & a_smaller[pair_a]], pair_b[own_b & ~a_smaller[pair_b]]))
+    x_found = np.concatenate((a_in_b[own_a & a_smaller[pair_a]], b_in_a[own_b & ~a_smaller[pair_b]]))
+    x_slot = np.concatenate((va[own_a & a_smaller[pair_a]], vb[own_b & ~a_smaller[pair_b]])) & (FIELD_SLOTS - 1)
+    own_size = np.minimum(own_size_a, own_size_b)
+    own_in_other = _count(x_pairs, n, x_found)
+    whole = inter / np.maximum(np.minimum(size_a, size_b), 1)
+    value = np.where(own_size > 0, own_in_other / np.maximum(own_size, 1), whole)
+    field = x_pairs.astype(np.int64) * FIELD_SLOTS + x_slot
+    per_field = np.bincount(field, weights=x_found, minlength=n * FIELD_SLOTS) / np.maximum(
+        np.bincount(field, minlength=n * FIELD_SLOTS), 1)
+    held = np.bincount(field, minlength=n * FIELD_SLOTS) > 0
+    least_field = np.where(held, per_field, 1.0).reshape(n, FIELD_SLOTS).min(axis=1)
+    value = np.where(least_field >= config.field_containment, value, np.minimum(value, least_field))
+    few = (own_size > 0) & (own_size < config.min_own_shingles)
+    if few.any():  # too little of its own to be found inside another row: Jaccard of the own shingles
+        own_inter = _count(pair_a, n, own_a & _found(full_a, (pair_b[own_b], full_b[1][own_b])))
+        value[few] = (own_inter / np.maximum(own_size_a + own_size_b - own_inter, 1))[few]
+    return value, jaccard, numbers_match
 
 
 def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
@@ -171,7 +291,7 @@ class VerifyPlan:
     inputs: tuple[Path, ...]  # every pairs file
     parts: int  # partitions of the pairs
     task_starts: np.ndarray  # the first row of every row group (where the shingle spill is found)
-    threshold: float
+    config: DedupConfig
 
 
 def edges_file(folder: Path, part: int) -> Path:
@@ -179,7 +299,7 @@ def edges_file(folder: Path, part: int) -> Path:
 
 
 class VerifyWorker(TaskWorker):
-    """One partition of the candidate pairs: those whose exact Jaccard reaches the threshold."""
+    """One partition of the candidate pairs: those that are duplicates, with their value and Jaccard."""
 
     def __init__(self, plan: VerifyPlan):
         self.plan = plan
@@ -189,8 +309,9 @@ class VerifyWorker(TaskWorker):
         found = read_partition(list(plan.inputs), PAIRS, part, plan.parts)
         packed = distinct((found["a"].astype(np.uint64) << np.uint64(32)) | found["b"].astype(np.uint64))
         a, b = (packed >> np.uint64(32)).astype(np.int64), (packed & np.uint64(0xFFFFFFFF)).astype(np.int64)
-        score = jaccard(ShingleStore(plan.folder, plan.task_starts), a, b)
-        keep = score >= plan.threshold
+        found = scores(ShingleStore(plan.folder, plan.task_starts), a, b, plan.config)
+        keep = found.duplicates(plan.config)
         with batch_file(edges_file(plan.folder, part), EDGES) as writer:
-            writer.write_table(pa.table({"a": a[keep], "b": b[keep], "jaccard": score[keep]}, schema=EDGES))
+            writer.write_table(pa.table({"a": a[keep], "b": b[keep], "value": found.value[keep], "jaccard": found.jaccard[keep]},
+                                        schema=EDGES))
         return len(a)

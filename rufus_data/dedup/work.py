@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-FORMAT = 1  # bump when the layout of the work files changes: older folders then start afresh
+FORMAT = 2  # bump when the layout of the work files changes: older folders then start afresh
 KEY_FILE = "key.json"
 
 
