@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -169,6 +170,39 @@ def _mbpp_prompt(row: dict, index: int) -> Iterable[dict]:
     yield {**row, "prompt": f"{row['prompt'].strip()}\n{tests[0]}"}
 
 
+# --- gsm8k_answer_is, gsm8k_answer_is_pairs -------------------------------------------------
+
+# Tulu 3 mini trains every stage on GSM8K in one answer format: the worked solution with its
+# `<<48/2=24>>` calculator notes removed, ending "The answer is N." (N: the gold after `####`,
+# without thousands separators), which the system prompt asks for and the verifier reads.
+CALCULATOR_NOTE = re.compile(r"<<[^>]*>>")
+
+
+def answer_is_target(answer: str) -> str:
+    """A GSM8K worked answer as Tulu 3 mini's SFT target (see above)."""
+    if "####" not in answer:
+        raise Skip("no final answer after ####")
+    steps, final = answer.rsplit("####", 1)
+    final = final.strip().replace(",", "")
+    if not final:
+        raise Skip("no final answer after ####")
+    steps = CALCULATOR_NOTE.sub("", steps).strip()
+    return f"{steps}\nThe answer is {final}." if steps else f"The answer is {final}."
+
+
+def _answer_is(row: dict, index: int) -> Iterable[dict]:
+    yield {"question": row["question"], "answer": answer_is_target(row["answer"])}
+
+
+def _answer_is_pair(row: dict, index: int) -> Iterable[dict]:
+    chosen = answer_is_target(row["answer"])
+    # the last number of the target is N: only it moves, the reasoning stays word for word
+    rejected = perturb_final_answer(chosen, random.Random(f"gsm8k_answer_is_pairs:{index}"))
+    if rejected is None:
+        raise Skip("no final number to change")
+    yield {"prompt": row["question"], "chosen": chosen, "rejected": rejected}
+
+
 BUILDERS: dict[str, Builder] = {
     "perturbed_answer_pairs": Builder(
         "question/answer rows -> preference pairs: chosen = the worked answer, rejected = the same answer with its "
@@ -187,6 +221,14 @@ BUILDERS: dict[str, Builder] = {
     "mbpp_task_prompts": Builder(
         "MBPP rows -> the task text plus its first test assert as the prompt; test_list, test_imports and code stay",
         ("prompt", "test_list"), ("prompt", "test_list"), _mbpp_prompt),
+    "gsm8k_answer_is": Builder(
+        "GSM8K question/answer rows -> the same question, the answer with its <<...>> calculator notes removed and "
+        "ending 'The answer is N.' (Tulu 3 mini's SFT targets)", ("question", "answer"), ("question", "answer"),
+        _answer_is),
+    "gsm8k_answer_is_pairs": Builder(
+        "GSM8K question/answer rows -> preference pairs: chosen = the 'The answer is N.' target, rejected = the same "
+        "text with only N changed (Tulu 3 mini's DPO pairs)", ("question", "answer"), ("prompt", "chosen", "rejected"),
+        _answer_is_pair),
 }
 
 
