@@ -28,6 +28,7 @@ from rufus_data.paths import shipped_path
 from rufus_data.run_folder import MERGED_DIR
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
+from rufus_train import guidance
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stages_dir
 from rufus_train.modeling import export_merged, is_adapter_folder
 from rufus_train.runner import check_config, run_stage
@@ -131,6 +132,7 @@ def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
     base model (same architecture, tokenizer and context)."""
     for i, config in enumerate(configs):
         check_config(config if i == 0 else config.model_copy(update={"model": pipeline.model}))
+    guidance.check_pipeline(configs)  # the playbook's advice on how the stages relate (warnings)
 
 
 def dry_run(pipeline: PipelineConfig) -> str:
