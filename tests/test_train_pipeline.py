@@ -177,10 +177,10 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     proc = subprocess.run(
         [sys.executable, "bench/tulu3_mini.py", "--work", str(tmp_path)], check=False, cwd=REPO, env=env,
         capture_output=True,
-        text=True, timeout=30 * 60,
+        text=True, timeout=75 * 60,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "within the 20 min budget" in proc.stdout
+    assert "within the 60 min budget" in proc.stdout
     rows = json.loads((tmp_path / "pipeline.json").read_text())
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "rlvr"]
     assert [r["steps"] for r in rows[1:]] == [40, 24, 6]
