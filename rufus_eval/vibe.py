@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
+from rich.markup import escape
 from rich.table import Table
 
 from rufus_data.console import print_result
@@ -134,7 +135,8 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         for t, user in enumerate(turns):
             mode = answers[ckpts[0]][i][t].mode
             shown = f"[system: {conversation.system}]\n{user}" if conversation.system and t == 0 else user
-            table.add_row(shown, f"{t + 1}/{len(turns)}", mode, *[answers[c][i][t].reply for c in ckpts])
+            cells = [shown, f"{t + 1}/{len(turns)}", mode, *[answers[c][i][t].reply for c in ckpts]]
+            table.add_row(*map(escape, cells))  # text, never markup: `[system: ...]`, a reply's brackets
             lines += [f"### turn {t + 1} ({mode}): {user}", ""]
             lines += [f"**{c}**:\n\n{answers[c][i][t].reply}\n" for c in ckpts]
     print_result(table)

@@ -56,7 +56,7 @@ def test_vibe_shows_each_turns_reply_and_mode_per_checkpoint(tiny_model, tmp_pat
                                       ("/no_think", "Now 12 * 5, quickly. /no_think")], start=1):
         assert f"### turn {n} ({mode}): {user}" in text
     assert "### turn 1 (-): What is 2 + 2?" in text and text.count(f"**{tiny_model}**") == 4
-    for cell in ("1/3", "2/3", "3/3", "/no_think"):
+    for cell in ("1/3", "2/3", "3/3", "/no_think", f"[system: {SYSTEM}]"):  # shown as text, not read as markup
         assert cell in result.output
 
 
