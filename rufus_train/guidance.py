@@ -48,8 +48,7 @@ def check_stage(config) -> None:
     epochs_decide = (config.max_steps or -1) <= 0
     if config.stage in PREFERENCE_STAGES and epochs_decide and config.num_train_epochs > 1:
         warn(f"{config.stage}: num_train_epochs {config.num_train_epochs:g}. The Smol playbook trains preference "
-             "optimisation for one epoch: later passes over the same pairs overfit them (the margin grows while "
-             "the model gets no better). To use more pairs, split the data and run another round from this "
+             "optimisation for one epoch: later passes over the same pairs overfit them. To use more pairs, split the data and run another round from this "
              "stage's output (a pipeline of preference stages); set num_train_epochs: 1")
 
 
