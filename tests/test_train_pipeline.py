@@ -116,7 +116,7 @@ def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
     assert (sft["assistant_only_loss"], sft["learning_rate"], sft["max_steps"], sft["max_length"]) == (True, 1e-4, 40, 640)
     assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"], dpo["max_steps"]) == (0.1, "sigmoid_norm", 1e-5, 24)
     recipe_rl = {"beta": 0.02, "kl_estimator": 2, "epsilon": 0.2, "epsilon_high": 0.272, "adv_norm": "centered",
-                 "num_generations": 4, "per_device_train_batch_size": 16, "temperature": 1.0,
+                 "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "temperature": 1.0,
                  "max_completion_length": 256, "learning_rate": 2e-5, "max_steps": 6, "overlong_cache": None}
     assert {key: rl[key] for key in recipe_rl} == recipe_rl
     assert rl["rewards"] == [{"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
