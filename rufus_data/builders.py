@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -169,6 +170,107 @@ def _mbpp_prompt(row: dict, index: int) -> Iterable[dict]:
     yield {**row, "prompt": f"{row['prompt'].strip()}\n{tests[0]}"}
 
 
+# --- gsm8k_answer_is, gsm8k_answer_is_pairs -------------------------------------------------
+
+# Tulu 3 mini trains every stage on GSM8K in one answer format: the worked solution with its
+# `<<48/2=24>>` calculator notes removed, ending "The answer is N." (N: the gold after `####`,
+# without thousands separators), which the system prompt asks for and the verifier reads.
+CALCULATOR_NOTE = re.compile(r"<<[^>]*>>")
+
+
+def answer_is_target(answer: str) -> str:
+    """A GSM8K worked answer as Tulu 3 mini's SFT target (see above)."""
+    if "####" not in answer:
+        raise Skip("no final answer after ####")
+    steps, final = answer.rsplit("####", 1)
+    final = final.strip().replace(",", "")
+    if not final:
+        raise Skip("no final answer after ####")
+    steps = CALCULATOR_NOTE.sub("", steps).strip()
+    return f"{steps}\nThe answer is {final}." if steps else f"The answer is {final}."
+
+
+def _answer_is(row: dict, index: int) -> Iterable[dict]:
+    yield {"question": row["question"], "answer": answer_is_target(row["answer"])}
+
+
+def _answer_is_pair(row: dict, index: int) -> Iterable[dict]:
+    chosen = answer_is_target(row["answer"])
+    # the last number of the target is N: only it moves, the reasoning stays word for word
+    rejected = perturb_final_answer(chosen, random.Random(f"gsm8k_answer_is_pairs:{index}"))
+    if rejected is None:
+        raise Skip("no final number to change")
+    yield {"prompt": row["question"], "chosen": chosen, "rejected": rejected}
+
+
+def _reasoning_trace(row: dict, index: int) -> Iterable[dict]:
+    steps, final = _steps_and_final(row["answer"])
+    yield {"question": row["question"], "reasoning": steps, "answer": final}
+
+
+def _steps_and_final(answer: str) -> tuple[str, str]:
+    """The target's worked steps and its closing 'The answer is N.' (rows without steps are skipped)."""
+    steps, _, final = answer_is_target(answer).rpartition("\n")
+    if not steps:
+        raise Skip("no worked steps to reason with")
+    return steps, final
+
+
+# --- ifthink_conversations ----------------------------------------------------------------
+
+# IFThink-style rows (SmolLM3's multi-turn instruction following with reasoning): a GSM8K problem
+# solved with its worked steps as the first turn's <think> block, then two follow-up turns that
+# each ask for the last answer again under one IFEval instruction (its description from lm-eval's
+# registry); every assistant turn reasons in a <think> block before it answers. The rewrites are
+# exact transformations, and each is verified by the instruction's own IFEval checker.
+IFTHINK_REWRITES: dict[str, tuple[Callable[[random.Random], dict], Callable[[str, dict], str], str]] = {
+    "change_case:english_lowercase": (lambda rng: {}, lambda text, kw: text.lower(),
+                                      "so I write the same answer with every letter in lowercase"),
+    "change_case:english_capital": (lambda rng: {}, lambda text, kw: text.upper(),
+                                    "so I write the same answer with every letter in capitals"),
+    "punctuation:no_comma": (lambda rng: {}, lambda text, kw: text.replace(",", ""),
+                             "so I keep the answer and drop every comma"),
+    "startend:quotation": (lambda rng: {}, lambda text, kw: f'"{text}"',
+                           "so I wrap the whole answer in double quotation marks"),
+    "detectable_format:title": (lambda rng: {}, lambda text, kw: f"<<Solution>>\n\n{text}",
+                                "so I put a title in double angular brackets first"),
+    "startend:end_checker": (
+        lambda rng: {"end_phrase": rng.choice(["Is there anything else I can help with?", "Any other questions?"])},
+        lambda text, kw: f"{text}\n\n{kw['end_phrase']}", "so I end with exactly the phrase asked for"),
+    "detectable_content:postscript": (
+        lambda rng: {"postscript_marker": rng.choice(["P.S.", "P.P.S"])},
+        lambda text, kw: f"{text}\n\n{kw['postscript_marker']} I checked each step once more.",
+        "so I add a postscript with the marker asked for"),
+}
+IFTHINK_FOLLOW_UPS = 2
+
+
+def _think(reasoning: str, answer: str) -> str:
+    return f"<think>\n{reasoning}\n</think>\n\n{answer}"
+
+
+def _ifthink(row: dict, index: int) -> Iterable[dict]:
+    steps, answer = _steps_and_final(row["answer"])
+    rng = random.Random(f"ifthink_conversations:{index}")
+    messages = [{"role": "user", "content": row["question"]}, {"role": "assistant", "content": _think(steps, answer)}]
+    ids, kwargs_list = [], []
+    for instruction_id in rng.sample(sorted(IFTHINK_REWRITES), IFTHINK_FOLLOW_UPS):
+        draw, rewrite, plan = IFTHINK_REWRITES[instruction_id]
+        kwargs = draw(rng)
+        checker = instruction_registry()[instruction_id](instruction_id)
+        description = checker.build_description(**kwargs)
+        answer = rewrite(answer, kwargs)
+        if not checker.check_following(answer):
+            raise Skip(f"the {instruction_id} rewrite does not pass its checker")
+        reasoning = f"The user wants my last answer again under one instruction: {description.strip()} It asks " \
+                    f"for a change of form, not of content, {plan}."
+        messages += [{"role": "user", "content": f"Give me your last answer again. {description}"},
+                     {"role": "assistant", "content": _think(reasoning, answer)}]
+        ids.append(instruction_id)
+        kwargs_list.append(kwargs)
+    yield {"messages": messages, "instruction_id_list": ids, "kwargs": json.dumps(kwargs_list)}
+
+
 BUILDERS: dict[str, Builder] = {
     "perturbed_answer_pairs": Builder(
         "question/answer rows -> preference pairs: chosen = the worked answer, rejected = the same answer with its "
@@ -187,6 +289,23 @@ BUILDERS: dict[str, Builder] = {
     "mbpp_task_prompts": Builder(
         "MBPP rows -> the task text plus its first test assert as the prompt; test_list, test_imports and code stay",
         ("prompt", "test_list"), ("prompt", "test_list"), _mbpp_prompt),
+    "gsm8k_answer_is": Builder(
+        "GSM8K question/answer rows -> the same question, the answer with its <<...>> calculator notes removed and "
+        "ending 'The answer is N.' (Tulu 3 mini's SFT targets)", ("question", "answer"), ("question", "answer"),
+        _answer_is),
+    "gsm8k_answer_is_pairs": Builder(
+        "GSM8K question/answer rows -> preference pairs: chosen = the 'The answer is N.' target, rejected = the same "
+        "text with only N changed (Tulu 3 mini's DPO pairs)", ("question", "answer"), ("prompt", "chosen", "rejected"),
+        _answer_is_pair),
+    "gsm8k_reasoning_trace": Builder(
+        "GSM8K question/answer rows -> question, reasoning (the worked steps without calculator notes) and answer "
+        "('The answer is N.'): with format question_answer and fields {reasoning: reasoning}, a <think> trace",
+        ("question", "answer"), ("question", "reasoning", "answer"), _reasoning_trace),
+    "ifthink_conversations": Builder(
+        "GSM8K question/answer rows -> IFThink-style conversations: the problem reasoned in <think> and answered, then "
+        "two follow-ups each asking for the answer again under one IFEval instruction, each reply reasoned in <think> "
+        "and checked by that instruction's IFEval checker (instruction_id_list, kwargs: the follow-ups')",
+        ("question", "answer"), ("messages", "instruction_id_list", "kwargs"), _ifthink),
 }
 
 

@@ -153,6 +153,13 @@ def inspect_command(
         print_result("[bold]token length histogram[/]")
         for lo, hi, n in found.histogram:
             print_result(f"{lo:>7,}-{hi:<7,} {'█' * max(1, round(40 * n / peak))} {n:,}", highlight=False)
+    if found.modes:
+        modes = Table(title="reasoning modes (the system prompt's tag)")
+        for col in ("mode", "rows", "multi-turn", "reasoned every turn"):
+            modes.add_column(col, justify="left" if col == "mode" else "right")
+        for m in found.modes:
+            modes.add_row(m["mode"], f"{m['rows']:,}", f"{m['multi_turn']:,}", f"{m['reasoned_every_turn']:,}")
+        print_result(modes)
     for warning in found.warnings:
         print_result(f"[yellow]warning:[/] {warning}", highlight=False)
     if not found.warnings:

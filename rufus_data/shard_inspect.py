@@ -5,13 +5,16 @@
 `inspect` prints rows and tokens per source and label, a token-length histogram, and the
 sanity warnings for the data bugs that cost SmolLM3 days: rows of a source that declares a
 system prompt but lack it, multi-turn rows whose reasoning-mode tag sits only in the first
-turn, empty assistant turns, and exact duplicate rows."""
+turn, multi-turn /think rows with replies that do not reason (the mode on in some turns only), /no_think rows that reason, empty assistant turns, and exact duplicate rows. Its
+reasoning-mode table counts the rows of each mode, the multi-turn ones, and those that reason
+in every assistant turn (IFThink-style rows)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +26,7 @@ from rufus_data.inputs import shard_folder
 from rufus_data.shards import DATA_DIR, read_manifest, shard_files
 
 REASONING_TAGS = ("/think", "/no_think")
+THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 EXAMPLES = 3
 
 
@@ -31,6 +35,9 @@ class Inspection:
     per_source: list[dict]
     histogram: list[tuple[int, int, int]]  # (bin start, bin end, rows)
     warnings: list[str] = field(default_factory=list)
+    # per reasoning mode (/think, /no_think, none: the tag of the system prompt): rows, multi_turn
+    # (more than one assistant turn), reasoned_every_turn (a non-empty <think> block in each one)
+    modes: list[dict] = field(default_factory=list)
 
 
 def connect(folder: str | Path, command: str = "rufus-data inspect") -> duckdb.DuckDBPyConnection:
@@ -106,8 +113,9 @@ def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:
     ]
     histogram = _histogram(con, bins) if "num_tokens" in columns else []
     conversation = _conversation_column(columns)
-    warnings = _warnings(con, Path(folder), conversation, columns)
-    return Inspection(per_source, histogram, warnings)
+    modes: dict[str, dict] = {}
+    warnings = _warnings(con, Path(folder), conversation, columns, modes)
+    return Inspection(per_source, histogram, warnings, [{"mode": mode, **counts} for mode, counts in modes.items()])
 
 
 def _conversation_column(columns: set[str]) -> str:
@@ -128,16 +136,26 @@ def _histogram(con, bins: int) -> list[tuple[int, int, int]]:
     return [(low + b * width, low + (b + 1) * width - 1, n) for b, n in rows]
 
 
-def _warnings(con, folder: Path, conversation: str, columns: set[str]) -> list[str]:
+def _warnings(con, folder: Path, conversation: str, columns: set[str], modes: dict[str, dict]) -> list[str]:
     warnings = []
     manifest = read_manifest(folder)
     systems = {s["name"]: s.get("system") for s in manifest.get("sources", []) if s.get("system")}
     replies = [c for c in ("chosen", "rejected") if c in columns]  # preference rows: their replies too
     cursor = con.execute(f"SELECT id, source, {', '.join([conversation, *replies])} FROM train")
     missing_system: dict[str, list[str]] = {}
-    tag_first_only, empty_assistant = [], []
+    tag_first_only, empty_assistant, think_uneven, no_think_reasons = [], [], [], []
     for row_id, source, turns, *reply_turns in _stream(cursor):
         turns = turns or []
+        mode, replies = _mode(turns), [t for t in turns if t["role"] == "assistant"]
+        reasoned = [_reasons(t["content"]) for t in replies]
+        counts = modes.setdefault(mode, {"rows": 0, "multi_turn": 0, "reasoned_every_turn": 0})
+        counts["rows"] += 1
+        counts["multi_turn"] += len(replies) > 1
+        counts["reasoned_every_turn"] += bool(reasoned) and all(reasoned)
+        if mode == "/think" and len(replies) > 1 and any(reasoned) and not all(reasoned):
+            think_uneven.append(row_id)
+        if mode == "/no_think" and any(reasoned):
+            no_think_reasons.append(row_id)
         wanted = systems.get(source)
         if wanted and not (turns and turns[0]["role"] == "system" and wanted in (turns[0]["content"] or "")):
             missing_system.setdefault(source, []).append(row_id)
@@ -157,6 +175,15 @@ def _warnings(con, folder: Path, conversation: str, columns: set[str]) -> list[s
             f"their first user turn, so later turns train without it (e.g. {', '.join(tag_first_only[:EXAMPLES])}); "
             "put the tag in the system prompt"
         )
+    if think_uneven:
+        warnings.append(
+            f"{len(think_uneven)} multi-turn /think rows reason (<think>) in some replies but not in all, so those "
+            f"turns train /think without reasoning (e.g. {', '.join(think_uneven[:EXAMPLES])}); keep every turn's "
+            "reasoning (the source's `strip_past_reasoning: false`) or drop those rows"
+        )
+    if no_think_reasons:
+        warnings.append(f"{len(no_think_reasons)} /no_think rows reason in a <think> block "
+                        f"(e.g. {', '.join(no_think_reasons[:EXAMPLES])}): give them /think or strip the block")
     if empty_assistant:
         warnings.append(f"{len(empty_assistant)} rows have an empty assistant turn (e.g. {', '.join(empty_assistant[:EXAMPLES])})")
     content = [c for c in (conversation, "expected_output", "chosen", "rejected") if c in columns]
@@ -190,10 +217,22 @@ def _tag_only_in_first_turn(turns: list[dict]) -> bool:
     return False
 
 
+def _mode(turns: list[dict]) -> str:
+    """The reasoning mode a row trains in: the tag of its system prompt ('none' without one)."""
+    system = turns[0]["content"] or "" if turns and turns[0]["role"] == "system" else ""
+    return next((tag for tag in REASONING_TAGS if _has_tag(system, tag)), "none")
+
+
+def _reasons(content: str | None) -> bool:
+    """A reply that opens with a non-empty <think> block."""
+    match = THINK_BLOCK.match((content or "").lstrip())
+    return bool(match and match.group(1).strip())
+
+
 def _has_tag(text: str, tag: str) -> bool:
     return any(word == tag for word in text.split())
 
 
 def to_json(inspection: Inspection) -> str:
     return json.dumps({"per_source": inspection.per_source, "histogram": inspection.histogram,
-                       "warnings": inspection.warnings}, indent=2)
+                       "modes": inspection.modes, "warnings": inspection.warnings}, indent=2)

@@ -100,13 +100,15 @@ def results(
 @app.command("vibe")
 @cli_errors
 def vibe(
-    prompts: Path = typer.Argument(..., help="YAML: a list of prompts (strings or {system, user})"),
+    prompts: Path = typer.Argument(..., help="YAML: a list of prompts (strings, {system, user}) or conversations "
+                                   "({system, turns: [user turns]})"),
     ckpt: list[str] = typer.Option(..., "--ckpt", help="model to ask (give two or more)"),
     max_tokens: int = typer.Option(256),
     temperature: float = typer.Option(0.0),
     out: Path = typer.Option(None, help="also write the answers as Markdown here"),
 ) -> None:
-    """A handful of your own prompts answered side by side by each checkpoint (example: catalogs/vibe_prompts.yaml)."""
+    """Your own prompts and multi-turn conversations answered side by side by each checkpoint, each turn's reply
+    with its reasoning mode (/think, /no_think) (example: catalogs/vibe_prompts.yaml)."""
     from rufus_eval.vibe import run_vibe  # torch and lm-eval load with it: not for --help or compare
 
     run_vibe(prompts, ckpt, max_tokens=max_tokens, temperature=temperature, out=out)

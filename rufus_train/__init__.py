@@ -6,6 +6,7 @@ The run, start to end:
 - cli.py: `rufus-train` (stage, stages, pipeline, export, plan, serve): thin wrappers.
 - config.py: the strict per-stage configs (catalogs/stages/NAME.yaml, CLI overrides, --dry-run).
 - guards.py: what is refused before any model or dataset loads.
+- guidance.py: the Smol playbook's advice as config-time warnings (packing, preference epochs and rates).
 - launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.
 - data.py: what `data:` names (shard folders or catalogs, mixed first) and the rows read.
 - runner.py: one stage run: guards -> run folder -> model -> LoRA -> dataset -> trainer -> run.json.

@@ -29,6 +29,7 @@ from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import MERGED_DIR
 from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
+from rufus_train import guidance
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stage_file
 from rufus_train.modeling import export_merged, is_adapter_folder
 from rufus_train.runner import check_config, run_stage
@@ -60,7 +61,12 @@ class PipelineConfig(StrictModel):
     )
     merge: bool = Field(True, description="merge the last stage's LoRA adapter into OUT/merged (model + tokenizer)")
     eval: StageEval | None = None
-    stages: list[dict[str, Any]] = Field(min_length=1, description="each: stage NAME, optional config FILE, overrides")
+    stages: list[dict[str, Any]] = Field(
+        min_length=1, description="each: stage NAME, optional config FILE, label (its row in the table), overrides")
+
+    def labels(self) -> list[str]:
+        """Each stage's row name in the table: its `label`, else the stage's name."""
+        return [entry.get("label") or entry["stage"] for entry in self.stages]
 
 
 def load_pipeline(path: str | Path) -> PipelineConfig:
@@ -112,6 +118,7 @@ def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list[Sta
     for i, entry in enumerate(pipeline.stages[:upto]):
         entry = with_defaults(pipeline.defaults, entry)
         name = entry.pop("stage")
+        entry.pop("label", None)
         config_file = entry.pop("config", None) or stage_file(name)
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
         overrides = {**entry, "model": model, "output_dir": str(out), "overwrite": pipeline.overwrite}
@@ -126,6 +133,7 @@ def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
     base model (same architecture, tokenizer and context)."""
     for i, config in enumerate(configs):
         check_config(config if i == 0 else config.model_copy(update={"model": pipeline.model}))
+    guidance.check_pipeline(configs)  # the playbook's advice on how the stages relate (warnings)
 
 
 def dry_run(pipeline: PipelineConfig) -> str:
@@ -162,10 +170,10 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         if pipeline.eval:
             rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
             print_table(rows, pipeline.name)
-        for config in configs:
+        for config, label in zip(configs, pipeline.labels(), strict=True):
             started = time.time()
             result = run_stage(config)
-            row = {"stage": config.stage, "model": config.output_dir, "steps": result.global_step,
+            row = {"stage": label, "model": config.output_dir, "steps": result.global_step,
                    "train_s": round(time.time() - started, 1)}
             if pipeline.eval:
                 row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))

@@ -45,7 +45,7 @@ from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import CONFIG_YAML, LINEAGE_JSON, METRICS, RUN_JSON, TRAIN_LOG, write_run_json
 from rufus_data.shards import package_versions
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
-from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
+from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
@@ -74,6 +74,7 @@ def check_config(config: StageConfig) -> None:
     """Every guard that needs nothing loaded: the common ones, the data columns, the stage's own."""
     stage = get_stage(config.stage)
     guards.check_stage(config)
+    guidance.check_stage(config)
     data.check_columns(config.data, stage.required_columns, config.stage)
     stage.check(config)
 

@@ -183,7 +183,8 @@ def test_vibe_answers_side_by_side(tmp_path, tiny_model):
     answers = run_vibe(prompts, ["tiny-random", tiny_model], max_tokens=8, out=tmp_path / "vibe.md")
     assert [len(a) for a in answers.values()] == [2, 2]
     assert answers["tiny-random"] == answers[tiny_model]  # greedy: the same model answers the same
-    assert "You are a pirate" not in (tmp_path / "vibe.md").read_text() and "Say hello." in (tmp_path / "vibe.md").read_text()
+    markdown = (tmp_path / "vibe.md").read_text()
+    assert "## conversation 2 (system: You are a pirate.)" in markdown and "### turn 1 (-): Say hello." in markdown
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {usr: hi}\n")
     with pytest.raises(RufusError, match="prompt 0"):

@@ -116,6 +116,23 @@ def test_mask_warns_and_zeroes_only_all_dead_micro_batches(tiny_model, tmp_path)
     assert trainer.compute_loss(trainer.model, dead_half).item() != 0.0  # without the mask, the bonus acts on dead rows
 
 
+def test_dead_frac_is_over_local_rows_and_the_gathered_share_has_its_own_name(tiny_model, tmp_path, monkeypatch):
+    """`dyn/dead_frac` is the share of this process's rows in a dead group (as docs/train_rl.md
+    defines it); `dyn/dead_frac_global` is over every process's rows. With one process they agree;
+    a second rank whose rows are all informative (its flags appended by the gather, the collective
+    standing in for a 2-process group) moves only the gathered figure."""
+    dataset = prompts_dataset(flat=4, live=4)
+    trainer = make_trainer(tiny_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="mask")
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_of(dataset, [0, 5]))
+    metrics = trainer._metrics["train"]
+    assert metrics["dyn/dead_frac"][-1] == metrics["dyn/dead_frac_global"][-1] == 0.5
+    other_rank_live = lambda flags: torch.cat([flags, torch.zeros_like(flags)])
+    monkeypatch.setattr(trainer.accelerator, "gather", other_rank_live)
+    trainer._log_dead(torch.tensor([True] * G + [False] * G))
+    assert (metrics["dyn/dead_frac"][-1], metrics["dyn/dead_frac_global"][-1]) == (0.5, 0.25)
+
+
 def test_mask_warns_for_beta_but_not_when_gradient_is_untouched(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=2, live=2)
     for beta, expect_warning in ((0.04, True), (0.0, False)):

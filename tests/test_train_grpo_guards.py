@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 import pytest
 import torch
+from conftest import REPO
 from trl import GRPOConfig
 from typer.testing import CliRunner
 
@@ -85,6 +86,21 @@ def test_prefetch_names_what_it_needs_before_fetching(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "kernels" else None)
     offline = CliRunner().invoke(app, ["prefetch"])
     assert offline.exit_code == 2 and "but TRANSFORMERS_OFFLINE is set: unset it" in " ".join(offline.output.split())
+
+
+def test_async_dead_groups_refusal_says_filter_first_and_the_table_agrees():
+    """Async GRPO refuses dynamic sampling, so the refusal and the failure table send the user to
+    `rufus-data filter` instead of offering `resample` there."""
+    for mode in ("mask", "resample"):
+        problem = next(p for p in async_checks.async_problems(grpo_config(grpo_execution="async", dynamic_sampling=mode),
+                                                              environ={}) if "dynamic_sampling" in p)
+        assert f"dynamic_sampling: {mode} is a synchronous-GRPO feature" in problem
+        assert "no other remedy for dead groups" in problem and "Filter the prompts first, `rufus-data filter" in problem
+    table = [line for line in (REPO / "docs" / "train_rl.md").read_text().splitlines()
+             if line.startswith("| `frac_reward_zero_std`")]
+    async_rows = [row for row in table if "(async)" in row]
+    assert async_rows and all("rufus-data filter" in row and "resample" not in row for row in async_rows)
+    assert any("(sync)" in row and "resample" in row and "not reproducible" in row for row in table)
 
 
 def test_async_allows_fsdp2_lora_and_several_processes_but_not_fsdp1(tmp_path):

@@ -25,6 +25,7 @@ from rufus_train.cli import app
 from rufus_train.pipeline import StageEval, load_pipeline, stage_configs, stage_request
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
+TULU3_MINI_SYSTEM = "You are a careful math assistant. Reason step by step, then finish with 'The answer is N.'"
 _ = one_torch_thread
 
 
@@ -112,14 +113,19 @@ def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
                                                      "down_proj"]}
         assert config["trainer"] == {"optim": "adamw_torch", "lr_scheduler_type": "cosine", "warmup_steps": 0.05,
                                      "max_grad_norm": 1.0}
-    assert (sft["assistant_only_loss"], sft["learning_rate"], sft["gradient_accumulation_steps"]) == (True, 1e-4, 4)
-    assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"]) == (0.1, "sigmoid_norm", 5e-5)
-    recipe_rl = {"num_iterations": 2, "beta": 0.02, "kl_estimator": 2, "epsilon": 0.2, "epsilon_high": 0.272,
-                 "adv_norm": "centered", "num_generations": 4, "temperature": 1.0, "max_completion_length": 200,
-                 "learning_rate": 2e-5}
+    assert (sft["assistant_only_loss"], sft["learning_rate"], sft["max_steps"], sft["max_length"]) == (True, 1e-4, 40, 640)
+    assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"], dpo["max_steps"]) == (0.1, "sigmoid_norm", 1e-5, 24)
+    recipe_rl = {"beta": 0.02, "kl_estimator": 2, "epsilon": 0.2, "epsilon_high": 0.272, "adv_norm": "centered",
+                 "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "temperature": 1.0,
+                 "max_completion_length": 256, "learning_rate": 2e-5, "max_steps": 6, "overlong_cache": None}
     assert {key: rl[key] for key in recipe_rl} == recipe_rl
-    assert rl["rewards"][-1] == {"name": "overlong_penalty", "max_length": 200, "cache": 33}  # the playbook's sixth
-    assert printed["eval"]["temperature"] == 0.0 and printed["eval"]["samples"] == 1 and printed["eval"]["limit"] == 32
+    assert rl["rewards"] == [{"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
+                              "answer_column": "expected_output"}]  # the GSM8K verifier alone
+    # every stage on its own GSM8K catalog; the eval under the same system prompt, greedy, 24 problems, 256 tokens
+    assert [c["data"] for c in (sft, dpo, rl)] == [[f"catalogs/data/tulu3_mini_{s}.yaml"] for s in ("sft", "dpo", "rl")]
+    assert {k: printed["eval"][k] for k in ("suite", "temperature", "samples", "limit", "max_tokens")} == {
+        "suite": "tulu3_mini", "temperature": 0.0, "samples": 1, "limit": 24, "max_tokens": 256}
+    assert load_suite("tulu3_mini").system_prompt == TULU3_MINI_SYSTEM
     assert printed["merge"] is True
     assert not (REPO / "runs" / "tulu3_mini").exists() or "pipeline valid" in result.output  # nothing trained
 
@@ -172,11 +178,11 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     proc = subprocess.run(
         [sys.executable, "bench/tulu3_mini.py", "--work", str(tmp_path)], check=False, cwd=REPO, env=env,
         capture_output=True,
-        text=True, timeout=30 * 60,
+        text=True, timeout=75 * 60,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "within the 20 min budget" in proc.stdout
+    assert "within the 60 min budget" in proc.stdout
     rows = json.loads((tmp_path / "pipeline.json").read_text())
-    assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "reasoning_rl"]
-    assert [r["steps"] for r in rows[1:]] == [10, 5, 4]
+    assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "rlvr"]
+    assert [r["steps"] for r in rows[1:]] == [40, 24, 6]
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()

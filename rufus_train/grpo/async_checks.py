@@ -69,8 +69,11 @@ def async_problems(config, environ: dict | None = None) -> list[str]:
     if getattr(config, "dynamic_sampling", None):
         problems.append(
             f"(rufus) dynamic_sampling: {config.dynamic_sampling} is a synchronous-GRPO feature (the async rollout "
-            "worker scores groups in its own process and queues them as they finish). Set dynamic_sampling: null, or "
-            "grpo_execution: sync"
+            "worker scores groups in its own process and queues them as they finish), and async GRPO has no other "
+            "remedy for dead groups (every completion of a prompt earning the same reward: no advantage, no "
+            "gradient). Filter the prompts first, `rufus-data filter DATA --policy MODEL --out learnable` (keeps "
+            "the prompts the policy neither always solves nor always fails), train on `--data learnable` with "
+            "dynamic_sampling: null; or grpo_execution: sync"
         )
     if trainer.get("use_liger_kernel"):
         problems.append("(trl) use_liger_kernel: AsyncGRPOTrainer raises NotImplementedError for it; remove it")

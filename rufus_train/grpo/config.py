@@ -48,7 +48,10 @@ class GRPOStageConfig(StageConfig):
         "std", description="advantage = reward - group mean, divided by the group std (std), by nothing (centered), "
         "or by the batch std (batch_std)"
     )
-    dynamic_sampling: Literal["mask", "resample"] | None = None
+    dynamic_sampling: Literal["mask", "resample"] | None = Field(
+        None, description="groups whose rewards are all equal: mask them, or resample (refills from a second prompt "
+        "sampler: the run trains other prompts than one without it, so the two do not reproduce each other); sync "
+        "GRPO only")
     dynamic_sampling_max_rounds: int = Field(4, ge=1)
     grpo_execution: Literal["sync", "async"] = "sync"
     vllm_server: str | None = Field(None, description="sync: generate on this vLLM server; async: the server (default :8000)")

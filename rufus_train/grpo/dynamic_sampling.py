@@ -18,8 +18,10 @@ references for the two modes here:
 
 Deadness is decided per group from the gathered rewards, never per row: a row exactly at its
 group's mean has advantage 0 inside an informative group and is trained like any other.
-Metrics: `dyn/dead_frac` (share of local rows in a dead group, after any refill) and
-`dyn/refilled` (1 when the refill filled the batch, 0 on fallback)."""
+Metrics: `dyn/dead_frac` (share of local rows in a dead group, after any refill),
+`dyn/dead_frac_global` (the same over every process's rows) and `dyn/refilled` (1 when the refill
+filled the batch, 0 on fallback). `resample` trains other prompts than a run without it (the
+refills come from a second sampler), so the two runs are not reproductions of each other."""
 
 from __future__ import annotations
 
@@ -211,7 +213,7 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         output, dead_rows = self._score(inputs)
         if self.dynamic_sampling == "mask":
             output["dyn_dead"] = dead_rows
-            self._metrics["train"]["dyn/dead_frac"].append(self._global_mean(dead_rows))
+            self._log_dead(dead_rows)
             return output
         return self._refill(inputs, output, dead_rows)
 
@@ -241,7 +243,7 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         # Fallback: top the batch up with the first batch's dead groups so its shape holds.
         chosen = informative + [(0, g) for g in range(wanted) if dead_rows[g * group]][: wanted - len(informative)]
         merged, merged_dead = self._merge(pieces, chosen)
-        self._metrics["train"]["dyn/dead_frac"].append(self._global_mean(merged_dead))
+        self._log_dead(merged_dead)
         self._metrics["train"]["dyn/refilled"].append(float(refilled))
         return merged
 
@@ -283,8 +285,11 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
         merged["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         return merged, dead
 
-    def _global_mean(self, flags: torch.Tensor) -> float:
-        return self.accelerator.gather(flags.float()).mean().item()
+    def _log_dead(self, dead_rows: torch.Tensor) -> None:
+        """`dyn/dead_frac`: the share of this process's rows in a dead group (as defined); the
+        share over every process's rows as `dyn/dead_frac_global` (the same with one process)."""
+        self._metrics["train"]["dyn/dead_frac"].append(dead_rows.float().mean().item())
+        self._metrics["train"]["dyn/dead_frac_global"].append(self.accelerator.gather(dead_rows.float()).mean().item())
 
     # --- loss -------------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
