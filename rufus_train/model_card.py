@@ -18,6 +18,7 @@ from rufus_data.models import BUILTINS
 from rufus_data.run_folder import (
     CONFIG_YAML,
     EVAL_LOGS,
+    MERGED_DIR,
     METRICS,
     RUN_JSON,
     TRAIN_LOG,
@@ -97,7 +98,7 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
     metadata = ModelCardData(
         base_model=hub_base(base), library_name="peft" if lora and not merged else "transformers",
         pipeline_tag="text-generation", datasets=hub_datasets(summary.get("lineage")) or None,
-        tags=["rufus", "trl", summary["stage"], *(["lora"] if lora else []), *(["merged"] if merged else [])],
+        tags=["rufus", "trl", summary["stage"], *(["lora"] if lora else []), *([MERGED_DIR] if merged else [])],
         model_name=run.name if results else None, eval_results=results or None,
     )
     method = f"a LoRA adapter (r={lora['r']}, alpha={lora['alpha']})" if lora else "full fine-tuning"

@@ -87,8 +87,7 @@ tasks:
     scorer: {{name: string_match, extractor: last_number, gold_extractor: gsm8k, answer_column: answer}}
     metric: avg@k
 """)
-    record = run_suite(EvalRequest(suite=str(suite), checkpoint=tiny_model, backend="hf", out=tmp_path / "run",
-                                   db_path=tmp_path / "runs.duckdb"))
+    record = run_suite(EvalRequest(suite=str(suite), checkpoint=tiny_model, backend="hf", out=tmp_path / "run"))
     assert record["system_prompt"] == SYSTEM
     samples = [json.loads(line) for line in Path(record["tasks"]["sums"]["samples_file"]).read_text().splitlines()]
     assert len(samples) == 2

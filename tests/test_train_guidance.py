@@ -11,14 +11,14 @@ from conftest import REPO
 from typer.testing import CliRunner
 
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config, stages_dir
+from rufus_train.config import load_stage_config, stage_file
 from rufus_train.guidance import GuidanceWarning, check_pipeline, check_stage
 from rufus_train.pipeline import load_pipeline, stage_configs
 from rufus_train.stages import get_stage
 
 
 def stage(name: str, **overrides):
-    return load_stage_config(name, get_stage(name).config_class, stages_dir() / f"{name}.yaml", overrides)
+    return load_stage_config(name, get_stage(name).config_class, stage_file(name), overrides)
 
 
 def guidance_of(check, *args) -> list[str]:
