@@ -25,6 +25,7 @@ whose earlier step failed); it guards processes from each other."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -110,8 +111,10 @@ class OutputLock:
     def __init__(self, out: str | Path, command: str):
         self.out, self.command = Path(out), command
         self._lock: FileLock | None = None
+        self._made_parent = False  # the lock made the output's folder: a command refused early leaves none
 
     def acquire(self) -> Self:
+        self._made_parent = self._made_parent or not self.out.parent.exists()
         self._lock = lock = take(self.out)
         if lock.lock_counter == 1:  # the first hold of this process: the record and the leftovers are ours now
             self._take_over()
@@ -125,6 +128,9 @@ class OutputLock:
             holder_path(self.out).unlink(missing_ok=True)
             lock_path(self.out).unlink(missing_ok=True)
         lock.release()
+        if self._made_parent and lock.lock_counter == 0:
+            with contextlib.suppress(OSError):  # not empty: the command wrote its output there
+                self.out.parent.rmdir()
 
     def __enter__(self) -> Self:
         return self.acquire()
