@@ -52,7 +52,8 @@ class Launch:
 def accelerate_config_path(value: str) -> Path:
     """A named config of catalogs/accelerate/ (ddp, fsdp2, zero2, zero3) or a file."""
     if value in NAMED_CONFIGS:
-        return catalog_file(f"accelerate/{value}.yaml", "accelerate config")
+        # absolute: accelerate reads it from the launched processes, wherever they start
+        return catalog_file(f"accelerate/{value}.yaml", "accelerate config").absolute()
     path = Path(value).expanduser()
     if not path.is_file():
         raise RufusError(
