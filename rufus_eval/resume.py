@@ -29,8 +29,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from rufus_data.dedup.work import write_atomic
 from rufus_data.errors import RufusError
+from rufus_data.paths import atomic_file
 
 FORMAT = 1  # bump when the layout changes: older work folders then start afresh
 KEY_FILE = "key.json"
@@ -70,16 +70,14 @@ class SuiteWork:
         return json.loads(path.read_text()) if path.exists() else None
 
     def save_prepared(self, lm_names: dict, skipped: dict) -> None:
-        write_atomic(self.folder / PREPARED, lambda tmp: tmp.write_text(json.dumps(
-            {"lm_names": lm_names, "skipped": skipped})))
+        _write_json(self.folder / PREPARED, {"lm_names": lm_names, "skipped": skipped})
 
     def done(self) -> dict[str, dict]:
         """{task: {record, judge}} of the tasks earlier attempts finished."""
         return {p.stem: json.loads(p.read_text()) for p in sorted((self.folder / "done").glob("*.json"))}
 
     def task_done(self, name: str, record: dict, judge: dict | None) -> None:
-        write_atomic(self.folder / "done" / f"{name}.json",
-                     lambda tmp: tmp.write_text(json.dumps({"record": record, "judge": judge}, default=str)))
+        _write_json(self.folder / "done" / f"{name}.json", {"record": record, "judge": judge})
 
     def finish(self, out: Path) -> None:
         """run/ becomes `out` (replacing an older run folder only now), and the work folder goes."""
@@ -108,7 +106,7 @@ def suite_work(parent: Path, key: str, run_name: str) -> Iterator[SuiteWork]:
                          "it to finish, or stop it") from None
     with contextlib.ExitStack() as held:
         held.callback(lock.release)
-        for leftover in folder.rglob("*.tmp-*"):  # half-written by an attempt that was killed
+        for leftover in folder.rglob("*.tmp.*"):  # half-written by an attempt that was killed (atomic_file)
             leftover.unlink(missing_ok=True)
         state = _read_state(folder)
         if state is None:  # a fresh start (or a folder of an older layout)
@@ -117,7 +115,7 @@ def suite_work(parent: Path, key: str, run_name: str) -> Iterator[SuiteWork]:
                     shutil.rmtree(path) if path.is_dir() else path.unlink()
             state = {"key": key, "run": run_name,
                      "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
-            write_atomic(folder / KEY_FILE, lambda tmp: tmp.write_text(json.dumps(state)))
+            _write_json(folder / KEY_FILE, state)
         (folder / "run").mkdir(exist_ok=True)
         yield SuiteWork(folder, state["run"], state["created"])
 
@@ -129,3 +127,9 @@ def _read_state(folder: Path) -> dict | None:
         return None
     return state if isinstance(state, dict) and {"key", "run", "created"} <= set(state) and \
         folder.name.endswith(str(state["key"])) else None
+
+
+def _write_json(path: Path, value: dict) -> None:
+    """`value` as JSON under its real name only once whole (paths.atomic_file)."""
+    with atomic_file(path) as tmp:
+        tmp.write_text(json.dumps(value, default=str))
