@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption, model_options
-from rufus_data.console import cli_errors, console, print_result
+from rufus_data.cli_options import CliApp, FormatOption, OverwriteOption, VersionOption, model_options
+from rufus_data.console import cli_errors, console, print_result, print_rows
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.models import list_models, pull
@@ -171,15 +171,11 @@ def inspect_command(
 def sql_command(
     folder: Path = typer.Argument(..., help="shard folder"),
     query: str = typer.Argument(..., help="SQL over the views train (alias shards) and holdout"),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes "
-                            "(a table written there keeps every value whole)"),
+    fmt: FormatOption = "table",
 ) -> None:
     """Run a DuckDB query over a shard folder; the rows go to stdout."""
-    # heavy: duckdb and arrow, not for --help
-    from rufus_data.shard_inspect import SQL_FORMATS, print_rows, run_sql  # heavy: duckdb and arrow
+    from rufus_data.shard_inspect import run_sql  # heavy: duckdb and arrow, not for --help
 
-    if fmt not in SQL_FORMATS:
-        raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
     print_rows(*run_sql(folder, query), fmt)
 
 

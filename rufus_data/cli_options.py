@@ -8,11 +8,14 @@ every command built on it, the way TRL's HfArgumentParser builds flags from its 
     def filter_command(out: Path = typer.Option(..., "--out"), options: dict = None) -> None:
         config = FilterConfig(**options)
 
-The flag of `max_tokens` is `--max-tokens`; a boolean is a plain flag (`--overwrite`); a field
-without a default is a required option. Where the field name or type does not say how it is
-written on the command line, a `Flag` in the field's annotation does:
-`Annotated[list[str], Flag("--base-url")]` (repeatable, one URL each), or
-`Annotated[str, Flag(argument=True)]` (the command's positional argument, as `rufus-eval suite NAME`).
+The flag of `max_tokens` is `--max-tokens` in rufus-data and rufus-eval and `--max_tokens` in
+rufus-train (each CLI's own style: `CliApp(spelling=...)`), and every command of the three takes
+both spellings, as TRL and lm-eval users type them. A boolean is a plain flag (`--overwrite`,
+never required); a `Literal` field shows and checks its choices; a field without a default is a
+required option. Where the field name or type does not say how it is written on the command
+line, a `Flag` in the field's annotation does: `Annotated[list[str], Flag("--base-url",
+metavar="URL")]` (repeatable, shown `URL...`), or `Annotated[str, Flag(argument=True)]` (the
+command's positional argument, as `rufus-eval suite NAME`).
 
 Every Rufus CLI is a `CliApp`, whose commands show boolean flags bare in --help."""
 
@@ -25,7 +28,7 @@ import typing
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import BaseModel
@@ -45,6 +48,7 @@ class Flag:
     type: Any = None  # the command-line type, when the field's has none in typer (list[str | dict])
     parse: Callable[[Any], Any] | None = None  # command-line value -> field value (shlex.split, ...)
     argument: bool = False  # a positional argument (what the command acts on), not an --option
+    metavar: str | None = None  # what --help shows for the value: URL (a list shows URL...)
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,47 @@ class CliField:
     parameter: inspect.Parameter
 
 
-class _BareFlags:
-    """typer 0.29 shows every boolean flag with a value type (`--overwrite <bool>`, even
-    `--help <bool>`), which reads as if the flag took a value. Flags are shown bare here."""
+HYPHENS, UNDERSCORES = "-", "_"  # the two spellings of a long option: --max-tokens, --max_tokens
+
+
+def respell(option: str, spelling: str) -> str:
+    """A long option in one spelling: `--max-tokens` <-> `--max_tokens` (short options as they are)."""
+    if not option.startswith("--"):
+        return option
+    other = UNDERSCORES if spelling == HYPHENS else HYPHENS
+    return "--" + option[2:].replace(other, spelling)
+
+
+def accept_both_spellings(args: list[str], known: set[str]) -> list[str]:
+    """`args` with each long option that is not `known` but is in the other spelling written the
+    known way (`--max_tokens 8` for a command that declares `--max-tokens`); values, unknown
+    options and everything after a bare `--` as they are."""
+    out: list[str] = []
+    for i, arg in enumerate(args):
+        if arg == "--":
+            return out + args[i:]
+        if arg.startswith("--") and len(arg) > 2:
+            name, eq, value = arg.partition("=")
+            if name not in known:
+                name = next((o for o in (respell(name, HYPHENS), respell(name, UNDERSCORES)) if o in known), name)
+            arg = name + eq + value
+        out.append(arg)
+    return out
+
+
+class _RufusCommand:
+    """What every Rufus command does with its options: writes each in its CLI's spelling, takes
+    the other spelling too, and shows boolean flags bare (typer 0.29 shows `--overwrite <bool>`,
+    even `--help <bool>`, which reads as if the flag took a value)."""
+
+    spelling = HYPHENS
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name == "option":
+                param.opts = [respell(o, self.spelling) for o in param.opts]
+                param.secondary_opts = [respell(o, self.spelling) for o in param.secondary_opts]
 
     def get_params(self, ctx):
         params = super().get_params(ctx)
@@ -67,31 +109,48 @@ class _BareFlags:
                 param.metavar = ""
         return params
 
+    def parse_args(self, ctx, args):
+        known = {o for p in self.get_params(ctx) if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
+        return super().parse_args(ctx, accept_both_spellings(list(args), known))
 
-class FlagCommand(_BareFlags, TyperCommand):
-    """A command whose --help shows boolean flags bare."""
+
+class FlagCommand(_RufusCommand, TyperCommand):
+    """A Rufus command: options in its CLI's spelling (either is accepted), boolean flags bare."""
 
 
-class FlagGroup(_BareFlags, TyperGroup):
+class FlagGroup(_RufusCommand, TyperGroup):
     """A command group whose --help shows boolean flags bare."""
+
+    def parse_args(self, ctx, args):  # a group's own options are few; its arguments are a command line
+        return TyperGroup.parse_args(self, ctx, args)
 
 
 class CliApp(typer.Typer):
     """The typer app of each Rufus CLI: shell completion (`--install-completion`), help when called bare,
-    boolean flags written and shown one way in all three CLIs (`--overwrite`, no value), and, when
-    the program starts, the CPU thread defaults (cpu_threads.py) and warnings the console has
-    already given shown once."""
+    options written in the CLI's `spelling` (rufus-train as TRL writes them, `--max_steps`; the
+    others `--max-tokens`) with the other spelling accepted, boolean flags written and shown one
+    way in all three CLIs (`--overwrite`, no value), and, when the program starts, the CPU thread
+    defaults (cpu_threads.py) and warnings the console has already given shown once."""
 
-    def __init__(self, **options):
+    def __init__(self, spelling: str = HYPHENS, **options):
         super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=True, **options)
+        self.spelling = spelling
+        self.command_class = type("FlagCommand", (FlagCommand,), {"spelling": spelling})
 
     def __call__(self, *args, **kwargs):
         cpu_thread_defaults()  # before any command imports torch
         warnings.filterwarnings("ignore", category=UnpinnedRevision)  # the console said it
         return super().__call__(*args, **kwargs)
 
+    def add_typer(self, typer_instance: typer.Typer, **options) -> None:
+        if isinstance(typer_instance, CliApp) and typer_instance.spelling != self.spelling:
+            raise ValueError(f"a {self.spelling!r} CLI's command group must spell its options the same way")
+        super().add_typer(typer_instance, **options)
+
     def command(self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **options):
-        return super().command(name, cls=cls or FlagCommand, **options)
+        if cls is not None and not issubclass(cls, self.command_class):
+            raise TypeError(f"{cls.__name__} must derive from the app's command_class (its spelling and flags)")
+        return super().command(name, cls=cls or self.command_class, **options)
 
 
 def flag_option(name: str, help: str) -> Any:
@@ -116,6 +175,17 @@ VersionOption = Annotated[bool, typer.Option(
 # The options every command that writes a folder spells the same way, in all three CLIs.
 OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existing output folder")]
 
+# One meaning of --dry-run everywhere: what the command would do, checked and printed, and nothing
+# done. Each command's own help says what its plan lists.
+DRY_RUN_HELP = ("validate, resolve and print the plan; load no model and no data beyond what the plan needs, "
+                "write nothing")
+DryRunOption = Annotated[bool, flag_option("--dry-run", DRY_RUN_HELP)]
+
+# How a command prints a table a script may read (console.print_rows).
+OutputFormat = Literal["table", "csv", "json"]
+FormatOption = Annotated[OutputFormat, typer.Option(
+    "--format", help="table for people; csv or json for files and pipes (every value whole)")]
+
 
 def flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
@@ -138,11 +208,15 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
         cli_type = flag.type or _cli_type(info.annotation)
         default = _default(info, name in optional)
         if flag.argument:
-            option = typer.Argument(help=info.description, show_default=default not in (None, ...))
+            option = typer.Argument(help=info.description, show_default=default not in (None, ...),
+                                    metavar=flag.metavar)
         elif cli_type is bool:
+            if default is ...:
+                raise ValueError(f"{model.__name__}.{name} is a required boolean: give it a default (a flag is optional)")
             option = flag_option(option_name if not default else f"{option_name}/--no-{option_name[2:]}", info.description)
         else:
-            option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...))
+            option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...),
+                                  metavar=_metavar(cli_type, flag))
         parameter = inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[cli_type, option]
         )
@@ -178,6 +252,14 @@ def model_options(model: type[BaseModel], *, into: str = "options", optional: Se
         return wrapper
 
     return decorate
+
+
+def _metavar(cli_type: Any, flag: Flag) -> str | None:
+    """What --help shows for a value: the Flag's (`URL`), `VALUE...` for a list (one per repeat)
+    rather than typer's `<list[str]>`; None leaves typer's own (`<int>`, a Literal's choices)."""
+    if typing.get_origin(cli_type) is list:
+        return f"{flag.metavar or 'VALUE'}..."
+    return flag.metavar
 
 
 def _declaration_order(model: type[BaseModel]) -> list[str]:

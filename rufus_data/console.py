@@ -5,8 +5,12 @@ $RUFUS_PROGRESS_SECONDS (default 30)."""
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
+import json
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -25,6 +29,7 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 from rich.text import Text
 
 from rufus_data.errors import RufusError
@@ -49,6 +54,36 @@ def print_result(renderable, **options) -> None:
         results_console.print(renderable, soft_wrap=isinstance(renderable, str), **options)
     finally:
         results_console.width = width
+def rows_as_text(columns: list[str], rows: list[tuple], fmt: str) -> str:
+    """Rows as CSV (a header line, then one line per row) or JSON (a list of objects, one per
+    row), for files and pipes. Nested values (lists, structs) are written as JSON in both; dates
+    and decimals as their text."""
+    if fmt == "json":
+        return json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=2, default=str) + "\n"
+    if fmt != "csv":
+        raise RufusError(f"--format {fmt!r} is not one of table, csv, json")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in row])
+    return buffer.getvalue()
+
+
+def print_rows(columns: list[str], rows: list[tuple], fmt: str = "table", title: str | None = None) -> None:
+    """Result rows on stdout, in every command that prints a table a script may read (`--format`):
+    a table for people (`title` above it), or CSV / JSON (rows_as_text) for files and pipes."""
+    if fmt != "table":
+        sys.stdout.write(rows_as_text(columns, rows, fmt))
+        return
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*(v if isinstance(v, Text) else Text("" if v is None else str(v)) for v in row))  # data, never markup
+    print_result(table)
+
+
 PROGRESS_SECONDS_ENV = "RUFUS_PROGRESS_SECONDS"
 DEFAULT_PROGRESS_SECONDS = 30.0
 

@@ -1,6 +1,6 @@
 """`rufus-data inspect` and `rufus-data sql`: look at a shard folder with DuckDB.
 
-`sql` prints its rows as a table, or as CSV or JSON for files and pipes (`rows_as_text`).
+`sql` prints its rows as a table, or as CSV or JSON for files and pipes (console.print_rows).
 
 `inspect` prints rows and tokens per source and label, a token-length histogram, and the
 sanity warnings for the data bugs that cost SmolLM3 days: rows of a source that declares a
@@ -11,11 +11,8 @@ in every assistant turn (IFThink-style rows)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import re
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,43 +58,6 @@ def run_sql(folder: str | Path, query: str) -> tuple[list[str], list[tuple]]:
         raise RufusError(f"query failed: {err}. The views are `train` (alias `shards`) and `holdout`") from None
     columns = [d[0] for d in result.description or []]
     return columns, result.fetchall()
-
-
-SQL_FORMATS = ("table", "csv", "json")
-
-
-def rows_as_text(columns: list[str], rows: list[tuple], fmt: str) -> str:
-    """Query rows as CSV (a header line, then one line per row) or JSON (a list of objects, one
-    per row). Nested values (lists, structs) are written as JSON in both; dates and decimals as
-    their text."""
-    if fmt == "json":
-        return json.dumps([dict(zip(columns, row, strict=True)) for row in rows], indent=2, default=str) + "\n"
-    if fmt != "csv":
-        raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow([json.dumps(v, default=str) if isinstance(v, (list, dict)) else v for v in row])
-    return buffer.getvalue()
-
-
-def print_rows(columns: list[str], rows: list[tuple], fmt: str) -> None:
-    """Query rows on stdout: a table, or CSV / JSON (rows_as_text) for files and pipes."""
-    if fmt != "table":
-        sys.stdout.write(rows_as_text(columns, rows, fmt))
-        return
-    from rich.table import Table
-    from rich.text import Text
-
-    from rufus_data.console import print_result
-
-    table = Table()
-    for col in columns:
-        table.add_column(col)
-    for row in rows:
-        table.add_row(*(Text(str(v)) for v in row))  # values are data, never rich markup
-    print_result(table)
 
 
 def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:

@@ -8,10 +8,9 @@ from pathlib import Path
 
 import typer
 
-from rufus_data.cli_options import CliApp, VersionOption, model_options
-from rufus_data.console import cli_errors
+from rufus_data.cli_options import CliApp, FormatOption, VersionOption, model_options
+from rufus_data.console import cli_errors, print_rows
 from rufus_data.env_report import env_command
-from rufus_data.errors import RufusError
 from rufus_eval.compare import compare_runs
 from rufus_eval.request import EvalRequest, request_from_cli
 
@@ -85,15 +84,11 @@ def results(
                                 "row's run, step, task, metric, value, stderr, k, docs, status)"),
     runs: list[Path] = typer.Option(None, "--runs", help="folder of eval runs, searched at any depth, or a run "
                                     "folder (repeatable; default outputs/eval)"),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes "
-                            "(a table written there keeps every value whole)"),
+    fmt: FormatOption = "table",
 ) -> None:
     """Query every run's results with DuckDB SQL; the table is read from the runs' results.json when asked."""
-    from rufus_data.shard_inspect import SQL_FORMATS, print_rows  # heavy: duckdb and arrow
-    from rufus_eval.results import query_results
+    from rufus_eval.results import query_results  # heavy: duckdb and arrow
 
-    if fmt not in SQL_FORMATS:
-        raise RufusError(f"--format {fmt!r} is not one of {', '.join(SQL_FORMATS)}")
     print_rows(*query_results(query, runs or None), fmt)
 
 

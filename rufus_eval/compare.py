@@ -144,7 +144,7 @@ def print_across_runs(records: list[dict], fmt: str) -> list[dict]:
     """Every task's metric across the runs: a table of run x task, or one CSV / JSON row per (run, task)."""
     tasks, rows = comparison_rows(records)
     if fmt != "table":
-        from rufus_data.shard_inspect import rows_as_text  # heavy: duckdb and arrow
+        from rufus_data.console import rows_as_text
 
         columns = ["run", "checkpoint", "step", "task", "metric", "value", "stderr", "status"]
         flat = [(r["run"], r["checkpoint"], r["step"], t, c.metric, c.value, c.stderr, c.status)

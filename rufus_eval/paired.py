@@ -138,7 +138,7 @@ def flat_rows(rows: list[dict]) -> tuple[list[str], list[tuple]]:
 def print_paired(rows: list[dict], a: dict, b: dict, fmt: str = "table") -> None:
     """The rows as a table (stdout), or CSV / JSON for files and pipes; notes on stderr."""
     if fmt != "table":
-        from rufus_data.shard_inspect import rows_as_text  # heavy: duckdb and arrow
+        from rufus_data.console import rows_as_text
 
         text = json.dumps(rows, indent=2, default=str) + "\n" if fmt == "json" else rows_as_text(*flat_rows(rows), fmt)
         sys.stdout.write(text)

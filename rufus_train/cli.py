@@ -14,7 +14,7 @@ import typer
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp, OverwriteOption, VersionOption
+from rufus_data.cli_options import UNDERSCORES, CliApp, OverwriteOption, VersionOption
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
@@ -28,7 +28,7 @@ from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
 from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
 
-app = CliApp(help="Rufus training stages on curated shards.")
+app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.")
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 

@@ -13,7 +13,15 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
-from rufus_data.cli_options import Flag, model_options
+from rufus_data.cli_options import (
+    HYPHENS,
+    UNDERSCORES,
+    CliApp,
+    Flag,
+    accept_both_spellings,
+    model_options,
+    respell,
+)
 from rufus_data.rollouts.filter import FilterConfig
 from rufus_data.rollouts.options import GenerationOptions
 from rufus_data.rollouts.pairs import PairsConfig
@@ -76,7 +84,7 @@ class Settings(BaseModel):
     name: str = Field(description="who to greet")
     loud: bool = Field(False, description="shout")
     polite: bool = Field(True, description="say please")
-    urls: Annotated[list[str], Flag("--url")] = Field(default_factory=list, description="where, repeatable")
+    urls: Annotated[list[str], Flag("--url", metavar="URL")] = Field(default_factory=list, description="where, repeatable")
     words: Annotated[list[str] | None, Flag(type=str, parse=str.split)] = Field(None, description="a phrase")
     times: int = Field(1, ge=1, description="how often")
 
@@ -132,3 +140,52 @@ def test_a_bad_value_is_named_as_its_option(tmp_path):
                                       "--k", "0"])
     assert result.exit_code == 2 and "--k: Input should be greater than or equal to 1" in result.output
     assert not (tmp_path / "p").exists()
+
+
+def spelled_app(spelling: str, seen: dict) -> CliApp:
+    demo = CliApp(spelling=spelling)
+
+    @demo.command("greet")
+    @model_options(Settings)
+    def greet(dry_run: bool = typer.Option(False, "--dry-run", help="plan only"), options: dict | None = None) -> None:
+        seen.update(options=options, dry_run=dry_run)
+
+    @demo.command("other")
+    def other() -> None:
+        """A second command keeps `greet` a subcommand."""
+
+    return demo
+
+
+@pytest.mark.parametrize("spelling", [HYPHENS, UNDERSCORES])
+def test_both_spellings_parse_and_help_shows_the_clis_own(spelling):
+    seen: dict = {}
+    demo = spelled_app(spelling, seen)
+    for args in (["--name", "ada", "--dry-run", "--no-polite", "--url", "a"],
+                 ["--name=ada", "--dry_run", "--no_polite", "--url", "a"]):
+        result = CliRunner().invoke(demo, ["greet", *args])
+        assert result.exit_code == 0, result.output
+        assert seen == {"dry_run": True, "options": {"name": "ada", "loud": False, "polite": False, "urls": ["a"],
+                                                     "times": 1}}
+    shown = " ".join(help_lines(demo, "greet"))
+    own, other = ("--dry-run", "--dry_run") if spelling == HYPHENS else ("--dry_run", "--dry-run")
+    assert own in shown and other not in shown
+    assert "VALUE..." in shown or "URL..." in shown  # a list reads as values, not <list[str]>
+    assert "<list" not in shown
+    unknown = CliRunner().invoke(demo, ["greet", "--name", "ada", "--nmae_x", "1"])
+    assert unknown.exit_code == 2  # an option in neither spelling is still refused
+
+
+def test_accept_both_spellings_leaves_values_and_what_follows_a_double_dash():
+    known = {"--max-tokens", "--base-url"}
+    assert accept_both_spellings(["--max_tokens", "8", "--base_url=http://a_b", "--", "--max_tokens"], known) == [
+        "--max-tokens", "8", "--base-url=http://a_b", "--", "--max_tokens"]
+    assert respell("--no-lora-enabled", UNDERSCORES) == "--no_lora_enabled" and respell("-k", UNDERSCORES) == "-k"
+
+
+def test_a_required_boolean_is_refused():
+    class Required(BaseModel):
+        merge: bool = Field(description="merge")
+
+    with pytest.raises(ValueError, match="Required.merge is a required boolean"):
+        model_options(Required)
