@@ -1,7 +1,7 @@
 """Where the answers come from: `hf` (in-process transformers), `vllm` (a server Rufus starts with
 the generation launcher), `server` (an OpenAI-compatible endpoint the user runs); configured by
-the generation package's BackendConfig (built from the evaluation request, rufus_eval/request.py,
-where `auto` is decided), mapped here onto lm-eval's model classes.
+rufus_data's ModelAccess, the settings filter and pairs take too (from the evaluation request,
+rufus_eval/request.py, where `auto` is decided), mapped here onto lm-eval's model classes.
 
 Both lm-eval model classes below give each of a document's k samples its own seed. lm-eval
 clones a request k times and the OpenAI backend sends one fixed `seed` with every request, so
@@ -25,7 +25,7 @@ from lm_eval.models.openai_completions import LocalCompletionsAPI
 
 from rufus_data import devices
 from rufus_data.errors import RufusError
-from rufus_data.generate import BackendConfig
+from rufus_data.generate import ModelAccess
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
@@ -76,24 +76,25 @@ class SeededHFLM(HFLM):
 
 
 @contextlib.contextmanager
-def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tuple[str, dict, dict]]:
+def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 16) -> Iterator[tuple[str, dict, dict]]:
     """Yield (lm-eval model name, model args, facts for the results) for `model` - a model folder
-    (hf, vllm) or the name a server knows it by - and clean up afterwards."""
+    (hf, vllm) or the name a server knows it by - and clean up afterwards; `batch_size`: the hf
+    backend's (lm-eval's)."""
     if cfg.backend == "hf":
         cuda = devices.gpu_count() > 0
         args = {"pretrained": model, "device": "cuda" if cuda else "cpu",
-                "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": cfg.batch_size, "seed": seed}
+                "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": batch_size, "seed": seed}
         if cfg.max_model_len:
             args["max_length"] = cfg.max_model_len
         yield "rufus-hf", args, {"backend": "hf"}
     elif cfg.backend == "vllm":
-        with launch(cfg.launch_config(model, model)) as server:
+        with launch(cfg.launch_config(model, cfg.served_model_name or model)) as server:
             yield "rufus-completions", _api_args(cfg, server.base_url, server.model, model, seed), {
                 "backend": "vllm",
                 "server_pgid": server.pgid,
                 "server_version": server_version(server.base_url, key=api_key(SERVER_KEY_VARIABLE)),
             }
-    else:
+    elif cfg.backend == "server":
         if len(cfg.base_urls) != 1:
             raise RufusError(f"rufus-eval talks to one endpoint; give one --base-url, not {len(cfg.base_urls)}")
         base_url = cfg.base_urls[0]
@@ -101,9 +102,11 @@ def open_backend(model: str, cfg: BackendConfig, seed: int = 0) -> Iterator[tupl
             "backend": "server",
             "server_version": server_version(base_url, key=api_key(SERVER_KEY_VARIABLE)),
         }
+    else:
+        raise ValueError(f"resolve the request first: backend {cfg.backend!r}")
 
 
-def _api_args(cfg: BackendConfig, base_url: str, model: str, tokenizer: str, seed: int) -> dict:
+def _api_args(cfg: ModelAccess, base_url: str, model: str, tokenizer: str, seed: int) -> dict:
     """lm-eval's arguments for the server: lm-eval sends the generation requests itself (aiohttp,
     its own retries, OPENAI_API_KEY); the questions before them go through rufus_data.openai_api."""
     max_len = server_max_model_len(base_url, model) or cfg.max_model_len or 2048

@@ -8,8 +8,9 @@
   generates its options from it (rufus_data/cli_options.py), the checkpoint evaluation hands it
   to its process whole in job.json (`rufus-eval suite --request job.json`), the pipeline passes
   it to `run_suite`.
-- `choose_backend`: the one `auto` policy (vLLM when a GPU and vLLM are here, else transformers),
-  applied where the evaluation runs (`EvalRequest.resolved`), for every caller alike.
+- How the model is reached (backend, server URLs, launch settings) is rufus_data's `ModelAccess`,
+  the same settings filter and pairs take; its `auto` is decided where the evaluation runs
+  (`EvalRequest.resolved`), for every caller alike.
 
 This module loads no lm-eval, torch or suite model: the CLI builds its options from it at start."""
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -25,22 +26,19 @@ from rufus_data import devices
 from rufus_data.cli_options import Flag
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.generate.backend_config import BackendConfig
-from rufus_data.generate.vllm_command import default_command
-from rufus_data.yaml_config import StrictModel, model_from_options
+from rufus_data.generate.backend_config import FolderBackend, ModelAccess
+from rufus_data.yaml_config import model_from_options
 
 if TYPE_CHECKING:
     from rufus_data.benchmarks.suite import Suite
 
-BACKENDS = ("auto", "hf", "vllm", "server")
-# the backends of an evaluation that loads or serves a model folder itself (a checkpoint, a stage)
-FolderBackend = Literal["auto", "hf", "vllm"]
+__all__ = ["EvalRequest", "EvalSettings", "FolderBackend", "apply_overrides", "request_from_cli"]
 CONCURRENCY = 8  # requests in flight against a vllm/server backend
 
 
-class EvalSettings(StrictModel):
-    """What an evaluation runs and how. Each field is also a `rufus-eval suite` option, its
-    description the option's help."""
+class EvalSettings(ModelAccess):
+    """What an evaluation runs and how (how the model is reached: ModelAccess). Each field is also
+    a `rufus-eval suite` option, its description the option's help."""
 
     suite: Annotated[str, Flag(argument=True)] = Field(
         description="suite name in catalogs/suites/ or a path to a suite YAML")
@@ -52,23 +50,12 @@ class EvalSettings(StrictModel):
     max_tokens: int | None = Field(None, ge=1, description="override every task's max_tokens")
     temperature: float | None = Field(
         None, ge=0, description="override every task's sampling temperature (0: greedy decoding, one sample)")
-    backend: Annotated[str, Flag(type=str)] = Field(
-        "auto", description="auto (vllm when a GPU and vLLM are here, else hf) | hf (in-process) | vllm (Rufus starts "
-        "vLLM) | server")
     data_parallel_size: int | None = Field(
-        None, ge=1, description="vllm backend: --data-parallel-size (default: one replica per GPU of --devices)")
-    max_model_len: int | None = Field(None, ge=1, description="vllm backend: --max-model-len of the server")
-    batch_size: int = Field(16, ge=1, description="hf backend: lm-eval's batch size")
-    concurrency: int = Field(CONCURRENCY, ge=1, description="vllm and server backends: requests in flight")
+        None, ge=1, description="vllm: the server's --data-parallel-size (default: one replica per GPU of --devices)")
+    batch_size: int = Field(16, ge=1, description="hf: lm-eval's batch size")
+    concurrency: int = Field(CONCURRENCY, ge=1, description="vllm and server: requests in flight")
     strict: bool = Field(False, description="a task whose data is not here is an error (default: skipped, listed with "
                          "the command that fetches it)")
-
-    @field_validator("backend")
-    @classmethod
-    def _known_backend(cls, backend: str) -> str:
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}: use one of {', '.join(BACKENDS)}")
-        return backend
 
     @model_validator(mode="after")
     def _greedy_is_one_sample(self) -> EvalSettings:
@@ -79,7 +66,7 @@ class EvalSettings(StrictModel):
 
     def request(self, **run) -> EvalRequest:
         """These settings for one model (`checkpoint`) and where its results go."""
-        return EvalRequest(**self.model_dump(include=set(EvalSettings.model_fields)), **run)
+        return EvalRequest(**{**self.model_dump(include=set(EvalSettings.model_fields)), **run})
 
 
 class EvalRequest(EvalSettings):
@@ -91,12 +78,27 @@ class EvalRequest(EvalSettings):
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
     run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
-    base_url: str | None = Field(None, description="server backend: OpenAI-compatible endpoint")
-    tokenizer: str | None = Field(None, description="server backend: tokenizer folder (default: --ckpt)")
-    devices: str | None = Field(None, description="vllm backend: CUDA_VISIBLE_DEVICES of the server, verbatim")
-    report_to: Annotated[list[str], Flag("--report_to")] = Field(
+    report_to: Annotated[list[str], Flag("--report-to", metavar="TRACKER")] = Field(
         default_factory=list, description="log results and sample tables to wandb or trackio through lm-eval's loggers "
         "(project rufus, the run's name; repeatable)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_base_url(cls, data: Any) -> Any:
+        """A request written before the URL setting was shared (`base_url`, one endpoint) reads as
+        `base_urls`; lm-eval talks to one endpoint, so more are refused."""
+        if isinstance(data, dict) and "base_url" in data:
+            data = dict(data)
+            url = data.pop("base_url")
+            if url and not data.get("base_urls"):
+                data["base_urls"] = [url]
+        return data
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> EvalRequest:
+        if len(self.base_urls) > 1:
+            raise ValueError(f"rufus-eval talks to one endpoint: give one --base-url, not {len(self.base_urls)}")
+        return self
 
     @field_validator("report_to")
     @classmethod
@@ -106,45 +108,17 @@ class EvalRequest(EvalSettings):
             raise ValueError(f"--report_to {', '.join(unknown)}: the suite logs to wandb or trackio")
         return report_to
 
-    def resolved(self) -> EvalRequest:
-        """This request with `auto` decided (said on the console, with why) and its backend
-        settings checked, before anything loads."""
-        backend, why = choose_backend(self.backend)
-        console.print(f"backend: {backend} ({why})", highlight=False, markup=False, soft_wrap=True)
-        resolved = self.model_copy(update={"backend": backend})
-        resolved.backend_config()  # refused here: a server without an endpoint
-        return resolved
-
-    def backend_config(self) -> BackendConfig:
-        """How to reach the model, for a resolved request (rufus_eval/backends.py)."""
+    def access(self, base_urls: list[str] | None = None) -> ModelAccess:
+        """How to reach the model, for a resolved request (rufus_eval/backends.py): a vLLM server
+        Rufus starts carries the run's name and one replica per GPU of --devices by default."""
         if self.backend == "auto":
             raise ValueError("resolve the request first: `auto` is decided where the evaluation runs")
-        return BackendConfig(
-            backend=self.backend, base_urls=[self.base_url] if self.base_url else [], tokenizer=self.tokenizer,
-            devices=self.devices, max_model_len=self.max_model_len, batch_size=self.batch_size,
-            concurrency=self.concurrency,
-            data_parallel_size=self.data_parallel_size or max(1, len(devices.gpu_ids(self.devices))),
-            served_model_name=self.run_name if self.backend == "vllm" else None,  # the server carries the run's name
-        )
-
-
-def vllm_available() -> bool:
-    """A vLLM server command Rufus can start ($RUFUS_VLLM_COMMAND, `vllm` on PATH, or the CPU build)."""
-    try:
-        default_command()
-    except RufusError:
-        return False
-    return True
-
-
-def choose_backend(requested: str) -> tuple[str, str]:
-    """(backend, why): `auto` is vLLM when a GPU and vLLM are both here, else hf in-process."""
-    if requested != "auto":
-        return requested, "as asked"
-    gpus = devices.gpu_count()
-    if gpus and vllm_available():
-        return "vllm", f"auto: {gpus} GPU(s) and vLLM found"
-    return "hf", "auto: " + ("vLLM is not installed" if gpus else "no GPU") + ", so transformers in-process"
+        access = super().access(base_urls)
+        if self.backend == "vllm":
+            access = access.model_copy(update={
+                "served_model_name": self.served_model_name or self.run_name,
+                "data_parallel_size": self.data_parallel_size or max(1, len(devices.gpu_ids(self.devices)))})
+        return access
 
 
 def apply_overrides(suite: Suite, request: EvalSettings) -> None:

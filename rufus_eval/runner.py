@@ -231,7 +231,7 @@ def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: 
     """Create the model once and run each task through lm-eval, writing into the work folder's run
     (paths recorded under `out`); each task is marked done there as it finishes."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    with open_backend(model, req.backend_config(), seed=suite.seed) as (model_name, model_args, facts):
+    with open_backend(model, req.access(), seed=suite.seed, batch_size=req.batch_size) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
         # RULER builds its documents with the model's tokenizer, at the lengths the task reports
         metadata = None

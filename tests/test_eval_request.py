@@ -15,7 +15,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from rufus_data import devices
-from rufus_eval import request as request_module
+from rufus_data.generate import backend_config
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
 from rufus_eval.cli import app
@@ -34,7 +34,8 @@ FLAGS_BEFORE = {"--ckpt", "--backend", "--limit", "--out", "--final", "--step", 
 
 
 def settings_of(request: EvalRequest) -> dict:
-    return request.model_dump(include=set(EvalSettings.model_fields))
+    """The settings, but the GPUs: those are the evaluation's role (the callback's devices.eval)."""
+    return request.model_dump(include=set(EvalSettings.model_fields) - {"devices"})
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def requests_run(monkeypatch) -> list[EvalRequest]:
 def gpu_without_vllm(monkeypatch):
     """The drift's machine: a GPU is visible, vLLM is not installed (the one count and the one check)."""
     monkeypatch.setattr(devices, "gpu_count", lambda: 1)
-    monkeypatch.setattr(request_module, "vllm_available", lambda: False)
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: False)
 
 
 def test_cli_callback_and_pipeline_build_one_request_and_pick_one_backend(tmp_path, requests_run, gpu_without_vllm):
@@ -64,7 +65,7 @@ def test_cli_callback_and_pipeline_build_one_request_and_pick_one_backend(tmp_pa
     assert (from_callback.backend, from_callback.devices) == ("auto", "1")
     # one policy, where the evaluation runs: a GPU without vLLM is hf for all three
     assert {r.resolved().backend for r in (from_cli, from_callback, from_pipeline)} == {"hf"}
-    assert from_callback.resolved().backend_config().devices == "1"
+    assert from_callback.resolved().access().devices == "1"
 
 
 def test_the_checkpoint_evaluation_hands_its_request_over_whole(tmp_path, monkeypatch, requests_run):

@@ -143,7 +143,7 @@ def test_rollout_hash_follows_input_content_not_its_path(hf_shards, tmp_path):
 
     copy = tmp_path / "copied" / "rl"
     shutil.copytree(hf_shards, copy)
-    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], **HF_SETTINGS)
+    config = FilterConfig(policy="smollm2-135m", reward=[NUMBER_REWARD], backend="hf", **HF_SETTINGS)
     fewer = write_rl_shards(tmp_path / "fewer", arithmetic_rows(7))
     hashes = [config.rollout_hash(read_prompt_rows([folder])[2]) for folder in (hf_shards, copy, fewer)]
     assert hashes[0] == hashes[1] != hashes[2]

@@ -102,7 +102,7 @@ def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch
     config = seen["config"]
     assert (config.top_k, config.min_p, config.repetition_penalty) == (20, 0.05, 1.1)
     assert config.max_model_len == 4096 and config.served_model_name == "served"
-    assert config.backend_config().max_model_len == 4096 and config.sampling(1).top_k == 20
+    assert config.access().max_model_len == 4096 and config.sampling(1).top_k == 20
     help_text = " ".join(CliRunner().invoke(app, ["pairs", "--help"], env={"COLUMNS": "200"}).output.split())
     for option in ("--top-k", "--min-p", "--repetition-penalty", "--max-model-len", "--served-model-name"):
         assert option in help_text
@@ -136,7 +136,7 @@ def test_config_hash_follows_input_content_not_its_path(tmp_path):
     copy = tmp_path / "elsewhere" / "rl"
     shutil.copytree(first, copy)
     changed = write_rl_shards(tmp_path / "b" / "rl", arithmetic_rows(2))
-    config = PairsConfig(policy="m", k=4, reward=[NUMBER_REWARD])
+    config = PairsConfig(policy="m", k=4, reward=[NUMBER_REWARD], backend="hf")
     hashes = [config.config_hash("policy", "m", 4, read_prompt_rows([f])[2]) for f in (first, copy, changed)]
     assert hashes[0] == hashes[1] != hashes[2]
 

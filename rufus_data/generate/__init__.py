@@ -10,18 +10,19 @@ settings and types (no HTTP client, no arrow), so a command line built from them
 
 from __future__ import annotations
 
-from rufus_data.generate.backend_config import BACKENDS, BackendConfig
+from rufus_data.generate.backend_config import BACKENDS, ModelAccess, ServerLaunch
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams, prompt_seed, sample_seed
 
 __all__ = [
     "BACKENDS",
-    "BackendConfig",
     "Completion",
     "Generator",
+    "ModelAccess",
     "Prompt",
     "PromptResult",
     "SamplingParams",
+    "ServerLaunch",
     "prompt_seed",
     "sample_seed",
 ]

@@ -1,5 +1,5 @@
 """Opening a generator: `check_model` refuses a model that cannot load before anything starts,
-`open_generator` picks one of the three backends for a BackendConfig, and `check_prompts_fit`
+`open_generator` picks one of the three backends for resolved ModelAccess settings, and `check_prompts_fit`
 runs the max_model_len check (context.py) before the first request."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.generate.backend_config import BackendConfig
+from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.base import Generator, Prompt
 from rufus_data.generate.context import check_context_fits
 from rufus_data.generate.hf import HFGenerator
@@ -21,7 +21,7 @@ from rufus_data.hub import model_unavailable
 from rufus_data.models import BUILTINS, resolve_model
 
 
-def check_model(model: str, config: BackendConfig) -> None:
+def check_model(model: str, config: ModelAccess) -> None:
     """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
     neither cached nor reachable (a built-in name is converted, a folder must exist). A server's
     model is the server's business."""
@@ -36,8 +36,11 @@ def check_model(model: str, config: BackendConfig) -> None:
 
 
 @contextlib.contextmanager
-def open_generator(model: str, config: BackendConfig) -> Iterator[Generator]:
-    """A ready generator for `model`; anything it started (a vLLM server) is stopped on exit."""
+def open_generator(model: str, config: ModelAccess) -> Iterator[Generator]:
+    """A ready generator for `model`; anything it started (a vLLM server) is stopped on exit.
+    `config` is resolved: `auto` was decided where the command started."""
+    if config.backend == "auto":
+        raise ValueError("resolve the model access first (ModelAccess.resolved)")
     if config.backend == "hf":
         with HFGenerator(model, dtype=config.dtype or "bfloat16") as gen:
             yield gen
@@ -47,7 +50,7 @@ def open_generator(model: str, config: BackendConfig) -> Iterator[Generator]:
         with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
             yield gen
         return
-    with launch(config.launch_config(resolve_model(model), model)) as server:
+    with launch(config.launch_config(resolve_model(model), config.served_model_name or model)) as server:
         cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
         with ServerGenerator(cfg) as gen:
             yield gen

@@ -112,13 +112,14 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
                    overwrite: bool = False) -> dict:
     """Sample, score and bucket; returns the summary that also goes into the manifest. `inputs`:
     shard folders or catalogs (None: catalogs/rl.yaml); `out` None: outputs/<input name>-filtered."""
+    config = config.resolved()  # `auto` decided before the journal's key is made
     entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data filter", out if out is not None else default_out(entries, "filtered"), overwrite=overwrite)
     out = step.out
     parse_band(config.keep)
     if config.reward:
         Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
-    check_model(config.policy, config.backend_config())
+    check_model(config.policy, config.access())
     folders, catalogs = input_folders(entries, partial_dir(out))
     rows, prompts, inputs_, schema = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
@@ -156,7 +157,7 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
     context_status = "n/a"
     todo = [p for p in prompts if p.id not in journal]
     if todo:
-        with open_generator(config.policy, config.backend_config()) as generator:
+        with open_generator(config.policy, config.access()) as generator:
             context_status = check_prompts_fit(generator, config.policy, todo, sampling)
             timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}")
     else:

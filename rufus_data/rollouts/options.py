@@ -1,5 +1,5 @@
-"""The settings of the generating commands: `GenerationOptions` (sampling, backend, the prompt
-sample) that `filter` and `pairs` share, so a new knob (or a new default) is added in one place
+"""The settings of the generating commands: `GenerationOptions` (how the model is reached, from
+generate/backend_config.py; sampling; the prompt sample) that `filter` and `pairs` share, so a new knob (or a new default) is added in one place
 and reaches both, as a field and as a command-line option; the `--reward` specs both take; and
 each command's own model, `FilterConfig` and `PairsConfig`.
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
@@ -19,9 +18,8 @@ from pydantic import Field
 
 from rufus_data.cli_options import Flag
 from rufus_data.errors import RufusError
-from rufus_data.generate.backend_config import BackendConfig
+from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.sampling import SamplingParams
-from rufus_data.yaml_config import StrictModel
 
 
 def parse_reward_option(values: list[str]) -> list[str | dict]:
@@ -48,41 +46,28 @@ RewardSpecs = Annotated[
     list[str | dict],
     Field(description="reward spec, repeatable: 'string_match:gsm8k' or '{name: string_match, answer_column: expected_output}' "
           "(default: each row's own, from its source's `reward:` in the catalog; docs/filter.md)"),
-    Flag(type=list[str], parse=parse_reward_option),
+    Flag(type=list[str], parse=parse_reward_option, metavar="SPEC"),
 ]
 
 
-class GenerationOptions(StrictModel):
-    # each field is also a `rufus-data filter/pairs` option (rufus_data/cli_options.py), its
-    # description the option's help
+class GenerationOptions(ModelAccess):
+    """How the commands that sample reach their model (ModelAccess: backend, servers, launch
+    settings) and how they sample. Each field is also a `rufus-data filter/pairs` option
+    (rufus_data/cli_options.py), its description the option's help."""
 
-    backend: str = Field(
-        "hf", description="hf (transformers, in-process) | vllm (Rufus starts a vLLM server) | server (--base-url)"
-    )
     max_tokens: int = Field(512, ge=1, description="tokens per sample")
-    temperature: float = Field(1.0, description="sampling temperature; 1.0 = the model's own distribution, as in RL")
-    top_p: float = Field(1.0, description="nucleus sampling: the smallest set of tokens holding this probability (1.0 = off)")
-    top_k: int = Field(0, description="sample among the k most likely tokens (0 = off)")
-    min_p: float = Field(0.0, description="drop tokens below this fraction of the top token's probability (0 = off)")
-    repetition_penalty: float = Field(1.0, description="penalty on tokens already in the prompt or completion (1.0 = off)")
+    temperature: float = Field(1.0, ge=0, description="sampling temperature; 1.0 = the model's own distribution, as in RL")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling: the smallest set of tokens holding this "
+                         "probability (1.0 = off)")
+    top_k: int = Field(0, ge=0, description="sample among the k most likely tokens (0 = off)")
+    min_p: float = Field(0.0, ge=0, le=1, description="drop tokens below this fraction of the top token's probability "
+                         "(0 = off)")
+    repetition_penalty: float = Field(1.0, gt=0, description="penalty on tokens already in the prompt or completion "
+                                      "(1.0 = off)")
     seed: int | None = Field(0, description="run seed; per-prompt and per-sample seeds derive from it")
     limit: int | None = Field(
         None, ge=1, description="a seeded sample of this many prompts (default: all); a quick run on CPU"
     )
-    base_urls: Annotated[list[str], Flag("--base-url")] = Field(
-        default_factory=list, description="server backend: OpenAI-compatible endpoint URL, repeatable"
-    )
-    served_model_name: str | None = Field(
-        None, description="the model's name at the server (server: as the endpoint knows it; vllm: as Rufus serves it)"
-    )
-    concurrency: int = Field(32, ge=1, description="server/vllm: requests in flight")
-    vllm_command: Annotated[list[str] | None, Flag(type=str, parse=shlex.split)] = Field(
-        None,
-        description="vllm: server command (default: $RUFUS_VLLM_COMMAND, else `vllm serve` if on PATH, "
-        "else `.venv-vllm/bin/python -m vllm.entrypoints.openai.api_server`)",
-    )
-    devices: str | None = Field(None, description="vllm: CUDA_VISIBLE_DEVICES of the server")
-    max_model_len: int | None = Field(None, description="vllm: --max-model-len of the server")
 
     def sampling(self, n: int) -> SamplingParams:
         return SamplingParams(
@@ -96,21 +81,13 @@ class GenerationOptions(StrictModel):
             seed=self.seed,
         )
 
-    def backend_config(self, base_urls: list[str] | None = None) -> BackendConfig:
-        return BackendConfig(
-            backend=self.backend,
-            base_urls=base_urls or self.base_urls,
-            served_model_name=self.served_model_name,
-            concurrency=self.concurrency,
-            vllm_command=self.vllm_command,
-            devices=self.devices,
-            max_model_len=self.max_model_len,
-        )
-
     def run_hash(self, n: int, inputs: Sequence[dict], **identity) -> str:
         """What makes two runs' samples interchangeable, the key of a resumable journal: `identity`
         (model, rewards, role), the sampling, the backend kind and the inputs by content (not their
-        paths: a run resumes from another directory). URLs and concurrency change no sample."""
+        paths: a run resumes from another directory). URLs and concurrency change no sample. Call
+        it on resolved settings (`auto` decided)."""
+        if self.backend == "auto":
+            raise ValueError("resolve the settings first: `auto` samples as the backend it becomes")
         key = {**identity, "backend": "hf" if self.backend == "hf" else "server",
                "sampling": self.sampling(n).to_dict(), "inputs": content_fingerprint(inputs)}
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -156,12 +133,15 @@ class PairsConfig(GenerationOptions):
     require_verified: bool = Field(False, description="keep only chosen-passes/rejected-fails")
     pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this")
     temperature: float = Field(0.7, description="sampling temperature")
-    strong_base_urls: Annotated[list[str], Flag("--strong-base-url")] = Field(
+    strong_base_urls: Annotated[list[str], Flag("--strong-base-url", metavar="URL")] = Field(
         default_factory=list, description="server backend: URL of --strong (default: --base-url)"
     )
-    weak_base_urls: Annotated[list[str], Flag("--weak-base-url")] = Field(
+    weak_base_urls: Annotated[list[str], Flag("--weak-base-url", metavar="URL")] = Field(
         default_factory=list, description="server backend: URL of --weak (default: --base-url)"
     )
+
+    def endpoints(self) -> list[str]:
+        return [*self.base_urls, *self.strong_base_urls, *self.weak_base_urls]
 
     def method(self, data_rewards: bool = False) -> str:
         """How the pairs are built; `data_rewards`: the rows declare their own rewards (no --reward needed)."""

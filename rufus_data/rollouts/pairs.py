@@ -71,6 +71,7 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
                 overwrite: bool = False) -> dict:
     """Build the pairs; `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
     outputs/<input name>-pairs. Returns the summary that also goes into the manifest."""
+    config = config.resolved()  # `auto` decided before the journals' keys are made
     entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data pairs", out if out is not None else default_out(entries, "pairs"), overwrite=overwrite)
     out = step.out
@@ -86,7 +87,7 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
     if config.weak:
         roles.append(("weak", config.weak, 1, config.weak_base_urls))
     for _, model, _, urls in roles:
-        check_model(model, config.backend_config(urls))
+        check_model(model, config.access(urls))
     partial = out.parent / f".{out.name}.partial"
     folders, catalogs = input_folders(entries, partial)
     rows, prompts, inputs_, _ = read_prompt_rows(folders, config.limit, config.seed)
@@ -125,7 +126,7 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
         journal = Journal(partial / f"pairs-{role}-{config_hash}.jsonl", config_hash)
         todo = [p for p in prompts if p.id not in journal]
         if todo:
-            with open_generator(model, config.backend_config(urls)) as generator:
+            with open_generator(model, config.access(urls)) as generator:
                 status = check_prompts_fit(generator, model, todo, sampling)
                 generation[role] = run_journaled(generator, prompts, sampling, journal, to_record, description=f"pairs {role}")
                 generation[role]["max_model_len_check"] = status
