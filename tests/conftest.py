@@ -72,6 +72,39 @@ def hub_offline(monkeypatch):
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
 
 
+class ModelLoaded(AssertionError):
+    """A command loaded (or started) a model where it promised not to."""
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Fail the test the moment anything loads a model or starts a generation engine: transformers'
+    from_pretrained (any model class), the hf generator, a vLLM server, lm-eval's evaluation, a
+    generation backend. What a `--dry-run` promises, checked rather than assumed. Tokenizers and
+    configs may load: a plan counts tokens."""
+    import lm_eval.evaluator
+    import transformers.modeling_utils
+    import transformers.models.auto.auto_factory
+
+    from rufus_data.generate import backends, base, hf, launcher
+
+    def refuse(what):
+        def loaded(*args, **kwargs):
+            raise ModelLoaded(f"{what} was called under a promise to load no model")
+        return loaded
+
+    monkeypatch.setattr(transformers.modeling_utils.PreTrainedModel, "from_pretrained",
+                        classmethod(refuse("PreTrainedModel.from_pretrained")))
+    monkeypatch.setattr(transformers.models.auto.auto_factory._BaseAutoModelClass, "from_pretrained",
+                        classmethod(refuse("AutoModel*.from_pretrained")))
+    monkeypatch.setattr(hf.HFGenerator, "__init__", refuse("HFGenerator"))
+    monkeypatch.setattr(launcher.VLLMServer, "start", refuse("a vLLM server"))
+    monkeypatch.setattr(backends, "open_generator", refuse("open_generator"))
+    monkeypatch.setattr(base.Generator, "__enter__", refuse("a generator (any backend)"))
+    monkeypatch.setattr(lm_eval.evaluator, "simple_evaluate", refuse("lm_eval.simple_evaluate"))
+    monkeypatch.setattr(lm_eval, "simple_evaluate", refuse("lm_eval.simple_evaluate"))
+
+
 @pytest.fixture
 def openai_stub():
     """Start stand-in OpenAI servers (tests/openai_stub.py): `openai_stub(respond, **options)`

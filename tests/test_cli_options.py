@@ -189,3 +189,15 @@ def test_a_required_boolean_is_refused():
 
     with pytest.raises(ValueError, match="Required.merge is a required boolean"):
         model_options(Required)
+
+
+def test_the_no_model_loads_guard_catches_a_load(no_model_loads, tiny_model):
+    """The guard the --dry-run tests rely on fails on a real load (it can fail)."""
+    import transformers
+    from conftest import ModelLoaded
+
+    with pytest.raises(ModelLoaded, match="from_pretrained"):
+        transformers.AutoModelForCausalLM.from_pretrained(tiny_model)
+    with pytest.raises(ModelLoaded, match="from_pretrained"):
+        transformers.LlamaForCausalLM.from_pretrained(tiny_model)
+    transformers.AutoTokenizer.from_pretrained(tiny_model)  # a plan may count tokens
