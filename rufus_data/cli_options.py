@@ -36,6 +36,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from typer.core import TyperCommand, TyperGroup
 
+from rufus_data.console import console
 from rufus_data.cpu_threads import cpu_thread_defaults
 from rufus_data.hub import UnpinnedRevision
 
@@ -49,6 +50,9 @@ class Flag:
     parse: Callable[[Any], Any] | None = None  # command-line value -> field value (shlex.split, ...)
     argument: bool = False  # a positional argument (what the command acts on), not an --option
     metavar: str | None = None  # what --help shows for the value: URL (a list shows URL...)
+    aliases: tuple[str, ...] = ()  # other names that parse as this option, unlisted (`--task` for `--tasks`)
+    old_names: tuple[str, ...] = ()  # names that still parse, with a note naming this one (a rename)
+    renamed_because: str | None = None  # the note's reason for the rename
 
 
 @dataclass(frozen=True)
@@ -58,6 +62,7 @@ class CliField:
     field: str
     parse: Callable[[Any], Any] | None
     parameter: inspect.Parameter
+    renamed: dict[str, tuple[str, str | None]]  # other names of the option: {name: (option, note or None)}
 
 
 HYPHENS, UNDERSCORES = "-", "_"  # the two spellings of a long option: --max-tokens, --max_tokens
@@ -71,10 +76,12 @@ def respell(option: str, spelling: str) -> str:
     return "--" + option[2:].replace(other, spelling)
 
 
-def accept_both_spellings(args: list[str], known: set[str]) -> list[str]:
+def accept_both_spellings(args: list[str], known: set[str], renamed: dict[str, str] | None = None) -> list[str]:
     """`args` with each long option that is not `known` but is in the other spelling written the
-    known way (`--max_tokens 8` for a command that declares `--max-tokens`); values, unknown
-    options and everything after a bare `--` as they are."""
+    known way (`--max_tokens 8` for a command that declares `--max-tokens`), and each name in
+    `renamed` (old or alias, either spelling) written as the option it stands for; values,
+    unknown options and everything after a bare `--` as they are."""
+    renamed = {respell(old, spelling): new for old, new in (renamed or {}).items() for spelling in (HYPHENS, UNDERSCORES)}
     out: list[str] = []
     for i, arg in enumerate(args):
         if arg == "--":
@@ -82,10 +89,14 @@ def accept_both_spellings(args: list[str], known: set[str]) -> list[str]:
         if arg.startswith("--") and len(arg) > 2:
             name, eq, value = arg.partition("=")
             if name not in known:
-                name = next((o for o in (respell(name, HYPHENS), respell(name, UNDERSCORES)) if o in known), name)
+                name = next((o for o in (respell(name, HYPHENS), respell(name, UNDERSCORES)) if o in known),
+                            renamed.get(name, name))
             arg = name + eq + value
         out.append(arg)
     return out
+
+
+RENAMED_ATTRIBUTE = "rufus_renamed"  # on a command's callback: {old name: (new name, note or None)}
 
 
 class _RufusCommand:
@@ -111,7 +122,15 @@ class _RufusCommand:
 
     def parse_args(self, ctx, args):
         known = {o for p in self.get_params(ctx) if p.param_type_name == "option" for o in (*p.opts, *p.secondary_opts)}
-        return super().parse_args(ctx, accept_both_spellings(list(args), known))
+        renamed = getattr(self.callback, RENAMED_ATTRIBUTE, {})
+        for arg in args:
+            old = arg.partition("=")[0]
+            for name, (new, note) in renamed.items():
+                if note and old in (respell(name, HYPHENS), respell(name, UNDERSCORES)):
+                    console.print(f"note: {old} is now {respell(new, self.spelling)} ({note}); {old} still works for now",
+                                  style="yellow", highlight=False, markup=False, soft_wrap=True)
+        names = {old: respell(new, self.spelling) for old, (new, _) in renamed.items()}
+        return super().parse_args(ctx, accept_both_spellings(list(args), known, names))
 
 
 class FlagCommand(_RufusCommand, TyperCommand):
@@ -220,7 +239,9 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
         parameter = inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[cli_type, option]
         )
-        out.append(CliField(name, flag.parse, parameter))
+        renamed = {alias: (option_name, None) for alias in flag.aliases}
+        renamed.update({old: (option_name, flag.renamed_because or info.description) for old in flag.old_names})
+        out.append(CliField(name, flag.parse, parameter, renamed))
     return out
 
 
@@ -247,6 +268,10 @@ def model_options(model: type[BaseModel], *, into: str = "options", optional: Se
             return command(*args, **kwargs, **{into: values})
 
         parameters = own + [g.parameter for g in generated]
+        renamed = {**getattr(command, RENAMED_ATTRIBUTE, {})}
+        for item in generated:
+            renamed.update(item.renamed)
+        setattr(wrapper, RENAMED_ATTRIBUTE, renamed)
         wrapper.__signature__ = signature.replace(parameters=parameters)
         wrapper.__annotations__ = {p.name: p.annotation for p in parameters}
         return wrapper

@@ -201,3 +201,31 @@ def test_the_no_model_loads_guard_catches_a_load(no_model_loads, tiny_model):
     with pytest.raises(ModelLoaded, match="from_pretrained"):
         transformers.LlamaForCausalLM.from_pretrained(tiny_model)
     transformers.AutoTokenizer.from_pretrained(tiny_model)  # a plan may count tokens
+
+
+def test_aliases_parse_silently_and_old_names_with_a_note():
+    class Renamed(BaseModel):
+        tasks: Annotated[list[str], Flag("--tasks", aliases=("--task",))] = Field(default_factory=list, description="t")
+        repeats: Annotated[int, Flag(old_names=("--samples",), renamed_because="lm-eval's --samples picks documents")] = (
+            Field(1, description="k"))
+
+    seen: dict = {}
+    demo = CliApp(spelling=UNDERSCORES)
+
+    @demo.command("run")
+    @model_options(Renamed)
+    def run(options: dict | None = None) -> None:
+        seen.update(options)
+
+    @demo.command("other")
+    def other() -> None:
+        """A second command keeps `run` a subcommand."""
+
+    result = CliRunner().invoke(demo, ["run", "--task", "a", "--tasks", "b", "--samples", "4"])
+    assert result.exit_code == 0, result.output
+    assert seen == {"tasks": ["a", "b"], "repeats": 4}
+    said = " ".join(result.output.split())
+    assert "note: --samples is now --repeats (lm-eval's --samples picks documents); --samples still works" in said
+    assert "--task " not in said  # an alias parses without a note
+    shown = " ".join(help_lines(demo, "run"))
+    assert "--repeats" in shown and "--samples" not in shown and "--task " not in shown
