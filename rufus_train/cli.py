@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
@@ -28,7 +29,8 @@ from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
 from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
 
-app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.")
+app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
+             context_settings={"help_option_names": ["-h", "--help"]})  # -h as TRL's argparse CLI takes it
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -66,21 +68,61 @@ def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
 STAGE_HELP = (
     "Run one post-training stage: the keys of catalogs/stages/NAME.yaml, each overridable as `--key value` "
     "(the command line wins).\n\n"
-    "Any key of the stage YAML is an option here, e.g. `--data DIR` (shard folders or rufus-data catalogs; "
-    "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_steps 0.1` (any field "
-    "of the TRL config); a boolean key is a bare flag (`--overwrite`, `--no-packing`). To see a stage's keys: the "
-    "stage YAML lists each with its default and what it does, and `rufus-train stage NAME --dry-run` prints them "
-    "all resolved.\n\n"
+    "`rufus-train stage NAME --help` lists the stage's keys with their type, default and description, e.g. "
+    "`--data DIR` (shard folders or rufus-data catalogs; default: the stage's data catalog), `--max_steps 10`, "
+    "`--lora.r 8`; a boolean key is a bare flag (`--overwrite`, `--no_packing`). `--trainer.warmup_steps 0.1` "
+    "sets any field of the stage's TRL config that Rufus does not set itself; a TRL key written at the top level "
+    "(`--warmup_steps 0.1`) is taken as that, and one Rufus sets is refused with the key to use.\n\n"
     "`--num_processes N --accelerate_config ddp|fsdp2|zero2|zero3|FILE` runs the stage in N processes: Rufus "
     "starts `accelerate launch` itself (docs/train.md, multi-GPU)."
 )
+STAGE_OPTIONS_WITH_VALUES = ("--config", "--show_mask", "--show-mask")
 
 
-@app.command("stage", context_settings=OVERRIDES, help=STAGE_HELP)
+def stage_named(args: list[str], help_names: list[str]) -> str | None:
+    """The stage NAME of a `stage ... --help` command line (its first argument that is no option
+    nor an option's value), or None when the help is not asked for or names no stage."""
+    args = args[:args.index("--")] if "--" in args else args
+    if not set(args) & set(help_names):
+        return None
+    follows_option = False
+    for arg in args:
+        if not arg.startswith("-") and not follows_option:
+            return arg
+        follows_option = arg in STAGE_OPTIONS_WITH_VALUES
+    return None
+
+
+class StageCommand(app.command_class):
+    """`rufus-train stage NAME --help` lists the stage's keys after the options (stage_help.py);
+    the registry (TRL) loads only then, so `stage --help` stays as quick as any other help."""
+
+    def parse_args(self, ctx, args):
+        name = stage_named(list(args), ctx.help_option_names)
+        if name:
+            from rufus_train.stages import get_stage  # heavy: the stage registry, TRL
+
+            try:
+                get_stage(name)
+            except RufusError as err:  # before the help, which would list no keys
+                console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+                ctx.exit(2)
+        ctx.meta["rufus_stage_help"] = name
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        super().format_help(ctx, formatter)
+        if ctx.meta.get("rufus_stage_help"):
+            from rufus_train.stage_help import print_stage_keys
+
+            print_stage_keys(ctx.meta["rufus_stage_help"])
+
+
+@app.command("stage", cls=StageCommand, context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
 def stage_cmd(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`)")],
+    name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`); with --help: its keys")],
     config: Annotated[Path | None, typer.Option("--config", help="stage YAML (default catalogs/stages/NAME.yaml)")] = None,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="validate and print every key of the stage with its resolved value; load nothing")] = False,

@@ -126,7 +126,7 @@ def test_help_marks_required_options_and_points_stage_to_its_keys():
     assert "*  --merge" in export
     assert "required unless --dry-run" in " ".join(help_of(data_app, "decontam").split())
     stage = " ".join(help_of(train_app, "stage").split())
-    for words in ("--data", "--dry-run", "catalogs/stages/NAME.yaml", "--no-packing"):
+    for words in ("--data", "--dry_run", "catalogs/stages/NAME.yaml", "--no_packing", "rufus-train stage NAME --help"):
         assert words in stage, words
     missing = CliRunner().invoke(train_app, ["export", "runs/x"])
     assert missing.exit_code == 2 and "Missing option '--merge'" in missing.output

@@ -1,0 +1,82 @@
+"""The options of every `rufus-train` command: `stage NAME --help` lists the stage's keys, each
+command's options come from its config model, `--dry_run` prints a plan and loads nothing, and
+the own options of `stage` and `pipeline` parse in both spellings. Nothing here trains."""
+
+from __future__ import annotations
+
+from typer.testing import CliRunner
+
+from rufus_train.cli import app
+
+
+def invoke(*args: str, **options):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"}, **options)
+
+
+def flat(text: str) -> str:
+    """Help text with the panels' borders and line breaks gone: one line of words."""
+    return " ".join(text.replace("│", " ").split())
+
+
+def key_line(help_text: str, key: str) -> str:
+    """The table row of `key` (its first line) in `stage NAME --help`."""
+    return next(line for line in help_text.splitlines() if line.replace("│", " ").split()[:1] == [key])
+
+
+def test_stage_help_lists_every_key_with_type_default_and_description():
+    from rufus_train.config import load_stage_config
+    from rufus_train.stage_help import NO_DESCRIPTION, key_rows
+    from rufus_train.stages import get_stage
+
+    config = get_stage("sft").config_class
+    rows = {row[0]: row[1:] for row in key_rows(config, load_stage_config("sft", config).model_dump(mode="json"))}
+
+    def described(model, name):
+        return model.model_fields[name].description or NO_DESCRIPTION
+
+    lora, evaluation = config.model_fields["lora"].annotation, config.model_fields["eval"].annotation
+    assert rows["lora.r"] == ("int", "4", described(lora, "r"))
+    assert rows["learning_rate"] == ("float | null", "0.0001", described(config, "learning_rate"))  # null, resolved
+    assert rows["eval.suite"] == ("str", "quick", described(evaluation, "suite"))
+    assert rows["data"][1] == "[catalogs/data/sft_mixture.yaml]"  # the stage YAML's default, not the model's []
+    assert rows["packing_strategy"][0] == "bfd | bfd_split | wrapped"
+    assert "stage" not in rows and "lora" not in rows and "devices.server" in rows
+
+    result = invoke("stage", "sft", "--help")
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert "--dry_run" in text and "--show_mask" in text  # the command's own options first
+    for key, (kind, default, description) in rows.items():  # every key, a row of its own, as key_rows has it
+        line = key_line(text, key).replace("│", " ").split()
+        assert line[1] == kind.split()[0] and description.split()[0] in line, (key, line)
+    assert key_line(text, "lora.r").replace("│", " ").split()[:3] == ["lora.r", "int", "4"]
+    said = flat(text)
+    assert "defaults: catalogs/stages/sft.yaml, resolved" in said
+    assert "trainer.*: any field of trl.SFTConfig (TRL " in said and "`trl sft --help`" in said
+    assert "bf16, fp16 -> dtype" in said and "save_strategy -> save_steps" in said
+
+
+def test_stage_help_names_the_grpo_config_and_takes_h():
+    result = invoke("stage", "reasoning_rl", "-h")
+    assert result.exit_code == 0, result.output
+    said = flat(result.stdout)
+    assert "RufusGRPOConfig (extends trl.GRPOConfig, TRL" in said and "`trl grpo --help`" in said
+    assert "scale_rewards -> adv_norm" in said and "max_completion_length" in said
+
+
+def test_stage_help_without_a_name_stays_generic_and_an_unknown_name_is_refused():
+    generic = invoke("stage", "--help")
+    assert generic.exit_code == 0 and "Keys of stage" not in generic.output
+    assert "--dry_run" in generic.output
+    unknown = invoke("stage", "stf", "--help")
+    assert unknown.exit_code == 2 and "unknown stage 'stf'; did you mean 'sft'?" in unknown.output
+    assert "Traceback" not in unknown.output
+
+
+def test_stage_help_loads_no_stage_registry_without_a_name():
+    import subprocess
+    import sys
+
+    code = ("import sys; from typer.testing import CliRunner; from rufus_train.cli import app; "
+            "CliRunner().invoke(app, ['stage', '--help']); print('trl' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
