@@ -15,7 +15,14 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import UNDERSCORES, CliApp, OverwriteOption, VersionOption
+from rufus_data.cli_options import (
+    DRY_RUN_HELP,
+    UNDERSCORES,
+    CliApp,
+    OverwriteOption,
+    VersionOption,
+    flag_option,
+)
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
@@ -118,14 +125,16 @@ class StageCommand(app.command_class):
             print_stage_keys(ctx.meta["rufus_stage_help"])
 
 
+STAGE_DRY_RUN_HELP = f"{DRY_RUN_HELP}; the plan: every key of the stage, resolved"
+
+
 @app.command("stage", cls=StageCommand, context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
 def stage_cmd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`); with --help: its keys")],
     config: Annotated[Path | None, typer.Option("--config", help="stage YAML (default catalogs/stages/NAME.yaml)")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="validate and print every key of the stage with its resolved value; load nothing")] = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", STAGE_DRY_RUN_HELP)] = False,
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
@@ -137,7 +146,7 @@ def stage_cmd(
     if dry_run:
         check_config(cfg)
         typer.echo(resolved_yaml(cfg), nl=False)
-        console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     if show_mask:
         print_masks(cfg, show_mask)
@@ -156,9 +165,9 @@ def print_masks(cfg, n: int) -> None:
     from rufus_train.stages.base import conversational  # heavy: imports TRL
 
     if not hasattr(cfg, "assistant_only_loss"):
-        raise RufusError(f"--show-mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
+        raise RufusError(f"--show_mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
     if any(is_catalog(d) for d in cfg.data):
-        raise RufusError("--show-mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
+        raise RufusError("--show_mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
     check_columns(cfg.data, ("messages",), cfg.stage)
     tokenizer = load_tokenizer(cfg.model)
     rows = read_rows(cfg.data, None, cfg.seed, cfg.stage).slice(0, n)
@@ -174,8 +183,8 @@ def print_masks(cfg, n: int) -> None:
 @cli_errors
 def pipeline_cmd(
     file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")],
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="print every stage's resolved config, as `stage --dry-run` does; load nothing")] = False,
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: every stage's resolved config, the evaluation and the merge")] = False,
 ) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
     from rufus_train.pipeline import dry_run as pipeline_dry_run  # heavy: the stages import TRL and peft
@@ -184,7 +193,7 @@ def pipeline_cmd(
     pipeline = load_pipeline(file)
     if dry_run:
         print_result(pipeline_dry_run(pipeline), end="", markup=False, highlight=False)
-        console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     run_pipeline(pipeline)
 

@@ -4,6 +4,7 @@ the own options of `stage` and `pipeline` parse in both spellings. Nothing here 
 
 from __future__ import annotations
 
+import pytest
 from typer.testing import CliRunner
 
 from rufus_train.cli import app
@@ -67,7 +68,7 @@ def test_stage_help_names_the_grpo_config_and_takes_h():
 def test_stage_help_without_a_name_stays_generic_and_an_unknown_name_is_refused():
     generic = invoke("stage", "--help")
     assert generic.exit_code == 0 and "Keys of stage" not in generic.output
-    assert "--dry_run" in generic.output
+    assert "--dry_run" in generic.output and "validate, resolve and print the plan" in flat(generic.output)
     unknown = invoke("stage", "stf", "--help")
     assert unknown.exit_code == 2 and "unknown stage 'stf'; did you mean 'sft'?" in unknown.output
     assert "Traceback" not in unknown.output
@@ -80,3 +81,23 @@ def test_stage_help_loads_no_stage_registry_without_a_name():
     code = ("import sys; from typer.testing import CliRunner; from rufus_train.cli import app; "
             "CliRunner().invoke(app, ['stage', '--help']); print('trl' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("spelling", ["--dry-run", "--dry_run"])
+def test_stage_and_pipeline_own_options_parse_in_both_spellings(spelling, tmp_path, no_model_loads):
+    """TRL writes --dry_run, lm-eval --dry-run: both parse; help shows rufus-train's (TRL's) spelling."""
+    result = invoke("stage", "sft", spelling, "--output_dir", str(tmp_path / "never"))
+    assert result.exit_code == 0, result.output
+    assert "max_steps: -1" in result.stdout and not (tmp_path / "never").exists()
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("name: p\nmerge: false\nstages:\n  - {stage: sft}\n")
+    result = invoke("pipeline", str(pipeline), spelling)
+    assert result.exit_code == 0, result.output
+    assert "# stage 1 of 1: sft" in result.stdout
+    assert "--dry_run" in invoke("pipeline", "--help").stdout
+
+
+@pytest.mark.parametrize("spelling", ["--show-mask", "--show_mask"])
+def test_show_mask_parses_in_both_spellings(spelling):
+    result = invoke("stage", "dpo", spelling, "1")
+    assert result.exit_code == 2 and "--show_mask applies to the sft and midtrain stages" in result.output
