@@ -22,6 +22,7 @@ from rufus_data.cli_options import (
     OverwriteOption,
     VersionOption,
     flag_option,
+    model_options,
 )
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.env_report import env_command
@@ -30,10 +31,11 @@ from rufus_data.generate.vllm_command import format_command
 from rufus_data.inputs import is_catalog
 from rufus_data.merged_model import adapter_base
 from rufus_data.output_lock import OutputLock
+from rufus_data.yaml_config import model_from_options
 from rufus_train.data import check_columns, read_rows
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
-from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
+from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
 from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
 
 app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
@@ -224,15 +226,12 @@ def export_cmd(
 
 @app.command("plan")
 @cli_errors
-def plan_cmd(
-    params: Annotated[float, typer.Option("--params", help="model parameters N, e.g. 3e9")],
-    tokens: Annotated[float, typer.Option("--tokens", help="training tokens D, e.g. 1.1e13")],
-    days: Annotated[float, typer.Option("--days", help="wall-clock days available")],
-    mfu: Annotated[float, typer.Option("--mfu", help="model FLOPs utilisation (0.3-0.5 typical)")] = 0.3,
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU kind: a100, h100, h200, b200, l40s, mi300x")] = "h100",
-) -> None:
+@model_options(PlanConfig)
+def plan_cmd(options: dict | None = None) -> None:
     """GPUs needed: 6ND FLOPs over (mfu x peak bf16 x time), as the Smol playbook computes it."""
-    p = plan(params, tokens, days, mfu, gpu)
+    settings = model_from_options(PlanConfig, options)
+    params, tokens, days, mfu = settings.params, settings.tokens, settings.days, settings.mfu
+    p = plan(params, tokens, days, mfu, settings.gpu)
     for line in explain(p):
         typer.echo(line)
     table = Table(title="same run on other GPUs (dense bf16 peak)")

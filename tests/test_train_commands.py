@@ -101,3 +101,17 @@ def test_stage_and_pipeline_own_options_parse_in_both_spellings(spelling, tmp_pa
 def test_show_mask_parses_in_both_spellings(spelling):
     result = invoke("stage", "dpo", spelling, "1")
     assert result.exit_code == 2 and "--show_mask applies to the sft and midtrain stages" in result.output
+
+
+def test_plan_options_come_from_its_config_and_gpu_choices_are_checked():
+    from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig
+
+    result = invoke("plan", "--params", "3e9", "--tokens", "1e12", "--days", "10", "--gpu", "x100")
+    assert result.exit_code == 2 and "'x100' is not one of" in result.output
+    assert all(f"'{gpu}'" in result.output for gpu in GPU_PEAK_TFLOPS)
+    shown = flat(invoke("plan", "--help").stdout)
+    assert "<" + "|".join(GPU_PEAK_TFLOPS) + ">" in shown
+    for name, info in PlanConfig.model_fields.items():
+        assert f"--{name}" in shown and flat(info.description) in shown
+    bad = invoke("plan", "--params", "3e9", "--tokens", "1e12", "--days", "10", "--mfu", "2")
+    assert bad.exit_code == 2 and "--mfu: Input should be less than or equal to 1" in bad.output
