@@ -19,7 +19,6 @@ from rufus_data.cli_options import (
     DRY_RUN_HELP,
     UNDERSCORES,
     CliApp,
-    OverwriteOption,
     VersionOption,
     flag_option,
     model_options,
@@ -33,6 +32,7 @@ from rufus_data.merged_model import adapter_base
 from rufus_data.output_lock import OutputLock
 from rufus_data.yaml_config import model_from_options
 from rufus_train.data import check_columns, read_rows
+from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
@@ -202,21 +202,26 @@ def pipeline_cmd(
 
 @app.command("export")
 @cli_errors
+@model_options(ExportConfig)
 def export_cmd(
-    run: Annotated[Path, typer.Argument(help="a run folder holding a LoRA adapter")],
-    merge: Annotated[bool, typer.Option(
-        "--merge", help="merge the adapter into a copy of its base (Rufus exports merged models; the adapter alone "
-        "is already in RUN)")],
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="also copy the merged model here (default: RUN/merged only, the copy rufus-eval uses too)")] = None,
-    overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: the adapter, its base, the merged folder and the copy")] = False,
+    merge: Annotated[bool, typer.Option("--merge", hidden=True, metavar="", help=MERGE_NOT_NEEDED)] = False,
+    options: dict | None = None,
 ) -> None:
     """Merge a run's LoRA adapter into a copy of its base: a plain model folder for inference.
     RUN/merged is made once and reused (rufus-eval makes and reads the same folder)."""
-    target = export_merged(run, out, overwrite=overwrite)
+    if merge:
+        console.print(f"note: {MERGE_NOT_NEEDED}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+    config = model_from_options(ExportConfig, options)
+    if dry_run:
+        print_result("\n".join(export_plan(config)), markup=False, highlight=False)
+        console.print("[green]export valid[/]: nothing was loaded or written (drop --dry_run to export)")
+        return
+    target = export_merged(config.run, config.out, overwrite=config.overwrite)
     console.print(
-        f"[green]exported[/] {target}: the LoRA adapter of {run} merged into a copy of its base "
-        f"{adapter_base(run)} (the base model itself is unchanged).\n"
+        f"[green]exported[/] {target}: the LoRA adapter of {config.run} merged into a copy of its base "
+        f"{adapter_base(config.run)} (the base model itself is unchanged).\n"
         f"The trained behaviour lives in the adapter: loading the base model alone does NOT include it; "
         f"load {target} (or base + adapter) instead.",
         soft_wrap=True, highlight=False,

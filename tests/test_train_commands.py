@@ -4,6 +4,8 @@ the own options of `stage` and `pipeline` parse in both spellings. Nothing here 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from typer.testing import CliRunner
 
@@ -115,3 +117,31 @@ def test_plan_options_come_from_its_config_and_gpu_choices_are_checked():
         assert f"--{name}" in shown and flat(info.description) in shown
     bad = invoke("plan", "--params", "3e9", "--tokens", "1e12", "--days", "10", "--mfu", "2")
     assert bad.exit_code == 2 and "--mfu: Input should be less than or equal to 1" in bad.output
+
+
+def fake_adapter_run(folder, base: str = "smollm2-135m"):
+    """A run folder as export reads it before merging: the adapter's config and weights file."""
+    folder.mkdir()
+    (folder / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": base}))
+    (folder / "adapter_model.safetensors").write_bytes(b"adapter weights")
+    return folder
+
+
+def test_export_dry_run_says_what_it_would_merge_and_loads_nothing(tmp_path, no_model_loads):
+    run = fake_adapter_run(tmp_path / "run")
+    out = tmp_path / "out"
+    result = invoke("export", str(run), "--dry_run", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"adapter  {run} (LoRA)" and lines[1].startswith("base     smollm2-135m")
+    assert lines[2] == f"merged   {run / 'merged'} <- the adapter merged into a copy of the base, in float32"
+    assert lines[3] == f"copy     {run / 'merged'} -> {out}"
+    assert sorted(p.name for p in run.iterdir()) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert not out.exists()
+    out.mkdir()  # checked as the export checks it
+    refused = invoke("export", str(run), "--dry-run", "--out", str(out))
+    assert refused.exit_code == 2 and "already exists: pass --overwrite" in refused.output
+    noted = invoke("export", str(run), "--dry_run", "--merge")
+    assert noted.exit_code == 0 and "--merge is no longer needed" in " ".join(noted.output.split())
+    plain = invoke("export", str(tmp_path / "out"), "--dry_run")
+    assert plain.exit_code == 2 and "holds no LoRA adapter" in plain.output
