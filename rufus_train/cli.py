@@ -17,6 +17,7 @@ from rich.table import Table
 
 from rufus_data.cli_options import (
     DRY_RUN_HELP,
+    RENAMED_ATTRIBUTE,
     UNDERSCORES,
     CliApp,
     VersionOption,
@@ -26,7 +27,7 @@ from rufus_data.cli_options import (
 from rufus_data.console import cli_errors, console, print_result
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
-from rufus_data.generate.vllm_command import format_command
+from rufus_data.generate.vllm_command import SERVER_MODULE, format_command, module_command
 from rufus_data.inputs import is_catalog
 from rufus_data.merged_model import adapter_base
 from rufus_data.output_lock import OutputLock
@@ -36,11 +37,13 @@ from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
-from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
+from rufus_train.serve import ServeConfig, exec_server, serve_command, serve_config
 
 app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
              context_settings={"help_option_names": ["-h", "--help"]})  # -h as TRL's argparse CLI takes it
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+PYTHON_RENAMED = (f"--python PY is now --vllm_command \"PY -m {SERVER_MODULE}\" (the server command itself, as "
+                  "rufus-data's vllm backend takes it); --python still works for now")
 
 
 @app.callback()
@@ -264,44 +267,36 @@ def prefetch_cmd() -> None:
     print_result(table)
 
 
+def old_option_name(old: str, new: str, because: str):
+    """Decorator: `old` still parses as the command's own option `new`, with a note saying why."""
+    def mark(command):
+        renamed = {**getattr(command, RENAMED_ATTRIBUTE, {}), old: (new, because)}
+        setattr(command, RENAMED_ATTRIBUTE, renamed)
+        return command
+    return mark
+
+
 @app.command("serve")
 @cli_errors
+@model_options(ServeConfig)
+@old_option_name("--print", "--dry-run", "one --dry_run in every command; it prints the server's command")
 def serve_cmd(
-    model: str | None = typer.Argument(
-        None, help="model to serve: built-in name, model folder or hub id (default: the --stage's model)"),
-    stage: str | None = typer.Option(
-        None, "--stage", help="a GRPO stage whose config sets the model, devices.server, the port of vllm_server, "
-        "the LoRA rank and max_staleness"),
-    config: Path | None = typer.Option(None, "--config", help="with --stage: its YAML (default catalogs/stages/NAME.yaml)"),
-    devices: str | None = typer.Option(
-        None, "--devices", help="the server's physical GPU ids (CUDA_VISIBLE_DEVICES); never the trainer's "
-        "[default: the stage's devices.server, else 1]"),
-    port: int | None = typer.Option(None, "--port", help="[default: the stage's vllm_server port, else 8000]"),
-    host: str = typer.Option("0.0.0.0", "--host"),
-    max_model_len: int = typer.Option(DEFAULT_MAX_MODEL_LEN, "--max-model-len", help="prompt + completion tokens per request"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
-    lora_rank: int | None = typer.Option(
-        None, "--lora-rank", help="serve LoRA adapters (adapter-only weight sync) [default: the stage's lora.r]"),
-    max_staleness: int | None = typer.Option(
-        None, "--max-staleness", help="with --lora-rank: adapter slots = this + 2 [default: the stage's, else 4]"),
-    python: str | None = typer.Option(None, "--python", help="interpreter with vllm (default: this one)"),
-    print_only: bool = typer.Option(False, "--print", help="print the command instead of running it"),
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: the server's command line and environment")] = False,
+    python: Annotated[str | None, typer.Option("--python", hidden=True, help=PYTHON_RENAMED)] = None,
+    options: dict | None = None,
 ) -> None:
     """Start the vLLM server async GRPO needs (weight-transfer routes, processed logprobs, NCCL, bf16)."""
-    given = {"devices": devices, "port": port, "host": host, "max_model_len": max_model_len,
-             "gpu_memory_utilization": gpu_memory_utilization, "lora_rank": lora_rank,
-             "max_staleness": max_staleness, "python": python}
-    if stage is not None:
-        spec = spec_for_stage(resolve_stage_config(stage, config, []), model=model, **given)
-    elif model is None:
-        raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
-    else:
-        spec = ServeSpec(model=model, **{k: v for k, v in given.items() if v is not None})
-    if print_only:
-        env, argv = serve_command(spec)
+    if python:
+        console.print(f"note: {PYTHON_RENAMED}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        options = {"vllm_command": module_command(python), **(options or {})}  # --vllm_command wins
+    config = serve_config(options or {})
+    if dry_run:
+        env, argv = serve_command(config, dry_run=True)
         typer.echo(format_command(env, argv))
+        console.print("[green]server valid[/]: nothing was started or loaded (drop --dry_run to start it)")
         return
-    exec_server(spec)
+    exec_server(config)
 
 
 if __name__ == "__main__":  # `accelerate launch -m rufus_train.cli stage ...`

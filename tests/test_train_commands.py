@@ -145,3 +145,51 @@ def test_export_dry_run_says_what_it_would_merge_and_loads_nothing(tmp_path, no_
     assert noted.exit_code == 0 and "--merge is no longer needed" in " ".join(noted.output.split())
     plain = invoke("export", str(tmp_path / "out"), "--dry_run")
     assert plain.exit_code == 2 and "holds no LoRA adapter" in plain.output
+
+
+def test_serve_dry_run_prints_the_server_command_and_starts_nothing(tmp_path, monkeypatch, no_model_loads):
+    from rufus_data import models
+    from rufus_data.generate.backend_config import ServerLaunch
+    from rufus_train.cli import serve_cmd
+
+    def no_pull(name):
+        raise AssertionError(f"--dry_run converted the built-in {name}")
+
+    monkeypatch.setattr(models, "pull", no_pull)
+    result = invoke("serve", "smollm2-135m", "--dry_run", "--devices", "0,1,2,3", "--data_parallel_size", "2")
+    assert result.exit_code == 0, result.output
+    command = result.stdout.strip()
+    assert command.startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=0,1,2,3 ")
+    for flag in ("--tensor-parallel-size 2", "--data-parallel-size 2", "--max-model-len 16384", "--dtype bfloat16",
+                 "--gpu-memory-utilization 0.9", "--host 0.0.0.0", "--port 8000", "-m vllm.entrypoints.openai.api_server"):
+        assert flag in command, flag  # the recipe's defaults
+    uneven = invoke("serve", "org/model", "--dry_run", "--devices", "0,1,2", "--data_parallel_size", "2")
+    assert uneven.exit_code == 2 and "does not divide the 3 GPUs" in uneven.output
+    # the launch settings are ServerLaunch's: the same options as rufus-data's vllm backend
+    options = {name for name in serve_cmd.__signature__.parameters}
+    assert set(ServerLaunch.model_fields) <= options
+
+
+def test_serve_takes_a_stages_settings_and_the_command_line_wins(tmp_path):
+    stage_yaml = tmp_path / "rl.yaml"
+    stage_yaml.write_text("devices: {trainer: '0', server: '2,3'}\nvllm_server: http://127.0.0.1:8123\n")
+    result = invoke("serve", "--stage", "reasoning_rl", "--config", str(stage_yaml), "--dry_run", "--max_staleness", "1")
+    assert result.exit_code == 0, result.output
+    assert "CUDA_VISIBLE_DEVICES=2,3" in result.stdout and "--port 8123" in result.stdout
+    assert "--max-lora-rank 8 --max-loras 3" in result.stdout  # the stage's lora.r 4 rounded up; 1 + 2 slots
+    given = invoke("serve", "--stage", "reasoning_rl", "--config", str(stage_yaml), "--dry_run", "--port", "9000",
+                   "--devices", "4", "--vllm_command", "vllm serve")
+    assert given.exit_code == 0, given.output
+    assert "CUDA_VISIBLE_DEVICES=4" in given.stdout and "--port 9000" in given.stdout
+    assert " vllm serve " in given.stdout
+
+
+def test_serve_old_options_still_work_with_a_note():
+    result = invoke("serve", "org/model", "--print", "--python", "/opt/vllm/bin/python")
+    assert result.exit_code == 0, result.output
+    assert "/opt/vllm/bin/python -m vllm.entrypoints.openai.api_server --model org/model" in result.stdout
+    said = " ".join(result.stderr.split())
+    assert "note: --print is now --dry_run" in said and "note: --python PY is now --vllm_command" in said
+    assert "--python" not in invoke("serve", "--help").stdout and "--print" not in invoke("serve", "--help").stdout
+    missing = invoke("serve", "--dry_run")
+    assert missing.exit_code == 2 and "give the MODEL to serve, or --stage NAME" in missing.output
