@@ -20,11 +20,12 @@ from rufus_data.cli_options import (
     RENAMED_ATTRIBUTE,
     UNDERSCORES,
     CliApp,
+    FormatOption,
     VersionOption,
     flag_option,
     model_options,
 )
-from rufus_data.console import cli_errors, console, print_result
+from rufus_data.console import cli_errors, console, print_result, print_rows
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.generate.vllm_command import SERVER_MODULE, format_command, module_command
@@ -56,16 +57,12 @@ app.command("env")(env_command)
 
 @app.command("stages")
 @cli_errors
-def stages_cmd() -> None:
-    """List the stages, one line each."""
+def stages_cmd(fmt: FormatOption = "table") -> None:
+    """List the stages, one line each: name, what it does, its TRL config class."""
     from rufus_train.stages import all_stages  # heavy: the stage registry imports TRL and peft
 
-    table = Table(title="rufus-train stages")
-    table.add_column("stage", style="bold")
-    table.add_column("what it does")
-    for name, stage in sorted(all_stages().items()):
-        table.add_row(name, stage.description)
-    print_result(table)
+    rows = [(name, stage.description, stage.config_class.trl_config) for name, stage in sorted(all_stages().items())]
+    print_rows(["stage", "description", "trl_config"], rows, fmt, title="rufus-train stages")
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):

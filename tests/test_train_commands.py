@@ -193,3 +193,15 @@ def test_serve_old_options_still_work_with_a_note():
     assert "--python" not in invoke("serve", "--help").stdout and "--print" not in invoke("serve", "--help").stdout
     missing = invoke("serve", "--dry_run")
     assert missing.exit_code == 2 and "give the MODEL to serve, or --stage NAME" in missing.output
+
+
+def test_stages_prints_a_table_or_rows_a_script_reads():
+    from rufus_train.stages import all_stages
+
+    rows = json.loads(invoke("stages", "--format", "json").stdout)
+    assert [row["stage"] for row in rows] == sorted(all_stages())
+    sft = next(row for row in rows if row["stage"] == "sft")
+    assert sft == {"stage": "sft", "description": all_stages()["sft"].description, "trl_config": "trl.SFTConfig"}
+    csv = invoke("stages", "--format", "csv").stdout.splitlines()
+    assert csv[0] == "stage,description,trl_config" and len(csv) == len(rows) + 1
+    assert "rufus-train stages" in invoke("stages").stdout
