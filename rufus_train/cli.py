@@ -11,25 +11,40 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import UNDERSCORES, CliApp, OverwriteOption, VersionOption
-from rufus_data.console import cli_errors, console, print_result
+from rufus_data.cli_options import (
+    DRY_RUN_HELP,
+    RENAMED_ATTRIBUTE,
+    UNDERSCORES,
+    CliApp,
+    FormatOption,
+    VersionOption,
+    flag_option,
+    model_options,
+)
+from rufus_data.console import cli_errors, console, print_result, print_rows
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
-from rufus_data.generate.vllm_command import format_command
+from rufus_data.generate.vllm_command import SERVER_MODULE, format_command, module_command
 from rufus_data.inputs import is_catalog
 from rufus_data.merged_model import adapter_base
 from rufus_data.output_lock import OutputLock
+from rufus_data.yaml_config import model_from_options
 from rufus_train.data import check_columns, read_rows
+from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
-from rufus_train.plan import GPU_PEAK_TFLOPS, explain, plan
-from rufus_train.serve import DEFAULT_MAX_MODEL_LEN, ServeSpec, exec_server, serve_command, spec_for_stage
+from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
+from rufus_train.serve import ServeConfig, exec_server, serve_command, serve_config
 
-app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.")
+app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
+             context_settings={"help_option_names": ["-h", "--help"]})  # -h as TRL's argparse CLI takes it
 OVERRIDES = {"allow_extra_args": True, "ignore_unknown_options": True}
+PYTHON_RENAMED = (f"--python PY is now --vllm_command \"PY -m {SERVER_MODULE}\" (the server command itself, as "
+                  "rufus-data's vllm backend takes it); --python still works for now")
 
 
 @app.callback()
@@ -42,16 +57,12 @@ app.command("env")(env_command)
 
 @app.command("stages")
 @cli_errors
-def stages_cmd() -> None:
-    """List the stages, one line each."""
+def stages_cmd(fmt: FormatOption = "table") -> None:
+    """List the stages, one line each: name, what it does, its TRL config class."""
     from rufus_train.stages import all_stages  # heavy: the stage registry imports TRL and peft
 
-    table = Table(title="rufus-train stages")
-    table.add_column("stage", style="bold")
-    table.add_column("what it does")
-    for name, stage in sorted(all_stages().items()):
-        table.add_row(name, stage.description)
-    print_result(table)
+    rows = [(name, stage.description, stage.config_class.trl_config) for name, stage in sorted(all_stages().items())]
+    print_rows(["stage", "description", "trl_config"], rows, fmt, title="rufus-train stages")
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
@@ -66,24 +77,66 @@ def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
 STAGE_HELP = (
     "Run one post-training stage: the keys of catalogs/stages/NAME.yaml, each overridable as `--key value` "
     "(the command line wins).\n\n"
-    "Any key of the stage YAML is an option here, e.g. `--data DIR` (shard folders or rufus-data catalogs; "
-    "default: the stage's data catalog), `--max_steps 10`, `--lora.r 8`, `--trainer.warmup_steps 0.1` (any field "
-    "of the TRL config); a boolean key is a bare flag (`--overwrite`, `--no-packing`). To see a stage's keys: the "
-    "stage YAML lists each with its default and what it does, and `rufus-train stage NAME --dry-run` prints them "
-    "all resolved.\n\n"
+    "`rufus-train stage NAME --help` lists the stage's keys with their type, default and description, e.g. "
+    "`--data DIR` (shard folders or rufus-data catalogs; default: the stage's data catalog), `--max_steps 10`, "
+    "`--lora.r 8`; a boolean key is a bare flag (`--overwrite`, `--no_packing`). `--trainer.warmup_steps 0.1` "
+    "sets any field of the stage's TRL config that Rufus does not set itself; a TRL key written at the top level "
+    "(`--warmup_steps 0.1`) is taken as that, and one Rufus sets is refused with the key to use.\n\n"
     "`--num_processes N --accelerate_config ddp|fsdp2|zero2|zero3|FILE` runs the stage in N processes: Rufus "
     "starts `accelerate launch` itself (docs/train.md, multi-GPU)."
 )
+STAGE_OPTIONS_WITH_VALUES = ("--config", "--show_mask", "--show-mask")
 
 
-@app.command("stage", context_settings=OVERRIDES, help=STAGE_HELP)
+def stage_named(args: list[str], help_names: list[str]) -> str | None:
+    """The stage NAME of a `stage ... --help` command line (its first argument that is no option
+    nor an option's value), or None when the help is not asked for or names no stage."""
+    args = args[:args.index("--")] if "--" in args else args
+    if not set(args) & set(help_names):
+        return None
+    follows_option = False
+    for arg in args:
+        if not arg.startswith("-") and not follows_option:
+            return arg
+        follows_option = arg in STAGE_OPTIONS_WITH_VALUES
+    return None
+
+
+class StageCommand(app.command_class):
+    """`rufus-train stage NAME --help` lists the stage's keys after the options (stage_help.py);
+    the registry (TRL) loads only then, so `stage --help` stays as quick as any other help."""
+
+    def parse_args(self, ctx, args):
+        name = stage_named(list(args), ctx.help_option_names)
+        if name:
+            from rufus_train.stages import get_stage  # heavy: the stage registry, TRL
+
+            try:
+                get_stage(name)
+            except RufusError as err:  # before the help, which would list no keys
+                console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+                ctx.exit(2)
+        ctx.meta["rufus_stage_help"] = name
+        return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        super().format_help(ctx, formatter)
+        if ctx.meta.get("rufus_stage_help"):
+            from rufus_train.stage_help import print_stage_keys
+
+            print_stage_keys(ctx.meta["rufus_stage_help"])
+
+
+STAGE_DRY_RUN_HELP = f"{DRY_RUN_HELP}; the plan: every key of the stage, resolved"
+
+
+@app.command("stage", cls=StageCommand, context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
 def stage_cmd(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`)")],
+    name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`); with --help: its keys")],
     config: Annotated[Path | None, typer.Option("--config", help="stage YAML (default catalogs/stages/NAME.yaml)")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="validate and print every key of the stage with its resolved value; load nothing")] = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", STAGE_DRY_RUN_HELP)] = False,
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
@@ -95,7 +148,7 @@ def stage_cmd(
     if dry_run:
         check_config(cfg)
         typer.echo(resolved_yaml(cfg), nl=False)
-        console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     if show_mask:
         print_masks(cfg, show_mask)
@@ -114,9 +167,9 @@ def print_masks(cfg, n: int) -> None:
     from rufus_train.stages.base import conversational  # heavy: imports TRL
 
     if not hasattr(cfg, "assistant_only_loss"):
-        raise RufusError(f"--show-mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
+        raise RufusError(f"--show_mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")
     if any(is_catalog(d) for d in cfg.data):
-        raise RufusError("--show-mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
+        raise RufusError("--show_mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
     check_columns(cfg.data, ("messages",), cfg.stage)
     tokenizer = load_tokenizer(cfg.model)
     rows = read_rows(cfg.data, None, cfg.seed, cfg.stage).slice(0, n)
@@ -132,8 +185,8 @@ def print_masks(cfg, n: int) -> None:
 @cli_errors
 def pipeline_cmd(
     file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")],
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="print every stage's resolved config, as `stage --dry-run` does; load nothing")] = False,
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: every stage's resolved config, the evaluation and the merge")] = False,
 ) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
     from rufus_train.pipeline import dry_run as pipeline_dry_run  # heavy: the stages import TRL and peft
@@ -142,28 +195,33 @@ def pipeline_cmd(
     pipeline = load_pipeline(file)
     if dry_run:
         print_result(pipeline_dry_run(pipeline), end="", markup=False, highlight=False)
-        console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry-run to run)")
+        console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     run_pipeline(pipeline)
 
 
 @app.command("export")
 @cli_errors
+@model_options(ExportConfig)
 def export_cmd(
-    run: Annotated[Path, typer.Argument(help="a run folder holding a LoRA adapter")],
-    merge: Annotated[bool, typer.Option(
-        "--merge", help="merge the adapter into a copy of its base (Rufus exports merged models; the adapter alone "
-        "is already in RUN)")],
-    out: Annotated[Path | None, typer.Option(
-        "--out", help="also copy the merged model here (default: RUN/merged only, the copy rufus-eval uses too)")] = None,
-    overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: the adapter, its base, the merged folder and the copy")] = False,
+    merge: Annotated[bool, typer.Option("--merge", hidden=True, metavar="", help=MERGE_NOT_NEEDED)] = False,
+    options: dict | None = None,
 ) -> None:
     """Merge a run's LoRA adapter into a copy of its base: a plain model folder for inference.
     RUN/merged is made once and reused (rufus-eval makes and reads the same folder)."""
-    target = export_merged(run, out, overwrite=overwrite)
+    if merge:
+        console.print(f"note: {MERGE_NOT_NEEDED}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+    config = model_from_options(ExportConfig, options)
+    if dry_run:
+        print_result("\n".join(export_plan(config)), markup=False, highlight=False)
+        console.print("[green]export valid[/]: nothing was loaded or written (drop --dry_run to export)")
+        return
+    target = export_merged(config.run, config.out, overwrite=config.overwrite)
     console.print(
-        f"[green]exported[/] {target}: the LoRA adapter of {run} merged into a copy of its base "
-        f"{adapter_base(run)} (the base model itself is unchanged).\n"
+        f"[green]exported[/] {target}: the LoRA adapter of {config.run} merged into a copy of its base "
+        f"{adapter_base(config.run)} (the base model itself is unchanged).\n"
         f"The trained behaviour lives in the adapter: loading the base model alone does NOT include it; "
         f"load {target} (or base + adapter) instead.",
         soft_wrap=True, highlight=False,
@@ -173,15 +231,12 @@ def export_cmd(
 
 @app.command("plan")
 @cli_errors
-def plan_cmd(
-    params: Annotated[float, typer.Option("--params", help="model parameters N, e.g. 3e9")],
-    tokens: Annotated[float, typer.Option("--tokens", help="training tokens D, e.g. 1.1e13")],
-    days: Annotated[float, typer.Option("--days", help="wall-clock days available")],
-    mfu: Annotated[float, typer.Option("--mfu", help="model FLOPs utilisation (0.3-0.5 typical)")] = 0.3,
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU kind: a100, h100, h200, b200, l40s, mi300x")] = "h100",
-) -> None:
+@model_options(PlanConfig)
+def plan_cmd(options: dict | None = None) -> None:
     """GPUs needed: 6ND FLOPs over (mfu x peak bf16 x time), as the Smol playbook computes it."""
-    p = plan(params, tokens, days, mfu, gpu)
+    settings = model_from_options(PlanConfig, options)
+    params, tokens, days, mfu = settings.params, settings.tokens, settings.days, settings.mfu
+    p = plan(params, tokens, days, mfu, settings.gpu)
     for line in explain(p):
         typer.echo(line)
     table = Table(title="same run on other GPUs (dense bf16 peak)")
@@ -209,44 +264,36 @@ def prefetch_cmd() -> None:
     print_result(table)
 
 
+def old_option_name(old: str, new: str, because: str):
+    """Decorator: `old` still parses as the command's own option `new`, with a note saying why."""
+    def mark(command):
+        renamed = {**getattr(command, RENAMED_ATTRIBUTE, {}), old: (new, because)}
+        setattr(command, RENAMED_ATTRIBUTE, renamed)
+        return command
+    return mark
+
+
 @app.command("serve")
 @cli_errors
+@model_options(ServeConfig)
+@old_option_name("--print", "--dry-run", "one --dry_run in every command; it prints the server's command")
 def serve_cmd(
-    model: str | None = typer.Argument(
-        None, help="model to serve: built-in name, model folder or hub id (default: the --stage's model)"),
-    stage: str | None = typer.Option(
-        None, "--stage", help="a GRPO stage whose config sets the model, devices.server, the port of vllm_server, "
-        "the LoRA rank and max_staleness"),
-    config: Path | None = typer.Option(None, "--config", help="with --stage: its YAML (default catalogs/stages/NAME.yaml)"),
-    devices: str | None = typer.Option(
-        None, "--devices", help="the server's physical GPU ids (CUDA_VISIBLE_DEVICES); never the trainer's "
-        "[default: the stage's devices.server, else 1]"),
-    port: int | None = typer.Option(None, "--port", help="[default: the stage's vllm_server port, else 8000]"),
-    host: str = typer.Option("0.0.0.0", "--host"),
-    max_model_len: int = typer.Option(DEFAULT_MAX_MODEL_LEN, "--max-model-len", help="prompt + completion tokens per request"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization"),
-    lora_rank: int | None = typer.Option(
-        None, "--lora-rank", help="serve LoRA adapters (adapter-only weight sync) [default: the stage's lora.r]"),
-    max_staleness: int | None = typer.Option(
-        None, "--max-staleness", help="with --lora-rank: adapter slots = this + 2 [default: the stage's, else 4]"),
-    python: str | None = typer.Option(None, "--python", help="interpreter with vllm (default: this one)"),
-    print_only: bool = typer.Option(False, "--print", help="print the command instead of running it"),
+    dry_run: Annotated[bool, flag_option(
+        "--dry-run", f"{DRY_RUN_HELP}; the plan: the server's command line and environment")] = False,
+    python: Annotated[str | None, typer.Option("--python", hidden=True, help=PYTHON_RENAMED)] = None,
+    options: dict | None = None,
 ) -> None:
     """Start the vLLM server async GRPO needs (weight-transfer routes, processed logprobs, NCCL, bf16)."""
-    given = {"devices": devices, "port": port, "host": host, "max_model_len": max_model_len,
-             "gpu_memory_utilization": gpu_memory_utilization, "lora_rank": lora_rank,
-             "max_staleness": max_staleness, "python": python}
-    if stage is not None:
-        spec = spec_for_stage(resolve_stage_config(stage, config, []), model=model, **given)
-    elif model is None:
-        raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
-    else:
-        spec = ServeSpec(model=model, **{k: v for k, v in given.items() if v is not None})
-    if print_only:
-        env, argv = serve_command(spec)
+    if python:
+        console.print(f"note: {PYTHON_RENAMED}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        options = {"vllm_command": module_command(python), **(options or {})}  # --vllm_command wins
+    config = serve_config(options or {})
+    if dry_run:
+        env, argv = serve_command(config, dry_run=True)
         typer.echo(format_command(env, argv))
+        console.print("[green]server valid[/]: nothing was started or loaded (drop --dry_run to start it)")
         return
-    exec_server(spec)
+    exec_server(config)
 
 
 if __name__ == "__main__":  # `accelerate launch -m rufus_train.cli stage ...`

@@ -21,10 +21,21 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rufus_data.catalog_files import catalog_file
+from rufus_data.console import console
 from rufus_data.devices import DeviceRoles
 from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel, format_validation_error, override_key, read_yaml
+from rufus_data.yaml_config import StrictModel, format_validation_error, node_line, override_key, read_yaml
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
+from rufus_train.trl_keys import (
+    TakenKey,
+    managed_fields,
+    near_trl_keys,
+    take_from_mapping,
+    take_from_overrides,
+    take_from_pairs,
+    trl_field_type,
+    trl_fields,
+)
 
 # Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
 COMMON_TRL_ALIASES = {"gradient_checkpointing": "activation_checkpointing"}
@@ -261,18 +272,13 @@ def _field_annotation(model: type[BaseModel], parts: list[str]) -> Any:
     return current
 
 
-def _trl_field_type(config_cls: type, name: str) -> Any:
-    hints = typing.get_type_hints(config_cls)
-    return hints.get(name)
-
-
 def typed_value(config_cls: type[StageConfig], dotted: str, raw: str | None) -> Any:
     """Type a CLI value by the model: strings stay strings, everything else is read as YAML."""
     if raw is None:
         return True
     parts = dotted.split(".")
     if parts[0] == "trainer" and len(parts) == 2:
-        annotation = _trl_field_type(trl_config_class(config_cls), parts[1])
+        annotation = trl_field_type(trl_config_class(config_cls), parts[1])
     else:
         annotation = _field_annotation(config_cls, parts)
     if _is_str_type(annotation):
@@ -319,25 +325,29 @@ def trl_config_class(config_cls: type[StageConfig]) -> type:
 
 
 def check_trainer_block(
-    config: StageConfig, path: Path | str, overrides: Collection[str] = (), overrides_from: str = "command line --{key}"
+    config: StageConfig, path: Path | str, overrides: Collection[str] = (), overrides_from: str = "command line --{key}",
+    taken: dict[str, TakenKey] | None = None,
 ) -> None:
-    """Every `trainer:` key must be a field of the TRL config and not one Rufus already sets; each
-    problem names where the key was written (the file, or the override's source)."""
+    """Every `trainer:` key must be a field of the TRL config and not one Rufus sets itself
+    (trl_keys.managed_fields); each problem names where the key was written: the file, the
+    override's source, or where a TRL key `taken` into `trainer:` stood."""
     cls = trl_config_class(type(config))
     valid = sorted(f.name for f in dataclasses.fields(cls))
-    aliases = {**COMMON_TRL_ALIASES, **type(config).trl_aliases}
-    managed = set(type(config).model_fields) | set(aliases.values())
+    managed = managed_fields(config)
+    taken = taken or {}
     problems = []
     for key in config.trainer:
         given = override_key(f"trainer.{key}", overrides)
-        where = overrides_from.format(key=given) if given else str(path)
+        where = taken[key].where if key in taken else overrides_from.format(key=given) if given else str(path)
         if key not in valid:
             close = difflib.get_close_matches(key, valid, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
             problems.append(f"{where}: unknown key 'trainer.{key}' for {cls.__name__}{hint}")
-        elif key in managed or key in {"output_dir", "seed"}:
-            top = next((k for k, v in aliases.items() if v == key), key)
-            problems.append(f"{where}: 'trainer.{key}' is set by Rufus: use the top-level key '{top}' instead")
+        elif key in managed and key in taken:
+            problems.append(f"{where}: '{taken[key].written}' is a field of {cls.__name__} that Rufus sets itself: "
+                            f"{managed[key].instead(type(config))}")
+        elif key in managed:
+            problems.append(f"{where}: 'trainer.{key}' is set by Rufus: {managed[key].instead(type(config))}")
     if problems:
         raise RufusError("; ".join(problems))
 
@@ -348,10 +358,13 @@ def load_stage_config(
     config_file: str | Path | None = None,
     overrides: dict[str, Any] | list[tuple[str, str | None]] | None = None,
     overrides_from: str = "command line --{key}",
+    notes: list[str] | None = None,
 ) -> StageConfig:
     """YAML (catalogs/stages/NAME.yaml or --config FILE), then CLI overrides, validated strictly.
     An error names where its key was written: the file's line, or `overrides_from` (the command
-    line by default; a pipeline names its own file) with the key filled in."""
+    line by default; a pipeline names its own file) with the key filled in. A TRL key written
+    outside `trainer:` is taken into it (trl_keys.py): the note saying so is printed, or added to
+    `notes` when the caller collects them."""
     path = Path(config_file) if config_file else stage_file(name)
     data, node = read_yaml(path)
     data = data or {}
@@ -360,16 +373,32 @@ def load_stage_config(
     if data.get("stage", name) != name:
         raise RufusError(f"{path} is a config for stage '{data['stage']}', not '{name}': run `rufus-train stage {data['stage']}`")
     data["stage"] = name
+    trl_class = trl_config_class(config_cls)
+    fields = trl_fields(trl_class)
+    data, taken = take_from_mapping(data, config_cls.model_fields, fields,
+                                    lambda key: f"{path}:{node_line(node, (key,))}")
     if isinstance(overrides, list):
+        overrides, from_command_line = take_from_pairs(overrides, config_cls.model_fields, trl_class, overrides_from)
         overrides = dict(typed_override(config_cls, k, v) for k, v in overrides)
-    overrides = overrides or {}
+    else:
+        overrides, from_command_line = take_from_overrides(overrides or {}, config_cls.model_fields, fields,
+                                                           overrides_from)
+    taken.update(from_command_line)
     data = apply_overrides(data, overrides)
     data = _expand_env(data)
     try:
         config = config_cls.model_validate(data)
     except ValidationError as err:
-        raise RufusError(f"invalid {name} config: " + format_validation_error(err, path, node, config_cls, overrides, overrides_from)) from None
-    check_trainer_block(config, path, overrides, overrides_from)
+        problems = format_validation_error(err, path, node, config_cls, overrides, overrides_from)
+        hints = near_trl_keys(data, config_cls.model_fields, fields)
+        raise RufusError(f"invalid {name} config: {problems}{hints}") from None
+    check_trainer_block(config, path, overrides, overrides_from, taken)
+    said = [taken_key.note(key) for key, taken_key in taken.items()]
+    if notes is not None:
+        notes.extend(said)
+        return config
+    for note in said:
+        console.print(note, style="yellow", highlight=False, markup=False, soft_wrap=True)
     return config
 
 

@@ -91,7 +91,7 @@ def load_pipeline(path: str | Path) -> PipelineConfig:
         for key in CHAINED_KEYS:
             if key in entry:
                 raise RufusError(f"{path}: stages[{i}] sets `{key}`, which the pipeline chains itself; remove it")
-        stage_configs(config, upto=i + 1)  # validate every stage config now, before anything trains
+    stage_configs(config, source=str(path), notes=None)  # every stage config valid now, before anything trains
     if config.eval:
         suite = load_suite(config.eval.suite)
         unknown = sorted(set(config.eval.tasks or []) - {t.name for t in suite.tasks})
@@ -112,17 +112,23 @@ def with_defaults(defaults: dict[str, Any], entry: dict[str, Any]) -> dict[str, 
     return merged
 
 
-def stage_configs(pipeline: PipelineConfig, upto: int | None = None) -> list[StageConfig]:
-    """The resolved config of each stage: model = previous output, output = OUT/NN-stage."""
+def stage_configs(pipeline: PipelineConfig, source: str | None = None, notes: list[str] | None = None) -> list[StageConfig]:
+    """The resolved config of each stage: model = previous output, output = OUT/NN-stage. A key
+    of a stage's entry (or of `defaults`) is named in errors as `source`'s (the pipeline file's);
+    the notes of TRL keys taken into `trainer:` are printed where `notes` is None (load_pipeline
+    says them once), else collected into it."""
     configs, model = [], pipeline.model
-    for i, entry in enumerate(pipeline.stages[:upto]):
+    source = source or f"pipeline {pipeline.name}"
+    for i, entry in enumerate(pipeline.stages):
         entry = with_defaults(pipeline.defaults, entry)
         name = entry.pop("stage")
         entry.pop("label", None)
         config_file = entry.pop("config", None) or stage_file(name)
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
         overrides = {**entry, "model": model, "output_dir": str(out), "overwrite": pipeline.overwrite}
-        configs.append(load_stage_config(name, get_stage(name).config_class, config_file, overrides))
+        where = f"{source} stages[{i}] ({name}{' or defaults' if pipeline.defaults else ''}) key {{key}}"
+        configs.append(load_stage_config(name, get_stage(name).config_class, config_file, overrides, where,
+                                         notes=notes))
         model = str(out)
     return configs
 
@@ -139,7 +145,7 @@ def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
 def dry_run(pipeline: PipelineConfig) -> str:
     """Every stage's resolved config (as `rufus-train stage --dry-run` prints it), then the
     evaluation and the merge; checks run, nothing loads or trains."""
-    configs = stage_configs(pipeline)
+    configs = stage_configs(pipeline, notes=[])  # load_pipeline said them
     check_stages(pipeline, configs)
     parts = []
     for i, config in enumerate(configs):
@@ -162,7 +168,7 @@ def merged_path(pipeline: PipelineConfig) -> Path:
 
 def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
     """Train every stage in order; evaluate base and each stage; merge the last; print and save the table."""
-    configs = stage_configs(pipeline)
+    configs = stage_configs(pipeline, notes=[])  # load_pipeline said them
     with OutputLock(pipeline.output_dir, "rufus-train pipeline"):  # one pipeline per output_dir
         check_stages(pipeline, configs)
         out = Path(pipeline.output_dir)

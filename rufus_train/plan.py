@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
 
 from rufus_data.errors import RufusError
+from rufus_data.yaml_config import StrictModel
 
 # Dense BF16 peak (no sparsity), TFLOP/s, from the vendors' data sheets.
 GPU_PEAK_TFLOPS = {
@@ -18,6 +22,17 @@ GPU_PEAK_TFLOPS = {
     "l40s": 362.0,
     "mi300x": 1307.0,
 }
+GpuKind = Literal[tuple(GPU_PEAK_TFLOPS)]  # the choices --gpu shows and checks
+
+
+class PlanConfig(StrictModel):
+    """The options of `rufus-train plan` (each field's description is its help)."""
+
+    params: float = Field(gt=0, description="model parameters N, e.g. 3e9")
+    tokens: float = Field(gt=0, description="training tokens D, e.g. 1.1e13")
+    days: float = Field(gt=0, description="wall-clock days available")
+    mfu: float = Field(0.3, gt=0, le=1, description="model FLOPs utilisation (0.3-0.5 typical)")
+    gpu: GpuKind = Field("h100", description="GPU kind, by its dense bf16 peak (the table compares them all)")
 
 
 @dataclass(frozen=True)

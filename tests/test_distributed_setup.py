@@ -169,14 +169,14 @@ def test_default_eval_gpus_are_checked_against_the_server_and_trainer(monkeypatc
     trainer's (the trainer role given, not the GPUs this process happens to see)."""
     from rufus_data import devices
     from rufus_train.runner import checkpoint_eval_callback
-    from rufus_train.serve import spec_for_stage
+    from rufus_train.serve import config_for_stage
 
     config = stage_config(**{"devices.trainer": "2", "devices.server": "1", "eval.eval_on_checkpoint": True})
     assert config.devices.eval == "0,1"
     with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
         config.devices.check()
     with pytest.warns(UserWarning, match=r"evaluation devices \(0,1\) overlap the vLLM server's on GPU 1"):
-        spec_for_stage(config)  # `rufus-train serve --stage` checks the same pairs
+        config_for_stage(config)  # `rufus-train serve --stage` checks the same pairs
     assert stage_config().devices.eval is None  # no evaluation, no eval role
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -244,7 +244,7 @@ def test_serve_for_a_stage_starts_the_server_on_its_gpus(tmp_path):
     assert argv[argv.index("--served-model-name") + 1] == model  # the name TRL's async worker asks for
 
     # the recipe's defaults without a stage, and a clash refused before anything starts (in this process)
-    env, argv = serve.serve_command(serve.ServeSpec(model="smollm2-135m"))
+    env, argv = serve.serve_command(serve.ServeConfig(model="smollm2-135m"))
     assert env["CUDA_VISIBLE_DEVICES"] == "1" and "--max-model-len 16384" in " ".join(argv)
     stage_yaml.write_text("devices: {trainer: '0,1', server: '1'}\n")
     clash = CliRunner().invoke(app, ["serve", "--stage", "reasoning_rl", "--python", str(stub), "--config", str(stage_yaml)])

@@ -278,3 +278,81 @@ def test_online_dpo_keeps_the_generation_cache_under_a_users_generation_kwargs(t
     assert trl_kwargs_for(mine, tmp_path)["generation_kwargs"] == {"use_cache": True, "top_k": 5}
     off = load_stage_config("online_dpo", online_dpo, overrides={"trainer": {"generation_kwargs": {"use_cache": False}}})
     assert trl_kwargs_for(off, tmp_path)["generation_kwargs"] == {"use_cache": False}
+
+
+# ------------------------------------------------------------------ TRL keys outside `trainer:`
+
+
+def test_a_trl_key_at_the_top_level_is_taken_into_trainer(sft_shards, tmp_path, capsys):
+    """`--warmup_steps 0.1` as `trl sft` takes it: a field of the TRL config Rufus leaves open is
+    taken as trainer.warmup_steps, typed by TRL's field, with a note; in a stage YAML and a
+    pipeline's stage entry too."""
+    sft = get_stage("sft").config_class
+    config = load_stage_config("sft", sft, overrides=parse_cli_overrides(["--warmup_steps", "0.1", "--no_disable_tqdm"]))
+    assert config.trainer == {"warmup_steps": 0.1, "disable_tqdm": False}
+    said = " ".join(capsys.readouterr().err.split())
+    assert "note: command line --warmup_steps is a TRL key: taken as trainer.warmup_steps" in said
+    mine = tmp_path / "sft.yaml"
+    mine.write_text("max_steps: 2\nlr_scheduler_type: cosine\ntrainer:\n  max_grad_norm: 0.5\n")
+    assert load_stage_config("sft", sft, mine).trainer == {"max_grad_norm": 0.5, "lr_scheduler_type": "cosine"}
+    assert f"note: {mine}:2: lr_scheduler_type is a TRL key: taken as trainer.lr_scheduler_type" in " ".join(
+        capsys.readouterr().err.split())
+
+    result = CliRunner().invoke(app, ["stage", "sft", "--dry_run", "--data", str(sft_shards["sft"]),
+                                      "--warmup_steps", "0.1", "--output_dir", str(tmp_path / "never")])
+    assert result.exit_code == 0, result.output
+    assert "trainer:\n  warmup_steps: 0.1\n" in result.stdout
+
+    from rufus_train.pipeline import load_pipeline, stage_configs
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text(f"name: p\nstages:\n  - {{stage: sft, data: [{sft_shards['sft']}], warmup_steps: 0.05}}\n")
+    assert stage_configs(load_pipeline(pipeline))[0].trainer == {"warmup_steps": 0.05}
+    assert f"note: {pipeline} stages[0] (sft) key warmup_steps is a TRL key" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_trl_key_rufus_sets_is_refused_with_the_key_to_use(tmp_path):
+    """bf16/fp16 come from dtype, activation_checkpointing from gradient_checkpointing, ... at the top
+    level and in `trainer:` alike, each named where it was written."""
+    sft = get_stage("sft").config_class
+
+    def refused(stage, *args, config_file=None):
+        with pytest.raises(RufusError) as err:
+            load_stage_config(stage, get_stage(stage).config_class, config_file, overrides=parse_cli_overrides(list(args)))
+        return " ".join(str(err.value).split())
+
+    assert "command line --bf16: 'bf16' is a field of SFTConfig that Rufus sets itself: use the top-level key " \
+           "'dtype' (auto, float32, bfloat16, float16) instead" in refused("sft", "--bf16")
+    assert "use the top-level key 'gradient_checkpointing'" in refused("sft", "--activation_checkpointing")
+    assert "use the top-level key 'save_steps'" in refused("sft", "--save_strategy", "epoch")
+    assert "use the top-level key 'push_to_hub'" in refused("sft", "--hub_model_id", "org/x")
+    assert "CUDA_VISIBLE_DEVICES=" in refused("sft", "--use_cpu")
+    assert "use the top-level key 'adv_norm' (std, centered, batch_std)" in refused("reasoning_rl", "--scale_rewards", "none")
+    assert "'trainer.fp16' is set by Rufus: use the top-level key 'dtype'" in refused("sft", "--trainer.fp16")
+    mine = tmp_path / "sft.yaml"
+    mine.write_text("max_steps: 2\nbf16: true\n")
+    assert f"{mine}:2: 'bf16' is a field of SFTConfig" in refused("sft", config_file=mine)
+    mine.write_text("trainer:\n  bf16: true\n")
+    assert f"{mine}: 'trainer.bf16' is set by Rufus: use the top-level key 'dtype'" in refused("sft", config_file=mine)
+    assert "warmup_steps is given twice" in refused("sft", "--warmup_steps", "0.1", "--trainer.warmup_steps", "0.2")
+    # a key neither Rufus's nor TRL's keeps its did-you-mean, and one near a TRL key says so
+    assert "unknown key 'max_step'; did you mean 'max_steps'?" in refused("sft", "--max_step", "2")
+    assert "'warmup_stepz' is close to the TRL key 'warmup_steps'" in refused("sft", "--warmup_stepz", "1")
+    assert load_stage_config("sft", sft, overrides={"trainer": {"run_name": "mine"}}).trainer == {"run_name": "mine"}
+
+
+def test_the_trl_fields_rufus_sets_are_the_ones_trl_args_passes(tmp_path, monkeypatch):
+    """trl_keys' list of what common_trl_kwargs sets is that function's, field for field; every
+    stage's own trl_kwargs are managed too (the mapping it sets stays open)."""
+    from rufus_train import trl_keys
+    from rufus_train.trl_args import common_trl_kwargs
+
+    monkeypatch.setenv("WANDB_PROJECT", "rufus")  # tracker_settings sets it otherwise
+    declared = set(trl_keys.COMMON_TRL_FIELDS) | set(trl_keys.RUFUS_DEFAULTS) | {"use_cpu"}
+    assert set(common_trl_kwargs(load("sft"), tmp_path)) == declared
+    for name, stage in all_stages().items():
+        config = load_stage_config(name, stage.config_class, overrides={"teacher": "x"} if name == "distill" else None)
+        managed = trl_keys.managed_fields(config)
+        open_mappings = {k for k, v in config.trl_kwargs().items() if isinstance(v, dict)}
+        assert set(config.trl_kwargs()) - open_mappings <= set(managed), name
+        assert "warmup_steps" not in managed and "generation_kwargs" not in managed, name

@@ -1,4 +1,4 @@
-"""--show-mask shows exactly what TRL trains, and `export --merge` gives a plain model whose
+"""--show-mask shows exactly what TRL trains, and `export` gives a plain model whose
 logits equal base + adapter: mechanics, on the built-in tiny-random (smollm2-135m's tokenizer
 and template, random weights)."""
 
@@ -120,7 +120,7 @@ def test_export_needs_an_adapter_folder(tmp_path, tiny_model):
     with pytest.raises(RufusError, match="holds no LoRA adapter"):
         modeling.export_merged(tiny_model, tmp_path / "out")
     result = CliRunner().invoke(app, ["export", str(tmp_path), "--out", str(tmp_path / "x")])
-    assert result.exit_code == 2 and "Missing option '--merge'" in result.output  # a required option
+    assert result.exit_code == 2 and "holds no LoRA adapter" in result.output and not (tmp_path / "x").exists()
 
 
 def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path):
@@ -131,14 +131,15 @@ def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path
 
     run = tmp_path / "run"
     shutil.copytree(adapter_run[0], run, ignore=shutil.ignore_patterns("merged"))  # the copy an earlier test made
-    first = CliRunner().invoke(app, ["export", str(run), "--merge"])
+    first = CliRunner().invoke(app, ["export", str(run)])  # exporting is merging: no --merge needed
     assert first.exit_code == 0, first.output
     merged = run / "merged"
     said = " ".join(first.output.split())
     assert "merging the LoRA adapter" in said and "a copy of its base" in said and "the base model itself is unchanged" in said
     stamp = (merged / "model.safetensors").stat().st_mtime_ns
-    again = CliRunner().invoke(app, ["export", str(run), "--merge"])
+    again = CliRunner().invoke(app, ["export", str(run), "--merge"])  # as older scripts pass it
     assert again.exit_code == 0 and "merging" not in again.output  # reused, not merged again
+    assert "--merge is no longer needed: export always merges" in " ".join(again.output.split())
     assert prepare_model(str(run)) == str(merged) and (merged / "model.safetensors").stat().st_mtime_ns == stamp
     assert not list(tmp_path.glob("run-merged*"))  # no second copy beside the run
 

@@ -160,17 +160,17 @@ def test_rollout_state_low_water_mark(tmp_path):
 
 
 def test_serve_command_matches_what_trl_needs():
-    env, argv = serve.serve_command(serve.ServeSpec(model="smollm2-135m", devices="1,2", max_model_len=2048))
+    env, argv = serve.serve_command(serve.ServeConfig(model="smollm2-135m", devices="1,2", max_model_len=2048))
     assert env == {"VLLM_SERVER_DEV_MODE": "1", "CUDA_VISIBLE_DEVICES": "1,2"}
     flags = " ".join(argv)
     for flag in ('--weight-transfer-config {"backend": "nccl"}', "--logprobs-mode processed_logprobs",
                  "--max-logprobs -1", "--dtype bfloat16", "--max-model-len 2048", "--tensor-parallel-size 2"):
         assert flag in flags
-    result = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "1", "--print", "--lora-rank", "4"])
+    result = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "1", "--dry_run", "--lora_rank", "4"])
     assert result.exit_code == 0, result.output
-    assert result.output.startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 ")
-    assert "--enable-lora --max-lora-rank 8 --max-loras 6" in result.output  # rank rounded up; max_staleness + 2
-    bad = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "", "--print"])
+    assert result.stdout.startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 ")
+    assert "--enable-lora --max-lora-rank 8 --max-loras 6" in result.stdout  # rank rounded up; max_staleness + 2
+    bad = CliRunner().invoke(app, ["serve", "smollm2-135m", "--devices", "", "--dry_run"])
     assert bad.exit_code == 2 and "--devices must name at least one GPU" in bad.output
 
 

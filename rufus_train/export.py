@@ -1,0 +1,52 @@
+"""`rufus-train export RUN`: a LoRA run's adapter merged into a copy of its base, the plain
+model folder inference loads. Exporting is merging (the adapter alone is already in RUN), so
+there is no merge switch; `--dry_run` says what would be merged, from which base, into where,
+reading only the adapter's small files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field
+
+from rufus_data.cli_options import Flag
+from rufus_data.errors import RufusError
+from rufus_data.merged_model import ADAPTER_CONFIG, adapter_base, is_adapter_folder, is_current, merge_source
+from rufus_data.run_folder import MERGED_DIR
+from rufus_data.shards import refuse_existing_output
+from rufus_data.yaml_config import StrictModel
+
+MERGE_NOT_NEEDED = ("--merge is no longer needed: export always merges (the adapter alone is already in RUN); "
+                    "--merge still works for now")
+
+
+class ExportConfig(StrictModel):
+    """The options of `rufus-train export` (each field's description is its help)."""
+
+    run: Annotated[Path, Flag(argument=True, metavar="RUN")] = Field(
+        description="a run folder holding a LoRA adapter")
+    out: Path | None = Field(
+        None, description="also copy the merged model here (default: RUN/merged only, the copy rufus-eval uses too)")
+    overwrite: bool = Field(False, description="replace an existing --out folder")
+
+
+def export_plan(config: ExportConfig) -> list[str]:
+    """What `export` would do, one line each, checked as the export checks it; no model loads."""
+    run = config.run
+    if not is_adapter_folder(run):
+        raise RufusError(f"{run} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run already is "
+                         "a plain model folder; load it directly")
+    base, source, target = adapter_base(run), merge_source(run), run / MERGED_DIR
+    lines = [f"adapter  {run} (LoRA)", f"base     {base} (read, never changed)"]
+    if Path(base).exists() and is_adapter_folder(base):
+        lines.append(f"         {base} is itself a LoRA run: merged first, into {Path(base) / MERGED_DIR}")
+    if is_current(target, source):
+        lines.append(f"merged   {target} is current (made from this adapter): reused, nothing merged")
+    else:
+        lines.append(f"merged   {target} <- the adapter merged into a copy of the base, in {source['dtype']}")
+    if config.out is not None:
+        refuse_existing_output(config.out, config.overwrite)
+        replaces = " (replacing the folder there: --overwrite)" if config.out.exists() else ""
+        lines.append(f"copy     {target} -> {config.out}{replaces}")
+    return lines
