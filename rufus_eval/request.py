@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 __all__ = ["EvalRequest", "EvalSettings", "FolderBackend", "apply_overrides", "request_from_cli"]
 CONCURRENCY = 8  # requests in flight against a vllm/server backend
+Tracker = Literal["wandb", "trackio"]  # lm-eval's loggers that the suite logs to
+TRACKERS: tuple[str, ...] = Tracker.__args__  # type: ignore[attr-defined]
 
 
 class EvalSettings(ModelAccess):
@@ -78,7 +80,7 @@ class EvalRequest(EvalSettings):
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
     run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
-    report_to: Annotated[list[str], Flag("--report-to", metavar="TRACKER")] = Field(
+    report_to: Annotated[list[Tracker], Flag("--report-to")] = Field(
         default_factory=list, description="log results and sample tables to wandb or trackio through lm-eval's loggers "
         "(project rufus, the run's name; repeatable)")
 
@@ -100,10 +102,10 @@ class EvalRequest(EvalSettings):
             raise ValueError(f"rufus-eval talks to one endpoint: give one --base-url, not {len(self.base_urls)}")
         return self
 
-    @field_validator("report_to")
+    @field_validator("report_to", mode="before")
     @classmethod
-    def _known_trackers(cls, report_to: list[str]) -> list[str]:
-        unknown = [name for name in report_to if name not in ("wandb", "trackio")]
+    def _known_trackers(cls, report_to: Any) -> Any:
+        unknown = [name for name in report_to or [] if name not in TRACKERS]
         if unknown:
             raise ValueError(f"--report_to {', '.join(unknown)}: the suite logs to wandb or trackio")
         return report_to
