@@ -206,6 +206,12 @@ FormatOption = Annotated[OutputFormat, typer.Option(
     "--format", help="table for people; csv or json for files and pipes (every value whole)")]
 
 
+def comma_list(values: list[str]) -> list[str]:
+    """A list option given comma-separated, repeated, or both (`--tasks a,b --tasks c`), as lm-eval
+    takes `--tasks a,b`: a `Flag(parse=comma_list)`."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rufus_data import devices
-from rufus_data.cli_options import Flag
+from rufus_data.cli_options import Flag, comma_list
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.backend_config import FolderBackend, ModelAccess
@@ -44,8 +44,9 @@ class EvalSettings(ModelAccess):
 
     suite: Annotated[str, Flag(argument=True)] = Field(
         description="suite name in catalogs/suites/ or a path to a suite YAML")
-    tasks: Annotated[list[str] | None, Flag("--task")] = Field(
-        None, description="run only this task of the suite (repeatable)")
+    tasks: Annotated[list[str] | None, Flag("--tasks", metavar="TASK", parse=comma_list, aliases=("--task",))] = Field(
+        None, description="run only these tasks of the suite: comma-separated (gsm8k,math500), as lm-eval takes them, "
+        "or repeated")
     final: bool = Field(False, description="also run the test-role tasks")
     limit: int | None = Field(None, ge=1, description="documents per task (quick checks)")
     samples: int | None = Field(None, ge=1, description="override every task's k")

@@ -15,6 +15,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from rufus_data import devices
+from rufus_data.cli_options import RENAMED_ATTRIBUTE
 from rufus_data.generate import backend_config
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
@@ -94,7 +95,20 @@ def test_suite_options_are_the_request_fields():
     for name, info in EvalRequest.model_fields.items():
         assert params[name].help == info.description, name
     flags = {flag for param in params.values() for flag in param.opts}
-    assert flags >= FLAGS_BEFORE | {"--temperature", "--request"}
+    renamed = set(getattr(get_command(app).commands["suite"].callback, RENAMED_ATTRIBUTE))
+    assert flags | renamed >= FLAGS_BEFORE | {"--temperature", "--request", "--tasks"}  # old names still parse
+
+
+def test_tasks_are_given_as_lm_eval_gives_them_or_one_by_one(requests_run):
+    """`--tasks a,b` (lm-eval's spelling), `--task a --task b` (Rufus's old one) and a mix are one request."""
+    cli = CliRunner()
+    for tasks in (["--tasks", "gsm8k,math500"], ["--task", "gsm8k", "--task", "math500"],
+                  ["--tasks", "gsm8k", "--tasks=math500"], ["--tasks", "gsm8k, math500,"]):
+        result = cli.invoke(app, ["suite", "quick", "--ckpt", "m", *tasks])
+        assert result.exit_code == 0, result.output
+        assert "--task " not in result.output  # an alias, not a rename: no note
+    assert [r.tasks for r in requests_run] == [["gsm8k", "math500"]] * 4
+    assert len({r.model_dump_json() for r in requests_run}) == 1
 
 
 def test_a_request_that_cannot_run_is_refused_before_anything_loads(requests_run):
