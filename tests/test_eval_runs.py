@@ -27,7 +27,7 @@ from rufus_eval.runner import checkpoint_step, unclosed_fraction
 ROWS = [{"key": 1, "prompt": "Say yes.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
         {"key": 2, "prompt": "Say no.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}]
 MIXED = """name: mixed
-samples: 1
+repeats: 1
 sampling: {temperature: 0.0, top_p: 1.0, max_tokens: 4}
 tasks:
   - name: follow
