@@ -37,13 +37,15 @@ def _exit_on_sigterm() -> None:
 def suite(
     request: Path = typer.Option(None, "--request", help="a JSON evaluation request (the fields below), or a "
                                  "checkpoint evaluation's eval_logs/step-N/job.json; options given beside it override it"),
+    fmt: FormatOption = "table",
     options: dict | None = None,
 ) -> None:
-    """Run an evaluation suite from catalogs/suites/NAME.yaml; prints the results table and the run folder."""
+    """Run an evaluation suite from catalogs/suites/NAME.yaml; prints the results table (stdout) and the run
+    folder (stderr)."""
     from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, not for --help or compare
 
     _exit_on_sigterm()
-    run_suite(request_from_cli(options, request))
+    run_suite(request_from_cli(options, request), fmt)
 
 
 data_app = CliApp(help="Benchmark data for offline runs.")
@@ -70,7 +72,7 @@ def data_pull(
 def compare(
     runs: list[str] = typer.Argument(..., help="run folders (or results.json files)"),
     png: Path = typer.Option(None, help="where to write the metric-vs-step plot (default: compare.png beside the first run)"),
-    fmt: str = typer.Option("table", "--format", help="table | csv | json: csv and json for files and pipes"),
+    fmt: FormatOption = "table",
 ) -> None:
     """Two runs over the same documents: per task each run's score ± SE, the paired delta B - A ± SE, a verdict
     (beyond 2 SE or not) and pass@k. More runs: a table of their metrics across checkpoints. Also a PNG of metric vs step."""

@@ -125,8 +125,9 @@ def local_model(checkpoint: str) -> str:
     return prepare_model(checkpoint)
 
 
-def run_suite(req: EvalRequest) -> dict:
-    """Run the suite; returns the results record (also written to results.json).
+def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
+    """Run the suite; returns the results record (also written to results.json), its summary
+    printed on stdout as a table, or CSV / JSON (`fmt`).
 
     Everything is written into the request's work folder (resume.py), renamed into place as the
     run folder at the end: a run that fails leaves no half-written run folder (and a re-run
@@ -184,7 +185,7 @@ def run_suite(req: EvalRequest) -> dict:
                               "run the same command again to continue", style="yellow", highlight=False, markup=False,
                               soft_wrap=True)
             raise
-    print_summary(record)
+    print_summary(record, fmt)
     console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,
                   markup=False, soft_wrap=True)
     return record

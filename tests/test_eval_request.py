@@ -44,7 +44,7 @@ def settings_of(request: EvalRequest) -> dict:
 def requests_run(monkeypatch) -> list[EvalRequest]:
     """Every request `run_suite` is given, kept instead of run."""
     seen: list[EvalRequest] = []
-    monkeypatch.setattr(runner, "run_suite", seen.append)
+    monkeypatch.setattr(runner, "run_suite", lambda request, fmt="table": seen.append(request))
     return seen
 
 

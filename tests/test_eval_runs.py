@@ -21,7 +21,7 @@ from rufus_eval import request
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
-from rufus_eval.results import print_summary
+from rufus_eval.results import SUMMARY_FIELDS, print_summary
 from rufus_eval.runner import checkpoint_step, unclosed_fraction
 
 ROWS = [{"key": 1, "prompt": "Say yes.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
@@ -91,6 +91,24 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert not [p for p in work.iterdir() if p.name.startswith(".base")]
 
 
+def test_the_suite_summary_as_json_is_the_run_s_rows(mixed_run, tmp_path, monkeypatch):
+    """`--format json`: stdout is one JSON document (progress, notes, the run folder on stderr), the
+    summary's rows with every value whole, as results.json holds them."""
+    work, _ = mixed_run
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "tiny-random", "--out",
+                                   str(tmp_path / "run"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = {row["task"]: row for row in json.loads(res.stdout)}
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(rows) == set(record["tasks"]) == {"follow", "livecodebench"}
+    assert rows["follow"]["value"] == record["tasks"]["follow"]["value"] and rows["follow"]["status"] == "ran"
+    assert rows["livecodebench"]["value"] is None and rows["livecodebench"]["fetch"] == record["tasks"]["livecodebench"]["fetch"]
+    assert "run folder:" in res.stderr
+    refused = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "tiny-random", "--format", "xml"])
+    assert refused.exit_code == 2 and "'xml' is not one of" in refused.output
+
+
 def test_strict_refuses_before_the_model_loads(mixed_run, monkeypatch):
     work, _ = mixed_run
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -133,6 +151,8 @@ def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, 
     csv = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "csv",
                                    "--png", str(tmp_path / "c.png")]).stdout.splitlines()
     assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,a_not_checked,b_run") and csv[0].endswith("b_pass@1")
+    refused = CliRunner().invoke(app, ["compare", str(work / "base"), "--format", "xml"])
+    assert refused.exit_code == 2 and "'xml' is not one of" in refused.output  # the shared --format, checked
     # one document fewer in the trained run: no pairs to form, and it says how many are shared
     (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(json.dumps({**lines[0], "avg@1": 0.75}) + "\n")
     res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained")])
@@ -268,3 +288,7 @@ def test_the_summary_prints_reasons_and_commands_verbatim(capsys):
     out, err = capsys.readouterr()
     assert "skipped" in out and "to get it" not in out
     assert "to get it: pip install 'lm_eval[ruler]'" in err
+    print_summary(record, "csv")
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == ",".join(SUMMARY_FIELDS) and "pip install 'lm_eval[ruler]'" in out.splitlines()[1]
+    assert "to get it: pip install 'lm_eval[ruler]'" in err  # why, for people, stays on stderr
