@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 from rufus_data import devices
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
-from rufus_eval import request
+from rufus_data.generate import backend_config
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
+from rufus_eval.request import EvalRequest
 from rufus_eval.results import SUMMARY_FIELDS, print_summary
 from rufus_eval.runner import checkpoint_step, unclosed_fraction
 
@@ -196,15 +197,18 @@ def test_failed_runs_leave_no_folder(tmp_path, monkeypatch, data_root):
 
 
 def test_auto_backend_is_vllm_only_with_a_gpu_and_vllm(monkeypatch):
+    """`auto` is the one policy of ModelAccess (rufus_data/generate/backend_config.py), decided where the run is."""
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
-    monkeypatch.setattr(request, "vllm_available", lambda: True)
-    assert request.choose_backend("auto") == ("vllm", "auto: 2 GPU(s) and vLLM found")
-    monkeypatch.setattr(request, "vllm_available", lambda: False)
-    assert request.choose_backend("auto")[0] == "hf" and "vLLM is not installed" in request.choose_backend("auto")[1]
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: True)
+    assert backend_config.choose_backend() == ("vllm", "auto: 2 GPU(s) and vLLM found")
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: False)
+    assert backend_config.choose_backend()[0] == "hf" and "vLLM is not installed" in backend_config.choose_backend()[1]
     monkeypatch.setattr(devices, "gpu_count", lambda: 0)
-    monkeypatch.setattr(request, "vllm_available", lambda: True)
-    assert request.choose_backend("auto") == ("hf", "auto: no GPU, so transformers in-process")
-    assert request.choose_backend("server") == ("server", "as asked")
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: True)
+    assert backend_config.choose_backend() == ("hf", "auto: no GPU, so transformers in-process")
+    served = EvalRequest(suite="quick", checkpoint="m", base_urls=["http://127.0.0.1:9/v1"])
+    assert (served.resolved(say=False).backend, EvalRequest(suite="quick", checkpoint="m").resolved(say=False).backend) == (
+        "server", "hf")
 
 
 class ScriptedLM(LM):
