@@ -5,10 +5,18 @@ from __future__ import annotations
 import signal
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from rufus_data.cli_options import CliApp, FormatOption, VersionOption, model_options
+from rufus_data.cli_options import (
+    DRY_RUN_HELP,
+    CliApp,
+    FormatOption,
+    VersionOption,
+    flag_option,
+    model_options,
+)
 from rufus_data.console import cli_errors, print_rows
 from rufus_data.env_report import env_command
 from rufus_eval.compare import compare_runs
@@ -38,14 +46,23 @@ def suite(
     request: Path = typer.Option(None, "--request", help="a JSON evaluation request (the fields below), or a "
                                  "checkpoint evaluation's eval_logs/step-N/job.json; options given beside it override it"),
     fmt: FormatOption = "table",
+    dry_run: Annotated[bool, flag_option("--dry-run", f"{DRY_RUN_HELP}: the tasks to run and to skip (with why and "
+                                         "the command that fetches their data), the backend, the resolved request "
+                                         "as JSON")] = False,
     options: dict | None = None,
 ) -> None:
     """Run an evaluation suite from catalogs/suites/NAME.yaml; prints the results table (stdout) and the run
     folder (stderr)."""
+    req = request_from_cli(options, request)
+    if dry_run:
+        from rufus_eval.plan import dry_run as print_plan  # the suite model and the data, not lm-eval
+
+        print_plan(req, fmt)
+        return
     from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, not for --help or compare
 
     _exit_on_sigterm()
-    run_suite(request_from_cli(options, request), fmt)
+    run_suite(req, fmt)
 
 
 data_app = CliApp(help="Benchmark data for offline runs.")

@@ -21,9 +21,10 @@ from rufus_data.generate import backend_config
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
+from rufus_eval.plan import checkpoint_step
 from rufus_eval.request import EvalRequest
 from rufus_eval.results import SUMMARY_FIELDS, print_summary
-from rufus_eval.runner import checkpoint_step, unclosed_fraction
+from rufus_eval.runner import unclosed_fraction
 
 ROWS = [{"key": 1, "prompt": "Say yes.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
         {"key": 2, "prompt": "Say no.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}]
