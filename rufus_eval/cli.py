@@ -8,17 +8,21 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import Field
 
 from rufus_data.cli_options import (
     DRY_RUN_HELP,
     CliApp,
+    Flag,
     FormatOption,
     VersionOption,
+    comma_list,
     flag_option,
     model_options,
 )
 from rufus_data.console import cli_errors, print_rows
 from rufus_data.env_report import env_command
+from rufus_data.yaml_config import StrictModel, model_from_options
 from rufus_eval.compare import compare_runs
 from rufus_eval.request import EvalRequest, request_from_cli
 
@@ -69,19 +73,28 @@ data_app = CliApp(help="Benchmark data for offline runs.")
 app.add_typer(data_app, name="data")
 
 
+class DataPullSettings(StrictModel):
+    """What `rufus-eval data pull` fetches, and where to."""
+
+    suite: Annotated[str, Flag(argument=True, metavar="SUITE")] = Field(
+        description="suite name in catalogs/suites/ or a path to a suite YAML")
+    to: Path | None = Field(None, description="folder laid out like RUFUS_DATA_ROOT (default: $RUFUS_DATA_ROOT)")
+    tasks: Annotated[list[str] | None, Flag("--tasks", metavar="TASK", parse=comma_list, aliases=("--task",))] = Field(
+        None, description="only these tasks' data: comma-separated (gsm8k,math500) or repeated (default: every task "
+        "of the suite, test tasks too)")
+
+
 @data_app.command("pull")
 @cli_errors
-def data_pull(
-    name: str = typer.Argument(..., help="suite name in catalogs/suites/ or a path to a suite YAML"),
-    to: Path = typer.Option(None, help="folder laid out like RUFUS_DATA_ROOT (default: $RUFUS_DATA_ROOT)"),
-    task: list[str] = typer.Option(None, "--task", help="only this task's data (repeatable)"),
-) -> None:
+@model_options(DataPullSettings)
+def data_pull(options: dict | None = None) -> None:
     """Download and convert every task's data of a suite, with a manifest of revisions and sha256s."""
     # the suite model builds reward specs (about 1.7 s of imports), and arrow, httpx and the registry:
     # only when data is pulled, not for --help or compare
     from rufus_data.benchmarks.pull import pull_suite
 
-    pull_suite(name, to, task or None)
+    settings = model_from_options(DataPullSettings, options)
+    pull_suite(settings.suite, settings.to, settings.tasks)
 
 
 @app.command("compare")

@@ -37,7 +37,7 @@ def test_smollm3_suite_headline_command_offline(tmp_path, data_root, builtin_mod
         assert task["status"] == "ran" and task["k"] == 1 and task["docs"] == 1 and task["value"] is not None, name
     lcb = record["tasks"]["livecodebench"]
     assert lcb["status"] == "skipped" and lcb["value"] is None
-    assert lcb["fetch"] == "rufus-eval data pull smollm3 --task livecodebench --to $RUFUS_DATA_ROOT"
+    assert lcb["fetch"] == "rufus-eval data pull smollm3 --tasks livecodebench --to $RUFUS_DATA_ROOT"
     assert "skipped" in proc.stdout and f"to get it: {lcb['fetch']}" in proc.stderr
     assert record["step"] == 0 and record["backend"] == "hf" and "backend: hf (auto: no GPU" in proc.stderr
     found = subprocess.run([str(cli), "results", "SELECT task, status FROM results", "--format", "json"], cwd=tmp_path,

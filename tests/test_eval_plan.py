@@ -46,7 +46,7 @@ def test_the_dry_run_prints_the_plan_and_writes_nothing(gsm8k_only, no_model_loa
     assert f"model: built-in tiny-random: {tiny_model}" in out and "step: 0 (base model" in out
     rows = {line.split("│")[1].strip(): [cell.strip() for cell in line.split("│")[2:-1]]
             for line in out.splitlines() if line.startswith("│")}
-    fetch = "rufus-eval data pull quick --task math500 --to $RUFUS_DATA_ROOT"
+    fetch = "rufus-eval data pull quick --tasks math500 --to $RUFUS_DATA_ROOT"
     # task: metric, k, max_tokens, temperature, limit, docs, plan, why
     assert rows["gsm8k"] == ["avg@1", "1", "256", "0.6", "2", "1319", "run", ""]
     assert rows["math500"] == ["avg@1", "1", "256", "0.6", "2", "-", "skip", f"data not here: {fetch}"]

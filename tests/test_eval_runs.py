@@ -76,7 +76,7 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert follow["status"] == "ran" and follow["docs"] == 2 and 0.0 <= follow["value"] <= 1.0
     assert lcb["status"] == "skipped" and lcb["value"] is None and lcb["docs"] == 0
     assert "livecodebench/test_v4_v5.jsonl" in lcb["reason"]
-    assert lcb["fetch"] == "rufus-eval data pull mixed --task livecodebench --to $RUFUS_DATA_ROOT"
+    assert lcb["fetch"] == "rufus-eval data pull mixed --tasks livecodebench --to $RUFUS_DATA_ROOT"
     # the table (a result) on stdout, skipped as skipped; why and how to fetch on stderr
     assert "livecodebench" in res.stdout and "skipped" in res.stdout and "to get it" not in res.stdout
     assert f"to get it: {lcb['fetch']}" in res.stderr
@@ -117,7 +117,7 @@ def test_strict_refuses_before_the_model_loads(mixed_run, monkeypatch):
     res = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "smollm2-135m", "--strict",
                                    "--out", str(work / "strict")])
     assert res.exit_code == 2
-    assert "--strict: livecodebench:" in res.output and "rufus-eval data pull mixed --task livecodebench" in res.output
+    assert "--strict: livecodebench:" in res.output and "rufus-eval data pull mixed --tasks livecodebench" in res.output
     assert not (work / "strict").exists() and not list(work.glob(".eval-work-*"))
 
 

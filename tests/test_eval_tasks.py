@@ -72,7 +72,7 @@ def test_tasks_whose_data_is_not_here_say_how_to_fetch_it(data_root, monkeypatch
     tasks = {t.name: t for t in load_suite("smollm3").tasks}
     with pytest.raises(TaskDataMissing, match=r"livecodebench/test_v4_v5.jsonl.*livecodebench/code_generation_lite") as err:
         task_rows(tasks["livecodebench"], "smollm3")
-    assert err.value.fetch == "rufus-eval data pull smollm3 --task livecodebench --to $RUFUS_DATA_ROOT"
+    assert err.value.fetch == "rufus-eval data pull smollm3 --tasks livecodebench --to $RUFUS_DATA_ROOT"
     with pytest.raises(TaskDataMissing, match=r"Idavidrein/gpqa is gated: accept its terms.*HF_TOKEN"), \
             pytest.warns(UserWarning, match="revision 'main' of Idavidrein/gpqa is a branch or tag, not a commit"):
         task_rows(tasks["gpqa_diamond"], "smollm3")
