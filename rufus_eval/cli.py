@@ -100,7 +100,7 @@ def data_pull(options: dict | None = None) -> None:
 @app.command("compare")
 @cli_errors
 def compare(
-    runs: list[str] = typer.Argument(..., help="run folders (or results.json files)"),
+    runs: list[str] = typer.Argument(..., help="run folders (or results.json files)", metavar="RUN"),
     png: Path = typer.Option(None, help="where to write the metric-vs-step plot (default: compare.png beside the first run)"),
     fmt: FormatOption = "table",
 ) -> None:
@@ -113,9 +113,9 @@ def compare(
 @cli_errors
 def results(
     query: str = typer.Argument(None, help="SQL over the table `results`, one row per run and task (default: every "
-                                "row's run, step, task, metric, value, stderr, k, docs, status)"),
+                                "row's run, step, task, metric, value, stderr, k, docs, status)", metavar="SQL"),
     runs: list[Path] = typer.Option(None, "--runs", help="folder of eval runs, searched at any depth, or a run "
-                                    "folder (repeatable; default outputs/eval)"),
+                                    "folder (repeatable; default outputs/eval)", metavar="DIR..."),
     fmt: FormatOption = "table",
 ) -> None:
     """Query every run's results with DuckDB SQL; the table is read from the runs' results.json when asked."""
@@ -124,21 +124,33 @@ def results(
     print_rows(*query_results(query, runs or None), fmt)
 
 
+class VibeSettings(StrictModel):
+    """What `rufus-eval vibe` asks, of which models, and how they answer."""
+
+    prompts: Annotated[Path, Flag(argument=True, metavar="PROMPTS")] = Field(
+        description="YAML: a list of prompts (a string, or {system, user}) or conversations ({system, turns: the user "
+        "turns}); example: catalogs/vibe_prompts.yaml")
+    checkpoints: Annotated[list[str], Flag("--ckpt", metavar="MODEL")] = Field(
+        min_length=1, description="a model to ask: folder, checkpoint, built-in name (smollm2-135m) or hub id; repeat "
+        "it to answer side by side")
+    max_tokens: int = Field(256, ge=1, description="tokens each reply may take")
+    temperature: float = Field(0.0, ge=0, description="sampling temperature (0: greedy decoding, the same reply each "
+                               "time)")
+    out: Path | None = Field(None, description="also write the answers as Markdown here (the side-by-side page goes "
+                             "beside it as OUT.html; vibe.html without --out)")
+
+
 @app.command("vibe")
 @cli_errors
-def vibe(
-    prompts: Path = typer.Argument(..., help="YAML: a list of prompts (strings, {system, user}) or conversations "
-                                   "({system, turns: [user turns]})"),
-    ckpt: list[str] = typer.Option(..., "--ckpt", help="model to ask (give two or more)"),
-    max_tokens: int = typer.Option(256),
-    temperature: float = typer.Option(0.0),
-    out: Path = typer.Option(None, help="also write the answers as Markdown here"),
-) -> None:
+@model_options(VibeSettings)
+def vibe(options: dict | None = None) -> None:
     """Your own prompts and multi-turn conversations answered side by side by each checkpoint, each turn's reply
-    with its reasoning mode (/think, /no_think) (example: catalogs/vibe_prompts.yaml)."""
+    with its reasoning mode (/think, /no_think)."""
+    settings = model_from_options(VibeSettings, options)
     from rufus_eval.vibe import run_vibe  # torch and lm-eval load with it: not for --help or compare
 
-    run_vibe(prompts, ckpt, max_tokens=max_tokens, temperature=temperature, out=out)
+    run_vibe(settings.prompts, settings.checkpoints, max_tokens=settings.max_tokens, temperature=settings.temperature,
+             out=settings.out)
 
 
 if __name__ == "__main__":

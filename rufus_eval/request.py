@@ -47,7 +47,7 @@ class EvalSettings(ModelAccess):
     """What an evaluation runs and how (how the model is reached: ModelAccess). Each field is also
     a `rufus-eval suite` option, its description the option's help."""
 
-    suite: Annotated[str, Flag(argument=True)] = Field(
+    suite: Annotated[str, Flag(argument=True, metavar="SUITE")] = Field(
         description="suite name in catalogs/suites/ or a path to a suite YAML")
     tasks: Annotated[list[str] | None, Flag("--tasks", metavar="TASK", parse=comma_list, aliases=("--task",))] = Field(
         None, description="run only these tasks of the suite: comma-separated (gsm8k,math500), as lm-eval takes them, "
