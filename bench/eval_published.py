@@ -25,7 +25,7 @@ from rufus_eval.runner import run_suite
 CARD = {"ifeval_avg_prompt_inst": 29.9, "gsm8k_5shot": 1.4}
 
 SUITE = """name: published
-samples: 1
+repeats: 1
 sampling: {{temperature: 0.0, top_p: 1.0, max_tokens: {max_tokens}}}
 tasks:
   - name: ifeval

@@ -64,7 +64,7 @@ def data_root() -> Path:
 
 def one_sample(suite: Suite, task: Task) -> tuple[Suite, Task]:
     """The suite and task with k = 1: one released response per document."""
-    return suite.model_copy(update={"samples": 1}), task.model_copy(update={"samples": None})
+    return suite.model_copy(update={"repeats": 1}), task.model_copy(update={"repeats": None})
 
 
 def builtin_task(suite_name: str, task_name: str) -> tuple[Suite, Task]:
@@ -192,7 +192,7 @@ def humaneval_check() -> dict:
 
 
 def mbpp_check() -> dict:
-    suite = Suite.model_validate({"name": "references", "samples": 1, "tasks": [MBPP_TASK]})
+    suite = Suite.model_validate({"name": "references", "repeats": 1, "tasks": [MBPP_TASK]})
     task = suite.tasks[0]
     rows = [r for r in read_jsonl(data_root() / "mbpp_sanitized" / "sanitized-mbpp.jsonl") if 11 <= r["task_id"] <= 510]
     for row in rows:  # the prompt names the function through the first test, as MBPP's own prompts do

@@ -248,10 +248,10 @@ step ckpt_eval "baseline + checkpoints 2, 4 via vLLM" \
   env RUFUS_VLLM_COMMAND="$EVAL_VLLM" "$PY" -m rufus_train.cli stage sft --output_dir "$WORK/ckpt" --overwrite \
   --max_rows 32 --max_steps 4 --save_steps 2 --per_device_train_batch_size 2 --max_length 256 --logging_steps 1 \
   --eval.eval_on_checkpoint --eval.backend vllm --devices.eval "$GPU" --eval.suite quick --eval.limit 16 \
-  --eval.samples 1 --eval.max_tokens 128
+  --eval.repeats 1 --eval.max_tokens 128
 
 # ------------------------------------------------------------------ vllm vs hf on the same items
-QUICK=(suite quick --ckpt "$MODEL" --limit 16 --samples 2 --max-tokens 256)
+QUICK=(suite quick --ckpt "$MODEL" --limit 16 --repeats 2 --max-tokens 256)
 step eval_vllm "quick on 16 items, vLLM" '[[ -f "$WORK/eval_vllm/results.json" ]]' -- \
   env RUFUS_VLLM_COMMAND="$EVAL_VLLM" "$PY" -m rufus_eval.cli "${QUICK[@]}" --backend vllm --devices "$GPU" \
   --out "$WORK/eval_vllm"
@@ -308,7 +308,7 @@ fi
 # ------------------------------------------------------------------ DeepSpeed ZeRO-3 with checkpoint evaluation
 ZERO3=("$PY" -m rufus_train.cli stage sft_full "${FULL[@]}" --output_dir "$WORK/zero3" --overwrite --max_steps 4
        --save_steps 2 --num_processes 1 --accelerate_config zero3 --eval.eval_on_checkpoint --eval.backend hf
-       --devices.eval "$GPU" --eval.suite quick --eval.limit 8 --eval.samples 1 --eval.max_tokens 64)
+       --devices.eval "$GPU" --eval.suite quick --eval.limit 8 --eval.repeats 1 --eval.max_tokens 64)
 step zero3 "ZeRO-3, 4 steps; checkpoints 2 and 4 consolidated and evaluated" \
   '[[ "$(global_step "$WORK/zero3/run.json")" == 4 && -f "$WORK/zero3/eval_logs/step-2/results.json"
      && -f "$WORK/zero3/eval_logs/step-4/results.json" ]]' -- "${ZERO3[@]}"

@@ -11,8 +11,8 @@ every command built on it, the way TRL's HfArgumentParser builds flags from its 
 The flag of `max_tokens` is `--max-tokens` in rufus-data and rufus-eval and `--max_tokens` in
 rufus-train (each CLI's own style: `CliApp(spelling=...)`), and every command of the three takes
 both spellings, as TRL and lm-eval users type them. A boolean is a plain flag (`--overwrite`,
-never required); a `Literal` field shows and checks its choices; a field without a default is a
-required option. Where the field name or type does not say how it is written on the command
+never required); a `Literal` field, or a list of one, shows and checks its choices; a field
+without a default is a required option. Where the field name or type does not say how it is written on the command
 line, a `Flag` in the field's annotation does: `Annotated[list[str], Flag("--base-url",
 metavar="URL")]` (repeatable, shown `URL...`), or `Annotated[str, Flag(argument=True)]` (the
 command's positional argument, as `rufus-eval suite NAME`).
@@ -206,6 +206,12 @@ FormatOption = Annotated[OutputFormat, typer.Option(
     "--format", help="table for people; csv or json for files and pipes (every value whole)")]
 
 
+def comma_list(values: list[str]) -> list[str]:
+    """A list option given comma-separated, repeated, or both (`--tasks a,b --tasks c`), as lm-eval
+    takes `--tasks a,b`: a `Flag(parse=comma_list)`."""
+    return [item.strip() for value in values for item in value.split(",") if item.strip()]
+
+
 def flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
 
@@ -234,8 +240,10 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
                 raise ValueError(f"{model.__name__}.{name} is a required boolean: give it a default (a flag is optional)")
             option = flag_option(option_name if not default else f"{option_name}/--no-{option_name[2:]}", info.description)
         else:
+            choices = _list_choices(cli_type)
             option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...),
-                                  metavar=_metavar(cli_type, flag))
+                                  metavar=_metavar(cli_type, flag), parser=_choice_parser(choices) if choices else None)
+            cli_type = list[str] if choices else cli_type
         parameter = inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[cli_type, option]
         )
@@ -281,10 +289,30 @@ def model_options(model: type[BaseModel], *, into: str = "options", optional: Se
 
 def _metavar(cli_type: Any, flag: Flag) -> str | None:
     """What --help shows for a value: the Flag's (`URL`), `VALUE...` for a list (one per repeat)
-    rather than typer's `<list[str]>`; None leaves typer's own (`<int>`, a Literal's choices)."""
+    rather than typer's `<list[str]>`, a list of choices as typer shows one choice
+    (`<wandb|trackio>...`); None leaves typer's own (`<int>`, a Literal's choices)."""
     if typing.get_origin(cli_type) is list:
-        return f"{flag.metavar or 'VALUE'}..."
+        choices = _list_choices(cli_type)
+        return f"{flag.metavar or ('<' + '|'.join(choices) + '>' if choices else 'VALUE')}..."
     return flag.metavar
+
+
+def _list_choices(cli_type: Any) -> tuple[str, ...]:
+    """The choices of a `list[Literal[...]]` (typer takes no list of a Literal: each value is checked
+    by a parser instead), else ()."""
+    if typing.get_origin(cli_type) is not list:
+        return ()
+    (item,) = typing.get_args(cli_type) or (None,)
+    return tuple(typing.get_args(item)) if typing.get_origin(item) is Literal else ()
+
+
+def _choice_parser(choices: tuple[str, ...]) -> Callable[[str], str]:
+    def choose(value: str) -> str:
+        if value not in choices:
+            raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
+        return value
+
+    return choose
 
 
 def _declaration_order(model: type[BaseModel]) -> list[str]:

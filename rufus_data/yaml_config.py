@@ -29,6 +29,23 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
+def renamed_key(data: Any, old: str, new: str) -> tuple[Any, bool]:
+    """(`data` with its key `old` written `new`, whether it had `old`): a config written before a key
+    was renamed still reads (a model's `mode="before"` validator calls this, and says so). Both keys
+    in one mapping are refused: which one is meant?"""
+    if not isinstance(data, dict) or old not in data:
+        return data, False
+    if new in data:
+        raise ValueError(f"`{old}` is the old name of `{new}`: give only `{new}`")
+    return {new if key == old else key: value for key, value in data.items()}, True
+
+
+def config_source(info: Any, default: str) -> str:
+    """The file a model is being validated from (`load_yaml_model` passes it as the context's
+    `path`), for a validator's message; `default` when it was built otherwise."""
+    return str((getattr(info, "context", None) or {}).get("path") or default)
+
+
 def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
     """Parse a YAML file; returns (data, node tree for line lookups)."""
     path = Path(path)

@@ -1,6 +1,6 @@
 """One evaluation request: what is evaluated and how, in one model, whoever asks.
 
-- `EvalSettings`: the suite, its tasks, the overrides (limit, samples, max_tokens, temperature)
+- `EvalSettings`: the suite, its tasks, the overrides (limit, repeats, max_tokens, temperature)
   and the backend. The checkpoint evaluation's config (rufus_eval/checkpoint_eval/config.py) adds
   only its schedule to it; the pipeline's `eval:` block (rufus_train/pipeline.py) only changes
   its defaults.
@@ -12,41 +12,50 @@
   the same settings filter and pairs take; its `auto` is decided where the evaluation runs
   (`EvalRequest.resolved`), for every caller alike.
 
+k, the answers sampled per document, is `repeats` (lm-eval's task-config name for it): lm-eval's
+`--samples` picks documents. `--samples` and a `samples` key (job.json, a pipeline's or a stage's
+`eval:` block) still work, with a note.
+
 This module loads no lm-eval, torch or suite model: the CLI builds its options from it at start."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from rufus_data import devices
-from rufus_data.cli_options import Flag
+from rufus_data.cli_options import Flag, comma_list
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.generate.backend_config import FolderBackend, ModelAccess
-from rufus_data.yaml_config import model_from_options
+from rufus_data.yaml_config import config_source, model_from_options, renamed_key
 
 if TYPE_CHECKING:
     from rufus_data.benchmarks.suite import Suite
 
 __all__ = ["EvalRequest", "EvalSettings", "FolderBackend", "apply_overrides", "request_from_cli"]
 CONCURRENCY = 8  # requests in flight against a vllm/server backend
+Tracker = Literal["wandb", "trackio"]  # lm-eval's loggers that the suite logs to
+TRACKERS: tuple[str, ...] = Tracker.__args__  # type: ignore[attr-defined]
+REPEATS_RENAMED = "lm-eval's --samples picks documents; repeats is its name for the answers sampled per document"
 
 
 class EvalSettings(ModelAccess):
     """What an evaluation runs and how (how the model is reached: ModelAccess). Each field is also
     a `rufus-eval suite` option, its description the option's help."""
 
-    suite: Annotated[str, Flag(argument=True)] = Field(
+    suite: Annotated[str, Flag(argument=True, metavar="SUITE")] = Field(
         description="suite name in catalogs/suites/ or a path to a suite YAML")
-    tasks: Annotated[list[str] | None, Flag("--task")] = Field(
-        None, description="run only this task of the suite (repeatable)")
+    tasks: Annotated[list[str] | None, Flag("--tasks", metavar="TASK", parse=comma_list, aliases=("--task",))] = Field(
+        None, description="run only these tasks of the suite: comma-separated (gsm8k,math500), as lm-eval takes them, "
+        "or repeated")
     final: bool = Field(False, description="also run the test-role tasks")
     limit: int | None = Field(None, ge=1, description="documents per task (quick checks)")
-    samples: int | None = Field(None, ge=1, description="override every task's k")
+    repeats: Annotated[int | None, Flag(old_names=("--samples",), renamed_because=REPEATS_RENAMED)] = Field(
+        None, ge=1, description="override every task's k, the answers sampled per document (lm-eval's `repeats`)")
     max_tokens: int | None = Field(None, ge=1, description="override every task's max_tokens")
     temperature: float | None = Field(
         None, ge=0, description="override every task's sampling temperature (0: greedy decoding, one sample)")
@@ -57,11 +66,20 @@ class EvalSettings(ModelAccess):
     strict: bool = Field(False, description="a task whose data is not here is an error (default: skipped, listed with "
                          "the command that fetches it)")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_is_repeats(cls, data: Any, info: ValidationInfo) -> Any:
+        """Settings written before k was `repeats` (a job.json, an `eval:` block) still read."""
+        data, renamed = renamed_key(data, "samples", "repeats")
+        if renamed:
+            say_repeats_renamed(config_source(info, "the evaluation settings"))
+        return data
+
     @model_validator(mode="after")
     def _greedy_is_one_sample(self) -> EvalSettings:
-        if self.temperature == 0 and self.samples != 1:
-            raise ValueError(f"greedy decoding (temperature 0) gives {self.samples or 'k'} copies of one answer: set "
-                             "samples: 1, or a temperature above 0")
+        if self.temperature == 0 and self.repeats != 1:
+            raise ValueError(f"greedy decoding (temperature 0) gives {self.repeats or 'k'} copies of one answer: set "
+                             "repeats: 1, or a temperature above 0")
         return self
 
     def request(self, **run) -> EvalRequest:
@@ -78,7 +96,7 @@ class EvalRequest(EvalSettings):
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
     run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
-    report_to: Annotated[list[str], Flag("--report-to", metavar="TRACKER")] = Field(
+    report_to: Annotated[list[Tracker], Flag("--report-to")] = Field(
         default_factory=list, description="log results and sample tables to wandb or trackio through lm-eval's loggers "
         "(project rufus, the run's name; repeatable)")
 
@@ -100,10 +118,10 @@ class EvalRequest(EvalSettings):
             raise ValueError(f"rufus-eval talks to one endpoint: give one --base-url, not {len(self.base_urls)}")
         return self
 
-    @field_validator("report_to")
+    @field_validator("report_to", mode="before")
     @classmethod
-    def _known_trackers(cls, report_to: list[str]) -> list[str]:
-        unknown = [name for name in report_to if name not in ("wandb", "trackio")]
+    def _known_trackers(cls, report_to: Any) -> Any:
+        unknown = [name for name in report_to or [] if name not in TRACKERS]
         if unknown:
             raise ValueError(f"--report_to {', '.join(unknown)}: the suite logs to wandb or trackio")
         return report_to
@@ -121,14 +139,19 @@ class EvalRequest(EvalSettings):
         return access
 
 
+def say_repeats_renamed(where: str) -> None:
+    console.print(f"note: {where}: `samples` is now `repeats` ({REPEATS_RENAMED}); read as `repeats`: rename it there",
+                  style="yellow", highlight=False, markup=False, soft_wrap=True)
+
+
 def apply_overrides(suite: Suite, request: EvalSettings) -> None:
-    """samples, max_tokens and temperature for every task of `suite` (a metric at more samples
+    """repeats, max_tokens and temperature for every task of `suite` (a metric at more samples
     than k falls back to @k)."""
     for task in suite.tasks:
-        if request.samples:
-            task.samples = request.samples
+        if request.repeats:
+            task.repeats = request.repeats
             at = task.metric.split("@")[-1]
-            if task.kind == "rufus" and at != "k" and int(at) > request.samples:
+            if task.kind == "rufus" and at != "k" and int(at) > request.repeats:
                 task.metric = task.metric.split("@")[0] + "@k"
         sampling = {"max_tokens": request.max_tokens, "temperature": request.temperature}
         sampling = {key: value for key, value in sampling.items() if value is not None}
@@ -150,6 +173,12 @@ def request_from_cli(options: dict, request_file: Path | None = None) -> EvalReq
         if not isinstance(fields, dict):
             raise RufusError(f"--request {request_file}: a request is a JSON object of EvalRequest's fields")
         options = {key: value for key, value in options.items() if value != EvalRequest.model_fields[key].default}
+        try:
+            fields, renamed = renamed_key(fields, "samples", "repeats")  # written before k was `repeats`
+        except ValueError as err:
+            raise RufusError(f"--request {request_file}: {err}") from None
+        if renamed:
+            say_repeats_renamed(f"--request {request_file}")
         if "db_path" in fields:  # written by Rufus before runs stopped sharing a DuckDB file
             console.print(f"--request {request_file}: db_path {fields.pop('db_path')} is no longer used (no run writes a "
                           "database; `rufus-eval results --runs DIR` queries the runs' results.json): ignored",

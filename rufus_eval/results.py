@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from rich.table import Table
 
-from rufus_data.console import console, print_result
+from rufus_data.console import console, print_result, print_rows
 from rufus_data.errors import RufusError
 from rufus_data.lineage import DataCheck
 from rufus_eval.data_check import check_of, check_text, flagged_notes
@@ -182,15 +182,30 @@ def summary_rows(record: dict) -> list[list]:
     return rows
 
 
-def print_summary(record: dict) -> None:
-    """The run's table on stdout; why tasks were skipped and how to fetch their data, and why a
-    task's training data is not checked, on stderr."""
-    table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
-    for col in SUMMARY_COLUMNS:
-        table.add_column(col)
-    for row in summary_rows(record):
-        table.add_row(*row)
-    print_result(table)
+# the summary as CSV / JSON: the same rows, every value whole (numbers as numbers, nulls as nulls)
+SUMMARY_FIELDS = ("task", "status", "metric", "value", "stderr", "k", "docs", "unclosed_think", "unscored",
+                  "data_check", "reason", "fetch")
+
+
+def summary_records(record: dict) -> list[tuple]:
+    """The summary's rows for files and pipes, in SUMMARY_FIELDS order."""
+    return [(name, t.get("status", "ran"), t["metric"], t.get("value"), t.get("stderr"), t.get("k"), t.get("docs"),
+             t.get("unclosed_think"), t.get("unscored"), (t.get("data_check") or {}).get("status"), t.get("reason"),
+             t.get("fetch")) for name, t in record["tasks"].items()]
+
+
+def print_summary(record: dict, fmt: str = "table") -> None:
+    """The run's table on stdout (CSV or JSON with `fmt`); why tasks were skipped and how to fetch
+    their data, and why a task's training data is not checked, on stderr."""
+    if fmt != "table":
+        print_rows(list(SUMMARY_FIELDS), summary_records(record), fmt)
+    else:
+        table = Table(title=f"{record['suite']} on {record['checkpoint']} (step {record['step']})")
+        for col in SUMMARY_COLUMNS:
+            table.add_column(col)
+        for row in summary_rows(record):
+            table.add_row(*row)
+        print_result(table)
     for name, t in record["tasks"].items():
         if t.get("status") == "skipped":
             console.print(f"skipped {name}: {t['reason']}\n  to get it: {t['fetch']}", highlight=False, markup=False,

@@ -5,12 +5,12 @@ folder holds `tasks/` (the lm-eval configs and data Rufus wrote), `lm_eval/` (lm
 and samples, as lm-eval produced them), `results.json` and `report.md` (`rufus-eval results`
 queries every run's). A run is written in its work folder first (resume.py): killed, it keeps the
 tasks it finished, and the same command continues. Each task says whether the model's training
-data was checked against its benchmark (data_check.py)."""
+data was checked against its benchmark (data_check.py). How a run starts (the request resolved,
+the model's source, each task's data) is plan.py's, which `--dry-run` prints without running."""
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import logging
 import shutil
@@ -24,26 +24,25 @@ from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
 
 from rufus_data.benchmarks.registry import benchmark_spec
-from rufus_data.benchmarks.suite import Suite, Task, load_suite
+from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.console import console, progress
 from rufus_data.errors import RufusError
-from rufus_data.hub import hub_unreachable, offline_mode
 from rufus_data.merged_model import is_adapter_folder, merged_model
-from rufus_data.models import BUILTINS, resolve_model
+from rufus_data.models import resolve_model
 from rufus_data.output_lock import OutputLock
-from rufus_data.run_folder import RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.shards import package_versions
 from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
-from rufus_eval.request import EvalRequest, apply_overrides
+from rufus_eval.plan import model_source, refuse_unrunnable, resolve
+from rufus_eval.request import EvalRequest
 from rufus_eval.results import default_runs_root, print_summary, write_report, write_results
 from rufus_eval.resume import SuiteWork, request_key, suite_work
-from rufus_eval.suite_trackers import SuiteTrackers, check_trackers, suite_trackers
-from rufus_eval.task_data import TaskDataMissing, check_native_ready, local_haystacks
-from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
+from rufus_eval.suite_trackers import SuiteTrackers, suite_trackers
+from rufus_eval.task_data import local_haystacks
+from rufus_eval.tasks import lm_eval_task_name, metric_name, task_data, write_task
 
 
 def git_describe_quietly() -> str | None:
@@ -60,18 +59,6 @@ def git_describe_quietly() -> str | None:
 lm_eval_evaluator.get_git_commit_hash = git_describe_quietly  # simple_evaluate looks the name up at call time
 
 
-def checkpoint_step(checkpoint: str) -> tuple[int, str]:
-    """(training step, where it was read): `checkpoint-N` in the name, else a run folder's run.json
-    `global_step`, else 0 (a base model: a built-in, a hub id, a folder that is no run)."""
-    step = checkpoint_step_of(checkpoint)
-    if step is not None:
-        return step, "checkpoint folder name"
-    step = run_step(Path(checkpoint).expanduser())
-    if step is not None:
-        return step, f"{RUN_JSON} global_step"
-    return 0, f"base model (no {RUN_JSON})"
-
-
 def prepare_model(checkpoint: str) -> str:
     """A model folder lm-eval/vLLM can load: built-ins resolved, a LoRA run's adapter merged into
     its one merged copy (`<checkpoint>/merged`, shared with `rufus-train export`), so the
@@ -82,51 +69,32 @@ def prepare_model(checkpoint: str) -> str:
     return str(merged_model(path))
 
 
-def selected_tasks(suite: Suite, req: EvalRequest) -> list[Task]:
-    tasks = suite.selected(req.final)
-    if req.tasks:
-        unknown = sorted(set(req.tasks) - {t.name for t in suite.tasks})
-        if unknown:
-            raise RufusError(f"suite {suite.name} has no task(s) {unknown}: use some of {', '.join(t.name for t in suite.tasks)}")
-        tasks = [t for t in tasks if t.name in req.tasks]
-        if not tasks:
-            raise RufusError(f"tasks {req.tasks} of suite {suite.name} are test tasks: pass --final to run them")
-    if not tasks:
-        raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
-    return tasks
-
-
 def prepare_tasks(suite: Suite, tasks: list[Task], folder: Path) -> tuple[dict[str, str], dict[str, dict]]:
-    """Write every task's lm-eval config into `folder`: ({task: lm-eval name}, {task: why skipped, fetch command})."""
+    """Write every task's lm-eval config into `folder`: ({task: lm-eval name}, {task: why skipped,
+    fetch command}), each task's data found by `task_data`, as --dry-run finds it."""
     lm_names: dict[str, str] = {}
     skipped: dict[str, dict] = {}
     for task in tasks:
-        try:
-            if task.kind == "rufus":
-                write_task(suite, task, folder)
-                lm_names[task.name] = lm_eval_task_name(suite, task)
-            else:
-                check_native_ready(task, suite.name)
-                lm_names[task.name] = write_native(suite, task, folder)
-        except TaskDataMissing as err:
-            skipped[task.name] = {"reason": err.reason, "fetch": err.fetch}
+        rows, skip = task_data(suite, task)
+        if skip:
+            skipped[task.name] = skip
+        elif task.kind == "rufus":
+            write_task(suite, task, folder, rows)
+            lm_names[task.name] = lm_eval_task_name(suite, task)
+        else:
+            lm_names[task.name] = write_native(suite, task, folder)
     return lm_names, skipped
 
 
 def local_model(checkpoint: str) -> str:
     """prepare_model, refused before anything is written when the model can come from nowhere."""
-    ref = resolve_model(checkpoint)
-    if not Path(ref).expanduser().exists():
-        unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
-        if unreachable:
-            raise RufusError(f"model {checkpoint!r} is neither a model folder nor a built-in "
-                             f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
-                             f"({unreachable}): give a folder that exists")
+    model_source(checkpoint)
     return prepare_model(checkpoint)
 
 
-def run_suite(req: EvalRequest) -> dict:
-    """Run the suite; returns the results record (also written to results.json).
+def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
+    """Run the suite; returns the results record (also written to results.json), its summary
+    printed on stdout as a table, or CSV / JSON (`fmt`).
 
     Everything is written into the request's work folder (resume.py), renamed into place as the
     run folder at the end: a run that fails leaves no half-written run folder (and a re-run
@@ -134,16 +102,10 @@ def run_suite(req: EvalRequest) -> dict:
     the same command again continues after them. A task whose data is not here is skipped
     (recorded with the reason and the command that fetches it), or, with `strict`, refused before
     the model loads."""
-    req = req.resolved()  # `auto` decided here, for every caller (rufus_eval/request.py)
-    check_trackers(req.report_to)
-    suite = load_suite(req.suite)
-    apply_overrides(suite, req)
-    tasks = selected_tasks(suite, req)
-    if req.step is not None:
-        step, step_from = req.step, "--step"
-    else:
-        step, step_from = checkpoint_step(req.checkpoint)
-    default_name = req.run_name or f"{suite.name}-{Path(req.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    resolved = resolve(req)  # the backend decided, the suite and its tasks, the step (plan.py)
+    req, suite, tasks, step, step_from = (resolved.request, resolved.suite, resolved.tasks, resolved.step,
+                                          resolved.step_from)
+    default_name = resolved.default_name()
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
     model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)
@@ -184,7 +146,7 @@ def run_suite(req: EvalRequest) -> dict:
                               "run the same command again to continue", style="yellow", highlight=False, markup=False,
                               soft_wrap=True)
             raise
-    print_summary(record)
+    print_summary(record, fmt)
     console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,
                   markup=False, soft_wrap=True)
     return record
@@ -199,9 +161,7 @@ def _run_tasks(suite: Suite, tasks: list[Task], model: str, req: EvalRequest, re
         prepared = dict(zip(("lm_names", "skipped"), prepare_tasks(suite, tasks, work.run / "tasks")))
         work.save_prepared(prepared["lm_names"], prepared["skipped"])
     lm_names, skipped = prepared["lm_names"], prepared["skipped"]
-    if skipped and (req.strict or not lm_names):  # a run that evaluates nothing is no result either
-        raise RufusError(("--strict: " if req.strict else f"no task of suite {suite.name} can run here: ") + "; ".join(
-            f"{name}: {why['reason']}; fetch it with `{why['fetch']}`" for name, why in skipped.items()))
+    refuse_unrunnable(suite, len(lm_names), skipped, req.strict)
     done = work.done()
     for name, finished in done.items():
         record["tasks"][name] = finished["record"]

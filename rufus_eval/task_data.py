@@ -4,7 +4,7 @@ A task names a registry benchmark (catalogs/benchmarks.yaml), read by rufus_data
 (path -> local -> hub, converted; BFCL from the bfcl-eval wheel); a suite of your own may give
 its data inline. Data that is not here (offline, gated, not pulled) raises `TaskDataMissing`: the
 runner skips that task and names the command that fetches it,
-`rufus-eval data pull SUITE --task TASK --to DIR`.
+`rufus-eval data pull SUITE --tasks TASK --to DIR`.
 
 RULER (an lm-eval native task) fetches its haystacks while it runs; `local_haystacks` points
 lm-eval's RULER readers at the copies `data pull` keeps under $RUFUS_DATA_ROOT."""
@@ -38,7 +38,7 @@ class TaskDataMissing(DatasetUnavailable):
 
 def fetch_command(suite_name: str, task_name: str) -> str:
     target = "$RUFUS_DATA_ROOT" if os.environ.get("RUFUS_DATA_ROOT") else "DIR"
-    return f"rufus-eval data pull {suite_name} --task {task_name} --to {target}"
+    return f"rufus-eval data pull {suite_name} --tasks {task_name} --to {target}"
 
 
 def source_rows(task: Task, suite_name: str = "SUITE") -> tuple[list[dict], list[str]]:

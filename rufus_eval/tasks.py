@@ -16,7 +16,7 @@ import yaml
 
 from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.errors import RufusError
-from rufus_eval.task_data import source_rows
+from rufus_eval.task_data import TaskDataMissing, check_native_ready, source_rows
 
 
 def lm_eval_task_name(suite: Suite, task: Task) -> str:
@@ -49,9 +49,23 @@ def task_rows(task: Task, suite_name: str = "SUITE") -> list[dict]:
     return out
 
 
-def write_task(suite: Suite, task: Task, folder: Path) -> dict:
-    """Write data.jsonl and the lm-eval YAML of one Rufus task; return the config dict."""
-    rows = task_rows(task, suite.name)
+def task_data(suite: Suite, task: Task) -> tuple[list[dict] | None, dict | None]:
+    """Whether a task can run here, as the run and `--dry-run` both decide it: (its rows, None) for a
+    Rufus task; (None, None) for lm-eval's own task that can run (it reads its data itself); (None,
+    {reason, fetch}) when its data is not here: the run records that as a skipped task."""
+    try:
+        if task.kind == "rufus":
+            return task_rows(task, suite.name), None
+        check_native_ready(task, suite.name)
+        return None, None
+    except TaskDataMissing as err:
+        return None, {"reason": err.reason, "fetch": err.fetch}
+
+
+def write_task(suite: Suite, task: Task, folder: Path, rows: list[dict] | None = None) -> dict:
+    """Write data.jsonl and the lm-eval YAML of one Rufus task (its `rows` when already read);
+    return the config dict."""
+    rows = task_rows(task, suite.name) if rows is None else rows
     folder.mkdir(parents=True, exist_ok=True)
     data_file = folder / f"{task.name}.jsonl"
     text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)

@@ -45,7 +45,7 @@ class StageEval(EvalSettings):
     suite: str = Field("quick", description="suite name in catalogs/suites/ or a suite YAML path")
     tasks: list[str] | None = Field(default_factory=lambda: ["gsm8k"], description="tasks of the suite (null: all)")
     limit: int | None = Field(32, ge=1, description="documents per task: the first N, the same for every stage")
-    samples: int | None = Field(1, ge=1, description="k per document (overrides the suite)")
+    repeats: int | None = Field(1, ge=1, description="k, answers per document (overrides the suite)")
     max_tokens: int | None = Field(200, ge=1, description="generation budget (overrides the suite)")
     temperature: float | None = Field(0.0, ge=0, description="0: greedy decoding; null: the suite's own sampling")
     backend: FolderBackend = "hf"

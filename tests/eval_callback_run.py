@@ -32,7 +32,7 @@ def tiny_suite(folder: Path) -> Path:
     (folder / "tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     suite = folder / "tiny_suite.yaml"
     suite.write_text(f"""name: tiny
-samples: 1
+repeats: 1
 sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 4}}
 tasks:
   - name: nocomma

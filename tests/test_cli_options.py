@@ -4,7 +4,7 @@ booleans are bare flags; required fields are required options. Nothing here gene
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pytest
 import typer
@@ -229,3 +229,28 @@ def test_aliases_parse_silently_and_old_names_with_a_note():
     assert "--task " not in said  # an alias parses without a note
     shown = " ".join(help_lines(demo, "run"))
     assert "--repeats" in shown and "--samples" not in shown and "--task " not in shown
+
+
+def test_a_list_of_choices_shows_and_checks_them():
+    """typer takes no list of a Literal: the choices are shown as one choice is, and each value checked."""
+
+    class Tracked(BaseModel):
+        trackers: list[Literal["wandb", "trackio"]] = Field(default_factory=list, description="where to log")
+
+    seen: dict = {}
+    demo = CliApp()
+
+    @demo.command("run")
+    @model_options(Tracked)
+    def run(options: dict | None = None) -> None:
+        seen.update(options)
+
+    @demo.command("other")
+    def other() -> None:
+        """A second command keeps `run` a subcommand."""
+
+    assert CliRunner().invoke(demo, ["run", "--trackers", "wandb", "--trackers", "trackio"]).exit_code == 0
+    assert seen == {"trackers": ["wandb", "trackio"]}
+    refused = CliRunner().invoke(demo, ["run", "--trackers", "tensorboard"])
+    assert refused.exit_code == 2 and "'tensorboard' is not one of wandb, trackio" in refused.output
+    assert any("--trackers" in line and "<wandb|trackio>..." in line for line in help_lines(demo, "run"))

@@ -116,7 +116,7 @@ def test_against_resolves_suites_and_refuses_a_set_that_shadows_one(tmp_path):
     rows = tmp_path / "mine.jsonl"
     rows.write_text(json.dumps({"q": "What is 2 + 2?", "a": "4"}) + "\n")
     suite = tmp_path / "mine.yaml"
-    suite.write_text(yaml.safe_dump({"name": "mine", "samples": 1, "tasks": [
+    suite.write_text(yaml.safe_dump({"name": "mine", "repeats": 1, "tasks": [
         {"name": "gsm8k", "kind": "rufus", "role": "validation", "benchmark": "gsm8k", "prompt": "{question}",
          "gold_fields": ["answer"], "scorer": "string_match:last_number"},
         {"name": "own", "kind": "rufus", "role": "validation", "data": {"path": str(rows)}, "prompt": "{q}",

@@ -35,7 +35,7 @@ from rufus_train import examples
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.spawn, pytest.mark.distributed]
 _ = one_torch_thread
 REPO = Path(__file__).resolve().parents[1]
-EVAL_SETTINGS = {"limit": 2, "samples": 1, "max_tokens": 16, "backend": "hf"}
+EVAL_SETTINGS = {"limit": 2, "repeats": 1, "max_tokens": 16, "backend": "hf"}
 ONE_THREAD = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "tests")}
 
 
@@ -54,7 +54,7 @@ def single_process_eval(model: str | Path, out: Path, suite: str) -> Path:
     """The suite on `model` in this one plain process (one torch thread, as the callback's
     evaluation runs), with the settings the callback's evaluation got."""
     run_suite(EvalRequest(suite=suite, checkpoint=str(model), backend="hf",
-                          limit=2, samples=1, max_tokens=16, out=out))
+                          limit=2, repeats=1, max_tokens=16, out=out))
     return out
 
 

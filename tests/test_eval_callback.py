@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def eval_config(suite: Path, **overrides) -> dict:
     return {"eval_on_checkpoint": True, "suite": str(suite), "tag": "tiny", "backend": "hf", "limit": 1,
-            "samples": 1, "max_tokens": 4, **overrides}
+            "repeats": 1, "max_tokens": 4, **overrides}
 
 
 class RecordInodes(TrainerCallback):
@@ -117,7 +117,7 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, tiny_model, dat
     group is stopped (atexit hook) and the run's exception still reaches the caller."""
     suite = tiny_suite(tmp_path / "suite")
     spec = {"model": tiny_model, "out": str(tmp_path / "run"), "raise_at": 1, "max_steps": 3,
-            "eval": eval_config(suite, max_tokens=64, samples=4)}
+            "eval": eval_config(suite, max_tokens=64, repeats=4)}
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "eval_callback_run.py"), str(tmp_path / "spec.json")],
                           check=False, capture_output=True, text=True, timeout=600, cwd=REPO,

@@ -243,7 +243,7 @@ def test_a_native_task_that_cannot_run_here_says_why(data_root, monkeypatch):
     with pytest.raises(TaskDataMissing) as err:
         check_native_ready(ruler, "smollm3")
     assert ("wonderwords" in err.value.reason and err.value.fetch == "pip install 'lm_eval[ruler]'") or \
-        ("haystacks" in err.value.reason and err.value.fetch.startswith("rufus-eval data pull smollm3 --task ruler"))
+        ("haystacks" in err.value.reason and err.value.fetch.startswith("rufus-eval data pull smollm3 --tasks ruler"))
 
 
 def test_a_task_names_its_data_once_and_from_the_registry(tmp_path):

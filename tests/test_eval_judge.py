@@ -32,7 +32,7 @@ def judged_suite(folder: Path, base_url: str, judge_model: str = "smollm2-135m",
     writes a score even with room for one; `test_real_judge_scores_...` gives it that room)."""
     suite = folder / "judged.yaml"
     suite.write_text(f"""name: judged
-samples: {K}
+repeats: {K}
 sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 32}}
 tasks:
   - name: judged

@@ -74,7 +74,7 @@ def test_suite_system_prompt_and_mode_reach_every_documents_prompt(tiny_model, t
                             for q, a in (("What is 1 + 1?", 2), ("What is 2 + 3?", 5))))
     suite = tmp_path / "modes.yaml"
     suite.write_text(f"""name: modes
-samples: 1
+repeats: 1
 sampling: {{temperature: 0.0, max_tokens: 4}}
 system_prompt: "{SYSTEM}"
 tasks:

@@ -15,6 +15,8 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from rufus_data import devices
+from rufus_data.cli_options import RENAMED_ATTRIBUTE
+from rufus_data.errors import RufusError
 from rufus_data.generate import backend_config
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval import CheckpointEvalCallback
@@ -22,9 +24,9 @@ from rufus_eval.cli import app
 from rufus_eval.request import EvalRequest, EvalSettings, request_from_cli
 from rufus_train.pipeline import StageEval, stage_request
 
-SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max_tokens": 16, "temperature": 0.0,
+SETTINGS = {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "repeats": 1, "max_tokens": 16, "temperature": 0.0,
             "backend": "auto"}
-CLI = ["suite", "quick", "--task", "gsm8k", "--limit", "2", "--samples", "1", "--max-tokens", "16", "--temperature", "0",
+CLI = ["suite", "quick", "--tasks", "gsm8k", "--limit", "2", "--repeats", "1", "--max-tokens", "16", "--temperature", "0",
        "--backend", "auto"]
 ROLES = {"trainer": "0", "eval": "1"}
 # the options `rufus-eval suite` had when it declared its own: none may go away (but --db: runs write no
@@ -42,7 +44,7 @@ def settings_of(request: EvalRequest) -> dict:
 def requests_run(monkeypatch) -> list[EvalRequest]:
     """Every request `run_suite` is given, kept instead of run."""
     seen: list[EvalRequest] = []
-    monkeypatch.setattr(runner, "run_suite", seen.append)
+    monkeypatch.setattr(runner, "run_suite", lambda request, fmt="table": seen.append(request))
     return seen
 
 
@@ -94,7 +96,20 @@ def test_suite_options_are_the_request_fields():
     for name, info in EvalRequest.model_fields.items():
         assert params[name].help == info.description, name
     flags = {flag for param in params.values() for flag in param.opts}
-    assert flags >= FLAGS_BEFORE | {"--temperature", "--request"}
+    renamed = set(getattr(get_command(app).commands["suite"].callback, RENAMED_ATTRIBUTE))
+    assert flags | renamed >= FLAGS_BEFORE | {"--temperature", "--request", "--tasks"}  # old names still parse
+
+
+def test_tasks_are_given_as_lm_eval_gives_them_or_one_by_one(requests_run):
+    """`--tasks a,b` (lm-eval's spelling), `--task a --task b` (Rufus's old one) and a mix are one request."""
+    cli = CliRunner()
+    for tasks in (["--tasks", "gsm8k,math500"], ["--task", "gsm8k", "--task", "math500"],
+                  ["--tasks", "gsm8k", "--tasks=math500"], ["--tasks", "gsm8k, math500,"]):
+        result = cli.invoke(app, ["suite", "quick", "--ckpt", "m", *tasks])
+        assert result.exit_code == 0, result.output
+        assert "--task " not in result.output  # an alias, not a rename: no note
+    assert [r.tasks for r in requests_run] == [["gsm8k", "math500"]] * 4
+    assert len({r.model_dump_json() for r in requests_run}) == 1
 
 
 def test_a_request_that_cannot_run_is_refused_before_anything_loads(requests_run):
@@ -108,12 +123,12 @@ def test_a_request_that_cannot_run_is_refused_before_anything_loads(requests_run
         StageEval(backend="server")  # a stage's model is loaded or served by Rufus, never someone else's server
 
 
-def test_temperature_is_an_override_like_samples_and_max_tokens():
+def test_temperature_is_an_override_like_repeats_and_max_tokens():
     from rufus_data.benchmarks.suite import load_suite
     from rufus_eval.request import apply_overrides
 
     suite = load_suite("quick")
-    apply_overrides(suite, EvalRequest(suite="quick", checkpoint="m", samples=1, max_tokens=8, temperature=0.0))
+    apply_overrides(suite, EvalRequest(suite="quick", checkpoint="m", repeats=1, max_tokens=8, temperature=0.0))
     assert {(suite.k(t), suite.sampling_for(t).temperature, suite.sampling_for(t).max_tokens) for t in suite.tasks} == {
         (1, 0.0, 8)}
     untouched = load_suite("quick")
@@ -130,3 +145,26 @@ def test_a_job_file_from_before_the_results_database_went_still_runs(tmp_path, c
     req = request_from_cli({}, job)
     assert (req.suite, req.checkpoint) == ("quick", "smollm2-135m") and "db_path" not in req.model_dump()
     assert "db_path old.duckdb is no longer used" in capsys.readouterr().err
+
+
+def test_samples_is_now_repeats_and_the_old_name_still_works(tmp_path, requests_run, capsys):
+    """k is `repeats` (lm-eval's --samples picks documents): `--samples 2` parses as `--repeats 2`
+    with a note, and an older job.json, a stage's or pipeline's `eval:` block saying `samples` reads."""
+    result = CliRunner().invoke(app, ["suite", "quick", "--ckpt", "m", "--samples", "2"])
+    assert result.exit_code == 0, result.output
+    assert requests_run[-1].repeats == 2
+    assert "note: --samples is now --repeats (lm-eval's --samples picks documents" in " ".join(result.output.split())
+    assert CliRunner().invoke(app, ["suite", "quick", "--ckpt", "m", "--repeats", "2"]).exit_code == 0
+    assert requests_run[-1] == requests_run[-2]
+    assert "--samples" not in CliRunner().invoke(app, ["suite", "--help"], terminal_width=200).output
+
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"request": {"suite": "quick", "checkpoint": "m", "samples": 3, "temperature": 0.6}}))
+    assert request_from_cli({}, job).repeats == 3
+    assert f"--request {job}: `samples` is now `repeats`" in " ".join(capsys.readouterr().err.split())
+    assert request_from_cli({"repeats": 5}, job).repeats == 5  # an option beside the file still wins
+    job.write_text(json.dumps({"suite": "quick", "checkpoint": "m", "samples": 3, "repeats": 3}))
+    with pytest.raises(RufusError, match="give only `repeats`"):
+        request_from_cli({}, job)
+    assert CheckpointEvalCallback({"samples": 2}, devices=ROLES).config.repeats == 2
+    assert StageEval(samples=2, temperature=0.6).repeats == 2

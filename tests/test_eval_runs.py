@@ -17,17 +17,19 @@ from typer.testing import CliRunner
 from rufus_data import devices
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.errors import RufusError
-from rufus_eval import request
+from rufus_data.generate import backend_config
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native
-from rufus_eval.results import print_summary
-from rufus_eval.runner import checkpoint_step, unclosed_fraction
+from rufus_eval.plan import checkpoint_step
+from rufus_eval.request import EvalRequest
+from rufus_eval.results import SUMMARY_FIELDS, print_summary
+from rufus_eval.runner import unclosed_fraction
 
 ROWS = [{"key": 1, "prompt": "Say yes.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
         {"key": 2, "prompt": "Say no.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}]
 MIXED = """name: mixed
-samples: 1
+repeats: 1
 sampling: {temperature: 0.0, top_p: 1.0, max_tokens: 4}
 tasks:
   - name: follow
@@ -74,7 +76,7 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert follow["status"] == "ran" and follow["docs"] == 2 and 0.0 <= follow["value"] <= 1.0
     assert lcb["status"] == "skipped" and lcb["value"] is None and lcb["docs"] == 0
     assert "livecodebench/test_v4_v5.jsonl" in lcb["reason"]
-    assert lcb["fetch"] == "rufus-eval data pull mixed --task livecodebench --to $RUFUS_DATA_ROOT"
+    assert lcb["fetch"] == "rufus-eval data pull mixed --tasks livecodebench --to $RUFUS_DATA_ROOT"
     # the table (a result) on stdout, skipped as skipped; why and how to fetch on stderr
     assert "livecodebench" in res.stdout and "skipped" in res.stdout and "to get it" not in res.stdout
     assert f"to get it: {lcb['fetch']}" in res.stderr
@@ -91,13 +93,31 @@ def test_a_task_whose_data_is_absent_is_skipped_with_its_fetch_command(mixed_run
     assert not [p for p in work.iterdir() if p.name.startswith(".base")]
 
 
+def test_the_suite_summary_as_json_is_the_run_s_rows(mixed_run, tmp_path, monkeypatch):
+    """`--format json`: stdout is one JSON document (progress, notes, the run folder on stderr), the
+    summary's rows with every value whole, as results.json holds them."""
+    work, _ = mixed_run
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    res = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "tiny-random", "--out",
+                                   str(tmp_path / "run"), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    rows = {row["task"]: row for row in json.loads(res.stdout)}
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert set(rows) == set(record["tasks"]) == {"follow", "livecodebench"}
+    assert rows["follow"]["value"] == record["tasks"]["follow"]["value"] and rows["follow"]["status"] == "ran"
+    assert rows["livecodebench"]["value"] is None and rows["livecodebench"]["fetch"] == record["tasks"]["livecodebench"]["fetch"]
+    assert "run folder:" in res.stderr
+    refused = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "tiny-random", "--format", "xml"])
+    assert refused.exit_code == 2 and "'xml' is not one of" in refused.output
+
+
 def test_strict_refuses_before_the_model_loads(mixed_run, monkeypatch):
     work, _ = mixed_run
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     res = CliRunner().invoke(app, ["suite", str(work / "mixed.yaml"), "--ckpt", "smollm2-135m", "--strict",
                                    "--out", str(work / "strict")])
     assert res.exit_code == 2
-    assert "--strict: livecodebench:" in res.output and "rufus-eval data pull mixed --task livecodebench" in res.output
+    assert "--strict: livecodebench:" in res.output and "rufus-eval data pull mixed --tasks livecodebench" in res.output
     assert not (work / "strict").exists() and not list(work.glob(".eval-work-*"))
 
 
@@ -133,6 +153,8 @@ def test_compare_shows_skipped_as_skipped_and_plots_base_and_trained(mixed_run, 
     csv = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained"), "--format", "csv",
                                    "--png", str(tmp_path / "c.png")]).stdout.splitlines()
     assert csv[0].startswith("task,metric,docs,paired_docs,a_run,a_value,a_se,a_not_checked,b_run") and csv[0].endswith("b_pass@1")
+    refused = CliRunner().invoke(app, ["compare", str(work / "base"), "--format", "xml"])
+    assert refused.exit_code == 2 and "'xml' is not one of" in refused.output  # the shared --format, checked
     # one document fewer in the trained run: no pairs to form, and it says how many are shared
     (tmp_path / "trained" / "lm_eval" / "samples_follow.jsonl").write_text(json.dumps({**lines[0], "avg@1": 0.75}) + "\n")
     res = CliRunner().invoke(app, ["compare", str(work / "base"), str(tmp_path / "trained")])
@@ -176,15 +198,18 @@ def test_failed_runs_leave_no_folder(tmp_path, monkeypatch, data_root):
 
 
 def test_auto_backend_is_vllm_only_with_a_gpu_and_vllm(monkeypatch):
+    """`auto` is the one policy of ModelAccess (rufus_data/generate/backend_config.py), decided where the run is."""
     monkeypatch.setattr(devices, "gpu_count", lambda: 2)
-    monkeypatch.setattr(request, "vllm_available", lambda: True)
-    assert request.choose_backend("auto") == ("vllm", "auto: 2 GPU(s) and vLLM found")
-    monkeypatch.setattr(request, "vllm_available", lambda: False)
-    assert request.choose_backend("auto")[0] == "hf" and "vLLM is not installed" in request.choose_backend("auto")[1]
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: True)
+    assert backend_config.choose_backend() == ("vllm", "auto: 2 GPU(s) and vLLM found")
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: False)
+    assert backend_config.choose_backend()[0] == "hf" and "vLLM is not installed" in backend_config.choose_backend()[1]
     monkeypatch.setattr(devices, "gpu_count", lambda: 0)
-    monkeypatch.setattr(request, "vllm_available", lambda: True)
-    assert request.choose_backend("auto") == ("hf", "auto: no GPU, so transformers in-process")
-    assert request.choose_backend("server") == ("server", "as asked")
+    monkeypatch.setattr(backend_config, "vllm_available", lambda: True)
+    assert backend_config.choose_backend() == ("hf", "auto: no GPU, so transformers in-process")
+    served = EvalRequest(suite="quick", checkpoint="m", base_urls=["http://127.0.0.1:9/v1"])
+    assert (served.resolved(say=False).backend, EvalRequest(suite="quick", checkpoint="m").resolved(say=False).backend) == (
+        "server", "hf")
 
 
 class ScriptedLM(LM):
@@ -268,3 +293,7 @@ def test_the_summary_prints_reasons_and_commands_verbatim(capsys):
     out, err = capsys.readouterr()
     assert "skipped" in out and "to get it" not in out
     assert "to get it: pip install 'lm_eval[ruler]'" in err
+    print_summary(record, "csv")
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0] == ",".join(SUMMARY_FIELDS) and "pip install 'lm_eval[ruler]'" in out.splitlines()[1]
+    assert "to get it: pip install 'lm_eval[ruler]'" in err  # why, for people, stays on stderr

@@ -20,7 +20,7 @@ from rufus_eval.results import connect_results
 ROWS = [{"key": i, "prompt": p, "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
         for i, p in enumerate(["Say yes.", "Say no.", "Name a colour.", "Name a city.", "Count to three.", "Greet me."])]
 SUITE = """name: survive
-samples: 2
+repeats: 2
 sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: {max_tokens}}}
 tasks:
   - name: first

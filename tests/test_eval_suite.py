@@ -38,7 +38,7 @@ def vary_suite(tmp: Path) -> Path:
     data.write_text("".join(json.dumps(r) + "\n" for r in VARY_ROWS))
     suite = tmp / "vary.yaml"
     suite.write_text(f"""name: vary
-samples: 6
+repeats: 6
 sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 12}}
 tasks:
   - name: follow
@@ -68,7 +68,7 @@ def work(tmp_path_factory):
 @pytest.fixture(scope="module")
 def quick_hf(work, data_root, tiny_model):
     req = EvalRequest(suite="quick", checkpoint=tiny_model, backend="hf", limit=1,
-                      samples=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf")
+                      repeats=2, max_tokens=16, out=work / "quick-hf", step=10, run_name="quick-hf")
     return run_suite(req)
 
 
@@ -173,7 +173,7 @@ def test_quick_suite_against_real_vllm_server(vllm_server, work, data_root, buil
     """The same suite through lm-eval's OpenAI-compatible backend against the shared vLLM CPU
     server; per-sample seeds make the k samples differ (a fixed seed would return k copies)."""
     backend = {"backend": "server", "base_url": vllm_server.base_url, "tokenizer": builtin_model}
-    record = run_suite(EvalRequest(suite="quick", checkpoint=vllm_server.model, **backend, limit=1, samples=2,
+    record = run_suite(EvalRequest(suite="quick", checkpoint=vllm_server.model, **backend, limit=1, repeats=2,
                                    max_tokens=16, out=work / "quick-vllm", run_name="quick-vllm"))
     assert set(record["tasks"]) == QUICK_TASKS and record["backend"] == "server"
     assert record["server_version"]
@@ -202,6 +202,6 @@ def test_vllm_backend_launches_and_stops_its_own_server(work, data_root, builtin
         pytest.skip("vLLM CPU build not installed: run `make vllm-venv`")
     # the server Rufus starts carries the run's name (quick-launch)
     record = run_suite(EvalRequest(suite="quick", checkpoint=builtin_model, backend="vllm", max_model_len=2048, limit=1,
-                                    samples=2, max_tokens=16, out=work / "quick-launch", run_name="quick-launch"))
+                                    repeats=2, max_tokens=16, out=work / "quick-launch", run_name="quick-launch"))
     assert record["backend"] == "vllm" and set(record["tasks"]) == QUICK_TASKS
     assert group_members(record["server_pgid"]) == []

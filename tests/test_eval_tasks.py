@@ -52,7 +52,7 @@ HUB_ONLY_SIZES = {"livecodebench": 268, "gpqa_diamond": 198, "mixeval_hard": 100
 
 def test_small_benchmarks_are_averaged_over_several_samples(data_root):
     """The playbook's rule: a set under about 2,000 items is averaged over k > 1 samples (one sample
-    of a few hundred items is too noisy to compare checkpoints); larger sets take one. --samples
+    of a few hundred items is too noisy to compare checkpoints); larger sets take one. --repeats
     still sets every task's k."""
     from rufus_eval.request import EvalRequest, apply_overrides
 
@@ -60,7 +60,7 @@ def test_small_benchmarks_are_averaged_over_several_samples(data_root):
     for task in (t for t in suite.tasks if t.kind == "rufus"):
         size = HUB_ONLY_SIZES.get(task.name) or len(task_rows(task, "smollm3"))
         assert (suite.k(task) > 1) == (size < 2000), (task.name, size, suite.k(task))
-    apply_overrides(suite, EvalRequest(suite="smollm3", checkpoint="m", samples=1))
+    apply_overrides(suite, EvalRequest(suite="smollm3", checkpoint="m", repeats=1))
     assert {suite.k(t) for t in suite.tasks} == {1}
     assert all(suite.metric_at(t) == (t.metric.split("@")[0], 1) for t in suite.tasks if t.kind == "rufus")
 
@@ -72,7 +72,7 @@ def test_tasks_whose_data_is_not_here_say_how_to_fetch_it(data_root, monkeypatch
     tasks = {t.name: t for t in load_suite("smollm3").tasks}
     with pytest.raises(TaskDataMissing, match=r"livecodebench/test_v4_v5.jsonl.*livecodebench/code_generation_lite") as err:
         task_rows(tasks["livecodebench"], "smollm3")
-    assert err.value.fetch == "rufus-eval data pull smollm3 --task livecodebench --to $RUFUS_DATA_ROOT"
+    assert err.value.fetch == "rufus-eval data pull smollm3 --tasks livecodebench --to $RUFUS_DATA_ROOT"
     with pytest.raises(TaskDataMissing, match=r"Idavidrein/gpqa is gated: accept its terms.*HF_TOKEN"), \
             pytest.warns(UserWarning, match="revision 'main' of Idavidrein/gpqa is a branch or tag, not a commit"):
         task_rows(tasks["gpqa_diamond"], "smollm3")
@@ -210,3 +210,22 @@ def test_livecodebench_from_a_local_jsonl_runs_stdin_stdout_cases(tmp_path, monk
     off_by_one = "```python\nn = int(input())\nprint(n * (n - 1) // 2)\n```"
     crashes = "```python\nprint(undefined_name)\n```"
     assert score_answers(task.scorer.model_dump(), [right, off_by_one, crashes], gold) == [1.0, 0.0, 0.0]
+
+
+def test_a_suite_that_says_samples_reads_as_repeats_with_a_warning_naming_it(tmp_path, capsys):
+    """Suites written when k was `samples` (lm-eval's name for picking documents) still load: one
+    warning naming the file and where; both names in one place are refused."""
+    spec = yaml.safe_load((REPO / "catalogs" / "suites" / "quick.yaml").read_text())
+    spec["samples"] = spec.pop("repeats")
+    spec["tasks"][1]["samples"] = 2
+    old = tmp_path / "old.yaml"
+    old.write_text(yaml.safe_dump(spec, sort_keys=False))
+    suite = load_suite(str(old))
+    assert suite.repeats == 4 and [suite.k(t) for t in suite.tasks[:2]] == [4, 2]
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.count("warning:") == 1
+    assert f"warning: {old}: `samples` is now `repeats`" in said and "(top level, task math500)" in said
+    spec["repeats"] = 4
+    old.write_text(yaml.safe_dump(spec, sort_keys=False))
+    with pytest.raises(RufusError, match="`samples` is the old name of `repeats`: give only `repeats`"):
+        load_suite(str(old))

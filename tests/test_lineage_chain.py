@@ -25,7 +25,7 @@ from rufus_data.shards import file_sha256, read_manifest, shard_files
 pytestmark = pytest.mark.spawn  # every step is a CLI in a subprocess
 BIN = Path(sys.executable).parent
 SUITE = {
-    "name": "lineage", "samples": 1, "sampling": {"temperature": 0.6, "top_p": 0.95, "max_tokens": 8}, "tasks": [
+    "name": "lineage", "repeats": 1, "sampling": {"temperature": 0.6, "top_p": 0.95, "max_tokens": 8}, "tasks": [
         {"name": "gsm8k", "kind": "rufus", "role": "validation", "benchmark": "gsm8k", "prompt": "{question}",
          "gold_fields": ["answer"], "scorer": {"name": "string_match", "extractor": "last_number",
                                                "gold_extractor": "gsm8k", "answer_column": "answer"}},
@@ -61,7 +61,7 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict:
                 "--output_dir", "run", "--max_steps", "1", "--per_device_train_batch_size", "2", "--num_generations", "2",
                 "--max_completion_length", "8", "--save_steps", "1", "--logging_steps", "1",
                 "--gradient_checkpointing", "false", "--eval.eval_on_checkpoint", "true", "--eval.suite", str(suite),
-                "--eval.backend", "hf", "--eval.limit", "1", "--eval.samples", "1", "--eval.max_tokens", "8")
+                "--eval.backend", "hf", "--eval.limit", "1", "--eval.repeats", "1", "--eval.max_tokens", "8")
     compare = run(root, log, "rufus-eval", "compare", "run/eval_logs/step-0", "run/eval_logs/step-1")
     transcript = "\n".join(log + [(root / "run" / "eval_logs" / f"step-{n}" / "eval.log").read_text() for n in (0, 1)])
     (root / "transcript.txt").write_text(transcript)

@@ -112,7 +112,7 @@ def command(kind: str, inputs: dict, out: Path) -> tuple:
     if kind == "export":
         return train_app, ["export", inputs["run"], "--merge", "--out", o, "--overwrite"], "config.json", True
     if kind == "eval suite":
-        return eval_app, ["suite", "quick", "--ckpt", "tiny-random", "--task", "gsm8k", "--limit", "1", "--samples", "1",
+        return eval_app, ["suite", "quick", "--ckpt", "tiny-random", "--task", "gsm8k", "--limit", "1", "--repeats", "1",
                           "--max-tokens", "4", "--backend", "hf", "--out", o], \
             "results.json", True
     raise ValueError(kind)

@@ -79,7 +79,7 @@ def test_wandb_and_trackio_record_training_loss_and_checkpoint_evals_on_the_eval
         "data": str(examples.gsm8k_sft(data_root, tmp_path / "shards", limit=4, max_chars=350)),
         "out": str(tmp_path / "run"),
         "eval": {"eval_on_checkpoint": True, "suite": str(tiny_suite(tmp_path / "suite")), "tag": "tiny",
-                 "backend": "hf", "limit": 1, "samples": 1, "max_tokens": 4},
+                 "backend": "hf", "limit": 1, "repeats": 1, "max_tokens": 4},
     }
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     env = tracker_env(tmp_path / "trackers")

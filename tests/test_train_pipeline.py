@@ -39,7 +39,7 @@ def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tm
         "name": "mini",
         "model": "tiny-random",
         "output_dir": str(tmp_path / "runs"),
-        "eval": {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "samples": 1, "max_tokens": 16},
+        "eval": {"suite": "quick", "tasks": ["gsm8k"], "limit": 2, "repeats": 1, "max_tokens": 16},
         "stages": [{"stage": "sft", "data": [str(shards / "sft")], **tiny},
                    {"stage": "dpo", "data": [str(shards / "pref")], **tiny}],
     }
@@ -123,8 +123,8 @@ def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
                               "answer_column": "expected_output"}]  # the GSM8K verifier alone
     # every stage on its own GSM8K catalog; the eval under the same system prompt, greedy, 24 problems, 256 tokens
     assert [c["data"] for c in (sft, dpo, rl)] == [[f"catalogs/data/tulu3_mini_{s}.yaml"] for s in ("sft", "dpo", "rl")]
-    assert {k: printed["eval"][k] for k in ("suite", "temperature", "samples", "limit", "max_tokens")} == {
-        "suite": "tulu3_mini", "temperature": 0.0, "samples": 1, "limit": 24, "max_tokens": 256}
+    assert {k: printed["eval"][k] for k in ("suite", "temperature", "repeats", "limit", "max_tokens")} == {
+        "suite": "tulu3_mini", "temperature": 0.0, "repeats": 1, "limit": 24, "max_tokens": 256}
     assert load_suite("tulu3_mini").system_prompt == TULU3_MINI_SYSTEM
     assert printed["merge"] is True
     assert not (REPO / "runs" / "tulu3_mini").exists() or "pipeline valid" in result.output  # nothing trained
@@ -161,13 +161,25 @@ def test_pipeline_defaults_go_under_every_stage_and_the_stage_wins(tmp_path):
 
 def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
     request = stage_request("tiny-random", StageEval(suite="quick", tasks=["gsm8k"], limit=4), tmp_path, "00-base")
-    assert (request.tasks, request.temperature, request.samples) == (["gsm8k"], 0.0, 1)
+    assert (request.tasks, request.temperature, request.repeats) == (["gsm8k"], 0.0, 1)
     suite = load_suite(request.suite)
-    apply_overrides(suite, request)  # as the run applies them: temperature is an override like samples
+    apply_overrides(suite, request)  # as the run applies them: temperature is an override like repeats
     gsm8k = next(t for t in suite.tasks if t.name == "gsm8k")
     assert suite.sampling_for(gsm8k).temperature == 0.0 and suite.k(gsm8k) == 1
     with pytest.raises(ValueError, match=r"greedy decoding \(temperature 0\) gives 4 copies of one answer"):
-        StageEval(samples=4)
+        StageEval(repeats=4)
+
+
+def test_an_eval_block_that_says_samples_reads_as_repeats_with_a_note(tmp_path, capsys):
+    """A pipeline written before k was `repeats` still loads; the note says what to rename."""
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump({"name": "old", "output_dir": str(tmp_path / "runs"),
+                                    "eval": {"samples": 2, "temperature": 0.6}, "stages": [{"stage": "sft"}]}))
+    assert load_pipeline(path).eval.repeats == 2
+    assert "`samples` is now `repeats`" in " ".join(capsys.readouterr().err.split())
+    path.write_text(yaml.safe_dump({"name": "old", "eval": {"samples": 2, "repeats": 2}, "stages": [{"stage": "sft"}]}))
+    with pytest.raises(RufusError, match="`samples` is the old name of `repeats`: give only `repeats`"):
+        load_pipeline(path)
 
 
 @pytest.mark.slow

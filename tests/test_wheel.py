@@ -117,7 +117,7 @@ def test_stage_dry_run_reads_the_shipped_stage(installed):
 def test_eval_suite_quick_on_tiny_random(installed):
     wheel, _, user, _ = installed
     run_installed(installed, "rufus-eval", "suite", "quick", "--ckpt", "tiny-random", "--limit", "1",
-                  "--samples", "1", "--max-tokens", "16", "--out", "eval-run")
+                  "--repeats", "1", "--max-tokens", "16", "--out", "eval-run")
     record = json.loads((user / "eval-run" / "results.json").read_text())
     assert {t["status"] for t in record["tasks"].values()} == {"ran"}
     assert record["versions"]["rufus"] == wheel_version(wheel)

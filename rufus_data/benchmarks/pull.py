@@ -1,4 +1,4 @@
-"""`rufus-eval data pull SUITE [--to DIR] [--task T]`: every task's data, fetched and converted
+"""`rufus-eval data pull SUITE [--to DIR] [--tasks T,...]`: every task's data, fetched and converted
 into a folder laid out like $RUFUS_DATA_ROOT, so that a machine without the hub runs the suite.
 
 For each benchmark the suite's tasks name (catalogs/benchmarks.yaml) it writes the rows the task

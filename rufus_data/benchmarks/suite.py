@@ -2,14 +2,18 @@
 
 A suite is a list of tasks. Each task says what it is (`kind`):
 - `rufus`: Rufus writes the lm-eval task config (local JSON data through `dataset_path: json`),
-  samples k answers, strips reasoning and scores every sample with a Rufus reward (`scorer`: a
+  samples k answers (`repeats`), strips reasoning and scores every one with a Rufus reward (`scorer`: a
   registry reward spec, as train and filter name rewards);
 - `lm_eval`: a task lm-evaluation-harness ships (`lm_eval_task`, `metric_key`), run through a
   config Rufus writes around it so that reasoning is stripped before its own filters score.
 Where the data comes from is the benchmark registry's business (catalogs/benchmarks.yaml): a task
 names its `benchmark`, loaded path -> local -> hub at the pinned revision and converted by Rufus
 (rows.py). A suite of your own may give `data:` inline instead (a dataset source:
-`path` relative to the suite file, `local` under $RUFUS_DATA_ROOT, or `hub`)."""
+`path` relative to the suite file, `local` under $RUFUS_DATA_ROOT, or `hub`).
+
+k is `repeats`, lm-eval's own name for the answers sampled per document; suites written when
+it was `samples` (lm-eval's name for picking documents) still read, with a warning naming the
+file."""
 
 from __future__ import annotations
 
@@ -18,17 +22,25 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, model_serializer, model_validator
 
 from rufus_data.benchmarks.registry import Registry, load_registry
 from rufus_data.catalog_files import catalog_names, find_catalog_file, looked_in
+from rufus_data.console import console
 from rufus_data.dataset_source import DatasetSource
 from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
-from rufus_data.yaml_config import StrictModel, load_yaml_model
+from rufus_data.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
 
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
+REPEATS_RENAMED = ("lm-eval's `samples` picks documents; `repeats` is its name for the answers sampled per document, "
+                   "k")
+
+
+def _say_repeats(where: str, places: list[str]) -> None:
+    console.print(f"warning: {where}: `samples` is now `repeats` ({REPEATS_RENAMED}); read as `repeats` "
+                  f"({', '.join(places)}): rename it there", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 class Sampling(StrictModel):
@@ -95,8 +107,16 @@ class Task(StrictModel):
     skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
     scorer: Scorer | None = None
     metric: str = "avg@k"
-    samples: int | None = Field(None, ge=1)  # k; default: the suite's
+    repeats: int | None = Field(None, ge=1)  # k; default: the suite's
     sampling: Sampling | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_is_repeats(cls, data: Any, info: ValidationInfo) -> Any:
+        data, renamed = renamed_key(data, "samples", "repeats")
+        if renamed:
+            _say_repeats(config_source(info, "a suite task"), [f"task {data.get('name')}"])
+        return data
 
     @model_validator(mode="after")
     def _complete(self) -> Task:
@@ -131,12 +151,29 @@ class Task(StrictModel):
 class Suite(StrictModel):
     name: str
     description: str = ""
-    samples: int = Field(4, ge=1)  # default k
+    repeats: int = Field(4, ge=1)  # default k
     sampling: Sampling = Sampling()
     system_prompt: str | None = None  # e.g. "/think" or "/no_think" for hybrid reasoning models
     think_end_token: str = "</think>"
     seed: int = 0
     tasks: list[Task]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _samples_is_repeats(cls, data: Any, info: ValidationInfo) -> Any:
+        """Suites written before k was `repeats`: one warning for the file, every place named."""
+        data, renamed = renamed_key(data, "samples", "repeats")
+        places = ["top level"] if renamed else []
+        if isinstance(data, dict) and isinstance(data.get("tasks"), list):
+            tasks = []
+            for task in data["tasks"]:
+                task, renamed = renamed_key(task, "samples", "repeats")
+                places += [f"task {task.get('name')}"] if renamed else []
+                tasks.append(task)
+            data = {**data, "tasks": tasks}
+        if places:
+            _say_repeats(config_source(info, f"suite {data.get('name')}"), places)
+        return data
 
     @model_validator(mode="after")
     def _unique(self) -> Suite:
@@ -147,7 +184,7 @@ class Suite(StrictModel):
         return self
 
     def k(self, task: Task) -> int:
-        return task.samples or self.samples
+        return task.repeats or self.repeats
 
     def sampling_for(self, task: Task) -> Sampling:
         return task.sampling or self.sampling
@@ -217,6 +254,6 @@ def load_suite(name: str, registry_file: str | Path | None = None) -> Suite:
             if suite.k(task) > 1 and suite.sampling_for(task).temperature == 0:
                 raise RufusError(
                     f"suite {suite.name}, task {task.name}: k={suite.k(task)} samples at temperature 0 are "
-                    "k copies of one answer; set a temperature > 0 or samples: 1"
+                    "k copies of one answer; set a temperature > 0 or repeats: 1"
                 )
     return suite

@@ -1,0 +1,219 @@
+"""What a suite run will do, decided before a model loads; `rufus-eval suite --dry-run` prints it
+and stops.
+
+`resolve` is how every run starts: the backend decided (`auto`: rufus_data's one policy), the
+trackers' packages checked, the suite loaded with the request's overrides, its tasks selected
+and the training step found. The dry run adds what the run learns next, without loading or
+writing anything: where the model comes from (a built-in is not converted, an adapter not
+merged, a hub model not downloaded) and, per task, the documents here or why the run will skip
+it, decided by the run's own `task_data` (rufus_eval/tasks.py), so a skipped task reads the
+same reason and fetch command as in results.json. The hub is asked for no data: a task whose
+rows only the hub has is listed as downloaded when the run starts.
+
+One meaning of --dry-run everywhere (rufus_data/cli_options.py): no model loads, lm-eval
+evaluates nothing, and no run folder, work folder or lock is made."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+from rufus_data.benchmarks.registry import benchmark_spec
+from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
+from rufus_data.console import console, print_result, print_rows
+from rufus_data.errors import RufusError
+from rufus_data.generate.backend_config import ModelAccess
+from rufus_data.hub import hub_unreachable, offline_mode
+from rufus_data.merged_model import is_adapter_folder
+from rufus_data.models import BUILTINS, builtin_path, is_cached, resolve_model
+from rufus_data.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
+from rufus_eval.request import EvalRequest, apply_overrides
+from rufus_eval.results import default_runs_root
+from rufus_eval.suite_trackers import check_trackers
+from rufus_eval.tasks import metric_name, task_data
+
+
+def checkpoint_step(checkpoint: str) -> tuple[int, str]:
+    """(training step, where it was read): `checkpoint-N` in the name, else a run folder's run.json
+    `global_step`, else 0 (a base model: a built-in, a hub id, a folder that is no run)."""
+    step = checkpoint_step_of(checkpoint)
+    if step is not None:
+        return step, "checkpoint folder name"
+    step = run_step(Path(checkpoint).expanduser())
+    if step is not None:
+        return step, f"{RUN_JSON} global_step"
+    return 0, f"base model (no {RUN_JSON})"
+
+
+def selected_tasks(suite: Suite, req: EvalRequest) -> list[Task]:
+    tasks = suite.selected(req.final)
+    if req.tasks:
+        unknown = sorted(set(req.tasks) - {t.name for t in suite.tasks})
+        if unknown:
+            raise RufusError(f"suite {suite.name} has no task(s) {unknown}: use some of {', '.join(t.name for t in suite.tasks)}")
+        tasks = [t for t in tasks if t.name in req.tasks]
+        if not tasks:
+            raise RufusError(f"tasks {req.tasks} of suite {suite.name} are test tasks: pass --final to run them")
+    if not tasks:
+        raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
+    return tasks
+
+
+@dataclass
+class Resolved:
+    """A request made concrete: what a run starts from, and what its plan shows."""
+
+    request: EvalRequest  # `auto` decided
+    suite: Suite  # the request's overrides applied
+    tasks: list[Task]  # the tasks the run evaluates, in suite order
+    step: int
+    step_from: str
+
+    def default_name(self) -> str:
+        return self.request.run_name or \
+            f"{self.suite.name}-{Path(self.request.checkpoint).name}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+
+
+def resolve(req: EvalRequest, say: bool = True) -> Resolved:
+    """The request resolved (the backend said on the console with why, unless `say` is off); a
+    RufusError for one that cannot run, before anything loads."""
+    req = req.resolved(say)  # `auto` decided here, for every caller (rufus_eval/request.py)
+    check_trackers(req.report_to)
+    suite = load_suite(req.suite)
+    apply_overrides(suite, req)
+    tasks = selected_tasks(suite, req)
+    step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
+    return Resolved(req, suite, tasks, step, step_from)
+
+
+def model_source(checkpoint: str) -> str:
+    """Where a model the run loads (hf, vllm) comes from, in words, found without converting,
+    downloading or merging anything; a RufusError, before anything is written, when it can come
+    from nowhere."""
+    if checkpoint in BUILTINS:
+        folder = builtin_path(checkpoint)
+        return f"built-in {checkpoint}: " + (str(folder) if is_cached(checkpoint) else
+                                             f"converted into {folder} when the run starts")
+    ref = resolve_model(checkpoint)  # a file, or a path that does not exist, is refused
+    if Path(ref).expanduser().exists():
+        if is_adapter_folder(ref):
+            return f"LoRA adapter {ref}: merged into {Path(ref) / MERGED_DIR} when the run starts (kept for reuse)"
+        return f"folder {ref}"
+    unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
+    if unreachable:
+        raise RufusError(f"model {checkpoint!r} is neither a model folder nor a built-in "
+                         f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
+                         f"({unreachable}): give a folder that exists")
+    return f"hub model {checkpoint}: downloaded when the run starts"
+
+
+def refuse_unrunnable(suite: Suite, runnable: int, skipped: dict[str, dict], strict: bool) -> None:
+    """A run that evaluates nothing is no result, and `strict` wants every task: said before the
+    model loads, with each skipped task's reason and fetch command."""
+    if skipped and (strict or not runnable):
+        raise RufusError(("--strict: " if strict else f"no task of suite {suite.name} can run here: ") + "; ".join(
+            f"{name}: {why['reason']}; fetch it with `{why['fetch']}`" for name, why in skipped.items()))
+
+
+@dataclass
+class TaskPlan:
+    """One task as the run will take it."""
+
+    task: str
+    kind: str
+    metric: str
+    k: int
+    max_tokens: int | None  # None: lm-eval's own task config says
+    temperature: float | None
+    docs: int | None  # documents here; None: lm-eval's task, or the hub's rows, read when the run starts
+    skip: dict | None  # {reason, fetch}: skipped, as the run records it
+    note: str = ""  # where uncounted documents come from
+
+    def why(self) -> str:
+        """The table's short word: the command that fetches a skipped task's data (the reason in
+        full is listed under the table), or where uncounted documents come from."""
+        return f"data not here: {self.skip['fetch']}" if self.skip else self.note
+
+
+def plan_tasks(suite: Suite, tasks: list[Task]) -> list[TaskPlan]:
+    """Each task's plan; its data is looked for as the run looks, with no data asked of the hub."""
+    hub_open = not offline_mode() and hub_unreachable() is None
+    plans = []
+    for task in tasks:
+        with mock.patch.dict(os.environ, {"HF_HUB_OFFLINE": "1"} if hub_open else {}):
+            rows, skip = task_data(suite, task)
+        note = "lm-eval's own task: it reads its documents when the run starts" if task.kind == "lm_eval" else ""
+        if skip and hub_open and _from_hub(task):  # the run would download it: no skip
+            skip, note = None, "not here; the run downloads it from the hub"
+        rufus = task.kind == "rufus"
+        sampling = suite.sampling_for(task) if rufus else None
+        plans.append(TaskPlan(task.name, task.kind, metric_name(suite, task), suite.k(task) if rufus else 1,
+                              sampling.max_tokens if sampling else None, sampling.temperature if sampling else None,
+                              len(rows) if rows is not None else None, skip, note))
+    return plans
+
+
+def _from_hub(task: Task) -> bool:
+    """The task's rows may come from the hub (its benchmark's `hub`, or its inline `data: {hub}`)."""
+    if task.benchmark:
+        return benchmark_spec(task.benchmark)[0].hub is not None
+    return task.data is not None and task.data.hub is not None
+
+
+PLAN_COLUMNS = ["task", "metric", "k", "max_tokens", "temperature", "limit", "docs", "plan", "why"]
+
+
+def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
+    """`rufus-eval suite --dry-run`: the plan on stdout (a table, CSV of its rows, or one JSON
+    object); returns it. A request the run would refuse is refused here too, after the plan."""
+    why = req.backend_choice()[1]
+    resolved = resolve(req, say=False)
+    req, suite = resolved.request, resolved.suite
+    model = model_source(req.checkpoint) if req.backend in ("hf", "vllm") else \
+        f"{req.checkpoint}, as {', '.join(req.base_urls)} serves it"
+    tasks = plan_tasks(suite, resolved.tasks)
+    out = Path(req.out or default_runs_root() / resolved.default_name())
+    plan = {
+        "suite": suite.name, "suite_file": str(suite_path(req.suite)), "model": model, "backend": req.backend,
+        "backend_why": why, "step": resolved.step, "step_from": resolved.step_from, "out": str(out),
+        "tasks": [{"task": t.task, "kind": t.kind, "metric": t.metric, "k": t.k, "max_tokens": t.max_tokens,
+                   "temperature": t.temperature, "limit": req.limit, "docs": t.docs, "run": t.skip is None,
+                   "reason": t.skip and t.skip["reason"], "fetch": t.skip and t.skip["fetch"], "note": t.note}
+                  for t in tasks],
+        # what is evaluated first, then how the model is reached
+        "request": dict(sorted(req.model_dump(mode="json").items(), key=lambda item: item[0] in ModelAccess.model_fields)),
+    }
+    _print_plan(plan, tasks, fmt)
+    refuse_unrunnable(suite, sum(t.skip is None for t in tasks), {t.task: t.skip for t in tasks if t.skip}, req.strict)
+    return plan
+
+
+def _print_plan(plan: dict, tasks: list[TaskPlan], fmt: str) -> None:
+    if fmt == "json":
+        print_result(json.dumps(plan, indent=2), markup=False, highlight=False)
+        return
+    lines = [f"suite: {plan['suite']} ({plan['suite_file']})", f"model: {plan['model']}",
+             f"backend: {plan['backend']} ({plan['backend_why']})", f"step: {plan['step']} ({plan['step_from']})",
+             f"run folder: {plan['out']} (not written: a dry run)"]
+    rows = [(t.task, t.metric, t.k, _or_dash(t.max_tokens), _or_dash(t.temperature), plan["request"]["limit"] or "all",
+             _or_dash(t.docs), "skip" if t.skip else "run", t.why()) for t in tasks]
+    if fmt == "csv":  # the table for a file or pipe; the rest, for people, on stderr
+        console.print("\n".join(lines), highlight=False, markup=False, soft_wrap=True)
+        print_rows(PLAN_COLUMNS, rows, fmt)
+        return
+    print_result("\n".join(lines), markup=False, highlight=False)
+    print_rows(PLAN_COLUMNS, rows, fmt, title=f"rufus-eval suite {plan['suite']} --dry-run: nothing loaded or written")
+    for t in tasks:
+        if t.skip:
+            print_result(f"skip {t.task}: {t.skip['reason']}\n  to get it: {t.skip['fetch']}", markup=False,
+                         highlight=False)
+    print_result("request (`rufus-eval suite --request FILE` reads it):\n" + json.dumps(plan["request"], indent=2),
+                 markup=False, highlight=False)
+
+
+def _or_dash(value) -> object:
+    return "-" if value is None else value
