@@ -4,7 +4,7 @@ booleans are bare flags; required fields are required options. Nothing here gene
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import pytest
 import typer
@@ -229,3 +229,41 @@ def test_aliases_parse_silently_and_old_names_with_a_note():
     assert "--task " not in said  # an alias parses without a note
     shown = " ".join(help_lines(demo, "run"))
     assert "--repeats" in shown and "--samples" not in shown and "--task " not in shown
+
+
+def test_layered_options_hold_only_what_the_command_line_gives():
+    """Options over a config file (`layered`): one left out is absent (the file keeps its value), a
+    boolean can be set either way, --help still shows the model's defaults, in their own panel;
+    stacked with the command's own model, each dict gets its own fields."""
+
+    class Knobs(BaseModel):
+        ngram: int = Field(8, description="n-gram length")
+        semantic: bool = Field(False, description="also embed")
+        engine: Literal["local", "ray"] = Field("local", description="where it runs")
+
+    class Own(BaseModel):
+        shards: Annotated[str, Flag(argument=True)] = Field(description="the folder")
+        report_only: bool = Field(False, description="write nothing")
+
+    seen: dict = {}
+    demo = CliApp()
+
+    @demo.command("run")
+    @model_options(Knobs, into="knobs", layered=True, panel="Knobs (keys of --config FILE)")
+    @model_options(Own, into="own")
+    def run(own: dict | None = None, knobs: dict | None = None) -> None:
+        seen.update(own=own, knobs=knobs)
+
+    @demo.command("other")
+    def other() -> None:
+        """A second command keeps `run` a subcommand."""
+
+    for args, knobs in ((["x"], {}), (["x", "--ngram", "8"], {"ngram": 8}), (["x", "--no-semantic"], {"semantic": False}),
+                        (["x", "--semantic", "--engine", "ray"], {"semantic": True, "engine": "ray"})):
+        result = CliRunner().invoke(demo, ["run", *args])
+        assert result.exit_code == 0, result.output
+        assert seen == {"own": {"shards": "x", "report_only": False}, "knobs": knobs}, args
+    shown = " ".join(help_lines(demo, "run"))
+    assert "Knobs (keys of --config FILE)" in shown and "[default: 8]" in shown and "<local|ray>" in shown
+    assert "--semantic" in shown and "--no-semantic" in shown
+    assert CliRunner().invoke(demo, ["run", "x", "--engine", "spark"]).exit_code == 2
