@@ -10,6 +10,8 @@ from rich.table import Table
 
 from rufus_data.cli_options import CliApp, FormatOption, OverwriteOption, VersionOption, model_options
 from rufus_data.console import cli_errors, console, print_result, print_rows
+from rufus_data.decontam.config import DecontamCommand, DecontamConfig
+from rufus_data.dedup.config import DedupCommand, DedupConfig
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
 from rufus_data.models import list_models, pull
@@ -242,68 +244,44 @@ def pairs_command(
     console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
+# --- decontam and dedup (rufus_data/decontam/, rufus_data/dedup/) ----------
+# Two models each: the command's own settings (what it reads and writes) and the step's config,
+# whose options go on top of --config FILE (an option left out keeps the file's value).
+SETTINGS_PANEL = "Settings (the keys of --config FILE; an option given here overrides the file)"
+
+
 @app.command("decontam")
 @cli_errors
-def decontam_command(
-    shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
-    against: list[str] = typer.Option(None, "--against", help="a benchmark or set of the registry, or an eval suite "
-                                      "(catalogs/suites/NAME.yaml or a path: its tasks' benchmarks), repeatable"),
-    against_suite: list[str] = typer.Option(None, "--against-suite", help="an eval suite only (as --against SUITE), repeatable"),
-    out: Path = typer.Option(None, "--out", help="output folder, required unless --dry-run: clean shards, "
-                             "contaminated.parquet, report.md"),
-    benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),
-    skip_missing: bool = typer.Option(False, "--skip-missing", help="go on without benchmarks that cannot be loaded"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
-    config_file: Path = typer.Option(None, "--config", help="YAML of DecontamConfig keys (docs/decontam.md); options below override it"),
-    ngram: int = typer.Option(None, "--ngram", help="word n-gram length of the exact stage (default 8)"),
-    containment: float = typer.Option(None, "--containment", help="MinHash stage: min containment of an eval item (default 0.5)"),
-    min_answer_words: int = typer.Option(None, "--min-answer-words", help="answers this long count on their own (default 8)"),
-    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
-    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
-    semantic: bool = typer.Option(None, "--semantic", help="also run the semantic stage: paraphrased items (slower; docs/decontam.md)"),
-    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
-    judge_url: str = typer.Option(None, "--judge-url", help="OpenAI-compatible LLM judge server for the semantic pairs (needs --semantic)"),
-    judge_model: str = typer.Option(None, "--judge-model", help="the judge's model (default: the server's first)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-) -> None:
+@model_options(DecontamConfig, into="settings", layered=True, panel=SETTINGS_PANEL)
+@model_options(DecontamCommand, into="command")
+def decontam_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
-    from rufus_data.decontam import DecontamConfig, decontaminate  # heavy: arrow, datasketch
+    given = model_from_options(DecontamCommand, command)
+    config = config_from_cli(DecontamConfig, given.config, settings)
+    from rufus_data.decontam import decontaminate  # heavy: arrow, datasketch
 
-    config = config_from_cli(DecontamConfig, config_file, {
-        "ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
-        "workers": workers, "semantic": semantic, "semantic_model": semantic_model, "judge_url": judge_url,
-        "judge_model": judge_model})
-    result = decontaminate(shards, against or [], out, benchmarks_file=benchmarks, skip_missing=skip_missing,
-                           dry_run=dry_run, overwrite=overwrite, config=config, suites=against_suite or [])
+    result = decontaminate(given.shards, given.against, given.out, benchmarks_file=given.benchmarks,
+                           skip_missing=given.skip_missing, report_only=given.report_only, overwrite=given.overwrite,
+                           config=config, suites=given.against_suite)
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():
         console.print(f"[yellow]not checked[/] {task}: {why}", highlight=False)
-    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 
 @app.command("dedup")
 @cli_errors
-def dedup_command(
-    shards: Path = typer.Argument(..., help="shard folder to deduplicate"),
-    out: Path = typer.Option(None, "--out", help="output folder: clean shards, clusters.parquet, report.md"),
-    threshold: float = typer.Option(None, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates (default 0.8)"),
-    config_file: Path = typer.Option(None, "--config", help="YAML of DedupConfig keys (docs/decontam.md); --threshold overrides it"),
-    semantic: bool = typer.Option(None, "--semantic", help="also drop rows that restate an earlier row in other words (embeddings; docs/decontam.md)"),
-    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
-    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
-    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-) -> None:
+@model_options(DedupConfig, into="settings", layered=True, panel=SETTINGS_PANEL)
+@model_options(DedupCommand, into="command")
+def dedup_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
-    from rufus_data.dedup import DedupConfig, deduplicate  # heavy: arrow, datasketch
+    given = model_from_options(DedupCommand, command)
+    config = config_from_cli(DedupConfig, given.config, settings)
+    from rufus_data.dedup import deduplicate  # heavy: arrow, datasketch
 
-    config = config_from_cli(DedupConfig, config_file, {"threshold": threshold, "semantic": semantic,
-                                                        "semantic_model": semantic_model, "engine": engine,
-                                                        "workers": workers})
-    result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
-    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+    result = deduplicate(given.shards, given.out, report_only=given.report_only, overwrite=given.overwrite, config=config)
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 
 @app.command("push")

@@ -124,7 +124,7 @@ def test_help_marks_required_options_and_points_stage_to_its_keys():
     merge = export[export.index("--merge"):]
     assert "[required]" in merge[:merge.index("--out")]  # shown in --merge's own help
     assert "*  --merge" in export
-    assert "required unless --dry-run" in " ".join(help_of(data_app, "decontam").split())
+    assert "required unless --report-only" in " ".join(help_of(data_app, "decontam").split())
     stage = " ".join(help_of(train_app, "stage").split())
     for words in ("--data", "--dry-run", "catalogs/stages/NAME.yaml", "--no-packing"):
         assert words in stage, words
@@ -144,4 +144,4 @@ def test_a_command_line_typo_is_named_as_the_command_lines(tmp_path):
 def test_decontam_without_out_says_it_is_required(shards, tmp_path):
     result = run("rufus-data", "decontam", str(shards), "--against", "gsm8k")
     assert result.returncode == 2 and result.stdout == ""
-    assert "--out" in result.stderr and "--dry-run" in result.stderr
+    assert "--out" in result.stderr and "--report-only" in result.stderr
