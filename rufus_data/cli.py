@@ -14,6 +14,7 @@ from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
+from rufus_data.mix.config import MixOptions
 from rufus_data.models import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
 from rufus_data.yaml_config import config_from_cli, model_from_options
@@ -114,19 +115,14 @@ def cache_clean() -> None:
 
 @app.command("mix")
 @cli_errors
-def mix_command(
-    catalog: Path = typer.Argument(..., help="mixture catalog (YAML), e.g. catalogs/sft.yaml"),
-    out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<catalog name>)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-    holdout: int = typer.Option(None, "--holdout", help="rows per source held out (replaces the catalog-level `holdout:`; a source's own `holdout:` wins)"),
-    on_bad_row: str = typer.Option(None, "--on-bad-row", help="error | skip rows that lack required fields (default: the catalog's `on_bad_row`, error)"),
-) -> None:
+@model_options(MixOptions)
+def mix_command(options: dict | None = None) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
+    settings = model_from_options(MixOptions, options)
     from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
 
-    if on_bad_row is not None and on_bad_row not in ("error", "skip"):
-        raise RufusError(f"--on-bad-row must be 'error' or 'skip', not {on_bad_row!r}")
-    result = mix(catalog, out=out, overwrite=overwrite, holdout=holdout, on_bad_row=on_bad_row)
+    result = mix(settings.catalog, out=settings.out, overwrite=settings.overwrite, holdout=settings.holdout,
+                 on_bad_row=settings.on_bad_row)
     console.print(f"wrote {result.out} ({result.manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
