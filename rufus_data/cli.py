@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp, FormatOption, OverwriteOption, VersionOption, model_options
+from rufus_data.cli_options import (
+    DRY_RUN_HELP,
+    CliApp,
+    FormatOption,
+    OverwriteOption,
+    VersionOption,
+    flag_option,
+    model_options,
+)
 from rufus_data.console import cli_errors, console, print_result, print_rows
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
@@ -119,6 +127,11 @@ def cache_clean() -> None:
 def mix_command(options: dict | None = None) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
     settings = model_from_options(MixOptions, options)
+    if settings.dry_run:
+        from rufus_data.mix.plan import mix_plan, print_mix_plan  # heavy: arrow, the tokenizer
+
+        print_mix_plan(mix_plan(settings))
+        return
     from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
 
     result = mix(settings.catalog, out=settings.out, overwrite=settings.overwrite, holdout=settings.holdout,
@@ -184,6 +197,10 @@ InputsArgument = Annotated[list[Path], typer.Argument(
     help="rl shard folder(s), or catalog(s) to mix first (default: catalogs/rl.yaml)", show_default=False)]
 
 
+GENERATION_DRY_RUN = ("prompts (after --limit) x samples x --max-tokens, the backend `auto` picks, each source's "
+                      "reward, the output folder; a catalog input is counted, not mixed")
+
+
 @app.command("filter")
 @cli_errors
 @model_options(FilterConfig, optional=("policy",))  # --from-rollouts needs none
@@ -192,22 +209,36 @@ def filter_command(
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-filtered)"),
     from_rollouts: Path = typer.Option(None, "--from-rollouts", help="re-bucket an earlier filter --out (no generation)"),
     overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", f"{DRY_RUN_HELP}: {GENERATION_DRY_RUN}")] = False,
     options: dict | None = None,
 ) -> None:
     """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
     all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
-    from rufus_data.rollouts.filter import filter_prompts, rebucket  # heavy: arrow, the generation backends
-
+    keep = options.get("keep", FilterConfig.model_fields["keep"].default)
     if from_rollouts is not None:
         if out is None:
             raise RufusError("--from-rollouts DIR needs --out: the folder for the re-bucketed output")
-        result = rebucket(from_rollouts, out, options.get("keep", FilterConfig.model_fields["keep"].default),
-                          overwrite=overwrite, aggregation=options.get("aggregation"))
+        if dry_run:
+            from rufus_data.rollouts.plan import rebucket_plan  # heavy: arrow
+
+            rebucket_plan(from_rollouts, out, keep, overwrite=overwrite)
+            return
+        from rufus_data.rollouts.filter import rebucket  # heavy: arrow, the generation backends
+
+        result = rebucket(from_rollouts, out, keep, overwrite=overwrite, aggregation=options.get("aggregation"))
     else:
         if "policy" not in options:
             raise RufusError("filter needs --policy MODEL: the model whose samples decide the buckets "
                              "(e.g. --policy smollm2-135m), or --from-rollouts DIR to re-bucket an earlier run")
-        result = filter_prompts(inputs, out, model_from_options(FilterConfig, options), overwrite=overwrite)
+        config = model_from_options(FilterConfig, options)
+        if dry_run:
+            from rufus_data.rollouts.plan import filter_plan, print_generation_plan  # heavy: arrow
+
+            print_generation_plan(filter_plan(inputs, out, config, overwrite=overwrite))
+            return
+        from rufus_data.rollouts.filter import filter_prompts  # heavy: arrow, the generation backends
+
+        result = filter_prompts(inputs, out, config, overwrite=overwrite)
     table = Table(title=f"{result['out']}: prompts per bucket")
     for col in ("bucket", "prompts"):
         table.add_column(col)
@@ -224,12 +255,19 @@ def pairs_command(
     inputs: InputsArgument = None,
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-pairs)"),
     overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", f"{DRY_RUN_HELP}: {GENERATION_DRY_RUN}; how pairs are built")] = False,
     options: dict | None = None,
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
+    config = model_from_options(PairsConfig, options)
+    if dry_run:
+        from rufus_data.rollouts.plan import pairs_plan, print_generation_plan  # heavy: arrow, the tokenizer
+
+        print_generation_plan(pairs_plan(inputs, out, config, overwrite=overwrite))
+        return
     from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
-    result = build_pairs(inputs, out, model_from_options(PairsConfig, options), overwrite=overwrite)
+    result = build_pairs(inputs, out, config, overwrite=overwrite)
     table = Table(title=f"{result['out']}: {result['method']}")
     for col in ("count", "value"):
         table.add_column(col)
@@ -254,11 +292,17 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
     given = model_from_options(DecontamCommand, command)
     config = config_from_cli(DecontamConfig, given.config, settings)
-    from rufus_data.decontam import decontaminate  # heavy: arrow, datasketch
+    if given.dry_run:
+        from rufus_data.decontam.plan import decontam_plan as step  # heavy: arrow
+    else:
+        from rufus_data.decontam import decontaminate as step  # heavy: arrow, datasketch
+    result = step(given.shards, given.against, given.out, benchmarks_file=given.benchmarks, skip_missing=given.skip_missing,
+                  report_only=given.report_only, overwrite=given.overwrite, config=config, suites=given.against_suite)
+    if given.dry_run:
+        from rufus_data.decontam.plan import print_decontam_plan
 
-    result = decontaminate(given.shards, given.against, given.out, benchmarks_file=given.benchmarks,
-                           skip_missing=given.skip_missing, report_only=given.report_only, overwrite=given.overwrite,
-                           config=config, suites=given.against_suite)
+        print_decontam_plan(result, given.skip_missing)
+        return
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():
@@ -274,9 +318,15 @@ def dedup_command(command: dict | None = None, settings: dict | None = None) -> 
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
     given = model_from_options(DedupCommand, command)
     config = config_from_cli(DedupConfig, given.config, settings)
+    how = {"report_only": given.report_only, "overwrite": given.overwrite, "config": config}
+    if given.dry_run:
+        from rufus_data.dedup.plan import dedup_plan, print_dedup_plan  # heavy: arrow
+
+        print_dedup_plan(dedup_plan(given.shards, given.out, **how))
+        return
     from rufus_data.dedup import deduplicate  # heavy: arrow, datasketch
 
-    result = deduplicate(given.shards, given.out, report_only=given.report_only, overwrite=given.overwrite, config=config)
+    result = deduplicate(given.shards, given.out, **how)
     console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 

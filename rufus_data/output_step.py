@@ -51,6 +51,14 @@ def hash_config(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def check_output(command: str, out: Path | None, *, overwrite: bool = False, report_only: bool = False) -> None:
+    """The refusals of an output that a step makes before any work, made without its lock: what a
+    --dry-run plan checks in the step's place (a plan takes no lock and writes nothing)."""
+    _needs_out(command, out, report_only)
+    if out is not None and not report_only:
+        refuse_existing_output(out, overwrite)
+
+
 def _needs_out(command: str, out: Path | None, report_only: bool) -> None:
     if out is None and not report_only:
         raise RufusError(f"{command} needs --out DIR (or --report-only to scan and report without writing)")

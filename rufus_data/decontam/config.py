@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.cli_options import REPORT_ONLY_HELP, Flag
+from rufus_data.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
 from rufus_data.errors import RufusError
 from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.yaml_config import StrictModel
@@ -82,6 +82,9 @@ class DecontamCommand(StrictModel):
                                 "on the command line override its keys")
     report_only: bool = Field(False, description=REPORT_ONLY_HELP)
     overwrite: bool = Field(False, description="replace an existing output folder")
+    dry_run: bool = Field(False, description=f"{DRY_RUN_HELP}: the shard folder's splits and rows, each benchmark "
+                          "with its items (missing and not decontaminable ones named), the stages and their thresholds, "
+                          "the engine and workers; nothing scanned")
 
 
 # settings that do not change the eval index

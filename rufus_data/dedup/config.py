@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.cli_options import REPORT_ONLY_HELP, Flag
+from rufus_data.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
 from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.yaml_config import StrictModel
 
@@ -64,6 +64,8 @@ class DedupCommand(StrictModel):
                                 "on the command line override its keys")
     report_only: bool = Field(False, description=REPORT_ONLY_HELP)
     overwrite: bool = Field(False, description="replace an existing output folder")
+    dry_run: bool = Field(False, description=f"{DRY_RUN_HELP}: the shard folder's splits and rows, the stages and "
+                          "their thresholds, the engine and workers; nothing hashed")
 
 
 CONTAINMENT_BANDS_AT = 0.5  # measured: docs/decontam.md ("Which rows are duplicates")

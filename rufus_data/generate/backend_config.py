@@ -88,15 +88,18 @@ class ModelAccess(ServerLaunch):
         """Every server URL the settings name (a command with more models names more)."""
         return list(self.base_urls)
 
-    def resolved(self, say: bool = True) -> Self:
-        """These settings with `auto` decided (said on the console with why, unless `say` is off):
-        a server when URLs are given, else by choose_backend."""
+    def backend_choice(self) -> tuple[str, str]:
+        """(the backend these settings run on, why): `auto` decided, a server when URLs are given,
+        else by choose_backend. A --dry-run plan shows both."""
         if self.backend != "auto":
-            backend, why = self.backend, "as asked"
-        elif self.endpoints():
-            backend, why = "server", "auto: --base-url given"
-        else:
-            backend, why = choose_backend()
+            return self.backend, "as asked"
+        if self.endpoints():
+            return "server", "auto: --base-url given"
+        return choose_backend()
+
+    def resolved(self, say: bool = True) -> Self:
+        """These settings with `auto` decided (said on the console with why, unless `say` is off)."""
+        backend, why = self.backend_choice()
         if say:
             console.print(f"backend: {backend} ({why})", highlight=False, markup=False, soft_wrap=True)
         return self.model_copy(update={"backend": backend})

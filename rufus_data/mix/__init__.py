@@ -5,6 +5,7 @@ manifest and a report (docs/data.md).
     selection.py        passes 1 and 2: count every row, choose each source's rows by token share
     shuffled_shards.py  pass 3: the chosen rows as shuffled shards, in bounded memory
     run.py              mix(): the three passes into an output folder; mix_inputs() for other commands
+    plan.py             --dry-run: passes 1 and 2 only, printed, nothing written
 
 The names below are imported when first used (lazy_exports.py): `rufus-data` reads config.py at
 start, and this file must not load arrow or a tokenizer for it."""
@@ -13,9 +14,10 @@ from __future__ import annotations
 
 from rufus_data.lazy_exports import lazy_exports
 
-__all__ = ["MixOptions", "MixResult", "MixedInput", "SourceCounts", "mix", "mix_inputs", "select_rows"]
+__all__ = ["MixOptions", "MixPlan", "MixResult", "MixedInput", "SourceCounts", "mix", "mix_inputs", "mix_plan",
+           "select_rows"]
 
 __getattr__ = lazy_exports(__name__, {
-    "MixOptions": "config", "MixResult": "run", "MixedInput": "run",
+    "MixOptions": "config", "MixPlan": "plan", "mix_plan": "plan", "MixResult": "run", "MixedInput": "run",
     "mix": "run", "mix_inputs": "run", "SourceCounts": "selection", "select_rows": "selection",
 })

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.cli_options import Flag
+from rufus_data.cli_options import DRY_RUN_HELP, Flag
 from rufus_data.yaml_config import StrictModel
 
 OnBadRow = Literal["error", "skip"]
@@ -26,6 +26,8 @@ class MixOptions(StrictModel):
     on_bad_row: OnBadRow | None = Field(None, description="rows that lack what their format needs: stop and name them, "
                                         "or drop and count them (default: the catalog's `on_bad_row`, error)")
     overwrite: bool = Field(False, description="replace an existing output folder")
+    dry_run: bool = Field(False, description=f"{DRY_RUN_HELP}: the catalog's sources read and token-counted, and per "
+                          "source the rows in, held out and taken, tokens, target and realised share and repeats")
 
 
 def default_out(catalog: Path) -> Path:

@@ -1,8 +1,8 @@
-"""Passes 1 and 2 of `mix`, apart from the writing so that a plan can share them: read the catalog,
-open its sources and load the tokenizer; canonicalise and count every row (the run also keeps the
-canonical rows as parquet parts for pass 3; with no parts folder only the counts are kept); choose
-each source's rows by token share; and the per-source figures (rows, tokens, shares, repeats) that
-the manifest, the report and the run's summary show. One arithmetic for whatever shows them."""
+"""Passes 1 and 2 of `mix`, which the run and its --dry-run plan share: read the catalog, open its
+sources and load the tokenizer; canonicalise and count every row (the run also keeps the canonical
+rows as parquet parts for pass 3; the plan keeps only the counts); choose each source's rows by
+token share; and the per-source figures (rows, tokens, shares, repeats) that the manifest, the
+report, the run's summary and the plan all show. One arithmetic, so a plan says what a run writes."""
 
 from __future__ import annotations
 
