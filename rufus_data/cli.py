@@ -27,7 +27,9 @@ from rufus_data.models import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
 from rufus_data.yaml_config import config_from_cli, model_from_options
 
-app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
+app = CliApp(help="Rufus data: mix sources into token-balanced shards, decontam them against benchmarks, dedup, "
+                  "filter RL prompts by pass rate, build preference pairs; inspect, sql and push a shard folder; "
+                  "the built-in models, the shipped catalogs and the cache.")
 models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
 catalogs_app = CliApp(help="The catalogs Rufus ships (stages, suites, data catalogs, samples): list them, copy one to edit.")
@@ -46,14 +48,10 @@ app.command("env")(env_command)
 
 @models_app.command("list")
 @cli_errors
-def models_list() -> None:
+def models_list(fmt: FormatOption = "table") -> None:
     """List the built-in models and whether they are converted in the cache."""
-    table = Table(title="built-in models")
-    for col in ("name", "cached", "path", "source", "description"):
-        table.add_column(col)
-    for row in list_models():
-        table.add_row(*(str(row[c]) for c in ("name", "cached", "path", "source", "description")))
-    print_result(table)
+    columns = ["name", "cached", "path", "source", "description"]
+    print_rows(columns, [tuple(row[c] for c in columns) for row in list_models()], fmt, title="built-in models")
 
 
 @models_app.command("pull")
@@ -239,12 +237,8 @@ def filter_command(
         from rufus_data.rollouts.filter import filter_prompts  # heavy: arrow, the generation backends
 
         result = filter_prompts(inputs, out, config, overwrite=overwrite)
-    table = Table(title=f"{result['out']}: prompts per bucket")
-    for col in ("bucket", "prompts"):
-        table.add_column(col)
-    for bucket, count in result["counts"].items():
-        table.add_row(bucket, str(count))
-    print_result(table)
+    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result["counts"].items()],
+               title=f"{result['out']}: prompts per bucket")
     console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
@@ -268,13 +262,9 @@ def pairs_command(
     from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
     result = build_pairs(inputs, out, config, overwrite=overwrite)
-    table = Table(title=f"{result['out']}: {result['method']}")
-    for col in ("count", "value"):
-        table.add_column(col)
-    for name, value in result["counts"].items():
-        table.add_row(name, str(value))
-    table.add_row("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"]))
-    print_result(table)
+    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result["counts"].items()]
+    rows.append(("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"])))
+    print_rows(["count", "value"], rows, title=f"{result['out']}: {result['method']}")
     console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
