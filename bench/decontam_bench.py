@@ -115,7 +115,7 @@ def main() -> None:
 
         def scan(workers: int = 0) -> int:
             one = config.model_copy(update={"workers": workers})
-            return len(decontaminate(src, AGAINST, dry_run=True, config=one, show_progress=False).flagged_rows)
+            return len(decontaminate(src, AGAINST, report_only=True, config=one, show_progress=False).flagged_rows)
 
         def command(cache: Path) -> int:
             os.environ["RUFUS_CACHE"] = str(cache)

@@ -87,8 +87,8 @@ def accuracy(root: Path, work: Path) -> None:
     totals = Counter(sources)
     src = work / "accuracy"
     write_shards(pa.Table.from_pylist(rows), src)
-    base = decontaminate(src, AGAINST, dry_run=True, config=DecontamConfig(), show_progress=False)
-    semantic = decontaminate(src, AGAINST, dry_run=True, config=DecontamConfig(semantic=True), show_progress=False)
+    base = decontaminate(src, AGAINST, report_only=True, config=DecontamConfig(), show_progress=False)
+    semantic = decontaminate(src, AGAINST, report_only=True, config=DecontamConfig(semantic=True), show_progress=False)
     (b, _), (s, methods) = flagged_by_source(base, sources), flagged_by_source(semantic, sources)
     print("\n## Accuracy against gsm8k (share of rows flagged)\n")
     print("| rows | n | exact + MinHash | + semantic | semantic-only hits |")
@@ -119,7 +119,7 @@ RUNS = int(os.environ.get("SEMANTIC_BENCH_RUNS", "5"))
 def timed_run(src: Path, config: DecontamConfig) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of this process and its workers, rows flagged) of one decontam."""
     cpu, start = cpu_seconds(), time.perf_counter()
-    result = decontaminate(src, AGAINST, dry_run=True, config=config, show_progress=False)
+    result = decontaminate(src, AGAINST, report_only=True, config=config, show_progress=False)
     return time.perf_counter() - start, cpu_seconds() - cpu, len(result.flagged_rows)
 
 
@@ -199,7 +199,7 @@ def dedup(root: Path, work: Path) -> None:
     runs = {}
     for name, config in (("MinHash", DedupConfig()), ("MinHash + semantic", DedupConfig(semantic=True))):
         cpu, start = cpu_seconds(), time.perf_counter()
-        result = deduplicate(src, dry_run=True, config=config, show_progress=False)
+        result = deduplicate(src, report_only=True, config=config, show_progress=False)
         runs[name] = (result, time.perf_counter() - start, cpu_seconds() - cpu)
     print(f"\n## dedup --semantic: {len(rows):,} rows\n")
     print("| rows | n | dropped by MinHash | dropped with --semantic |")

@@ -8,15 +8,28 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rufus_data.cli_options import CliApp, FormatOption, OverwriteOption, VersionOption, model_options
+from rufus_data.cli_options import (
+    DRY_RUN_HELP,
+    CliApp,
+    FormatOption,
+    OverwriteOption,
+    VersionOption,
+    flag_option,
+    model_options,
+)
 from rufus_data.console import cli_errors, console, print_result, print_rows
+from rufus_data.decontam.config import DecontamCommand, DecontamConfig
+from rufus_data.dedup.config import DedupCommand, DedupConfig
 from rufus_data.env_report import env_command
 from rufus_data.errors import RufusError
+from rufus_data.mix.config import MixOptions
 from rufus_data.models import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
 from rufus_data.yaml_config import config_from_cli, model_from_options
 
-app = CliApp(help="Rufus data: sources, mix, decontam, filter, pairs.")
+app = CliApp(help="Rufus data: mix sources into token-balanced shards, decontam them against benchmarks, dedup, "
+                  "filter RL prompts by pass rate, build preference pairs; inspect, sql and push a shard folder; "
+                  "the built-in models, the shipped catalogs and the cache.")
 models_app = CliApp(help="Model references and the built-in small model.")
 app.add_typer(models_app, name="models")
 catalogs_app = CliApp(help="The catalogs Rufus ships (stages, suites, data catalogs, samples): list them, copy one to edit.")
@@ -35,14 +48,10 @@ app.command("env")(env_command)
 
 @models_app.command("list")
 @cli_errors
-def models_list() -> None:
+def models_list(fmt: FormatOption = "table") -> None:
     """List the built-in models and whether they are converted in the cache."""
-    table = Table(title="built-in models")
-    for col in ("name", "cached", "path", "source", "description"):
-        table.add_column(col)
-    for row in list_models():
-        table.add_row(*(str(row[c]) for c in ("name", "cached", "path", "source", "description")))
-    print_result(table)
+    columns = ["name", "cached", "path", "source", "description"]
+    print_rows(columns, [tuple(row[c] for c in columns) for row in list_models()], fmt, title="built-in models")
 
 
 @models_app.command("pull")
@@ -112,19 +121,19 @@ def cache_clean() -> None:
 
 @app.command("mix")
 @cli_errors
-def mix_command(
-    catalog: Path = typer.Argument(..., help="mixture catalog (YAML), e.g. catalogs/sft.yaml"),
-    out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<catalog name>)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-    holdout: int = typer.Option(None, "--holdout", help="rows per source held out (replaces the catalog-level `holdout:`; a source's own `holdout:` wins)"),
-    on_bad_row: str = typer.Option(None, "--on-bad-row", help="error | skip rows that lack required fields (default: the catalog's `on_bad_row`, error)"),
-) -> None:
+@model_options(MixOptions)
+def mix_command(options: dict | None = None) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
+    settings = model_from_options(MixOptions, options)
+    if settings.dry_run:
+        from rufus_data.mix.plan import mix_plan, print_mix_plan  # heavy: arrow, the tokenizer
+
+        print_mix_plan(mix_plan(settings))
+        return
     from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
 
-    if on_bad_row is not None and on_bad_row not in ("error", "skip"):
-        raise RufusError(f"--on-bad-row must be 'error' or 'skip', not {on_bad_row!r}")
-    result = mix(catalog, out=out, overwrite=overwrite, holdout=holdout, on_bad_row=on_bad_row)
+    result = mix(settings.catalog, out=settings.out, overwrite=settings.overwrite, holdout=settings.holdout,
+                 on_bad_row=settings.on_bad_row)
     console.print(f"wrote {result.out} ({result.manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
@@ -186,6 +195,10 @@ InputsArgument = Annotated[list[Path], typer.Argument(
     help="rl shard folder(s), or catalog(s) to mix first (default: catalogs/rl.yaml)", show_default=False)]
 
 
+GENERATION_DRY_RUN = ("prompts (after --limit) x samples x --max-tokens, the backend `auto` picks, each source's "
+                      "reward, the output folder; a catalog input is counted, not mixed")
+
+
 @app.command("filter")
 @cli_errors
 @model_options(FilterConfig, optional=("policy",))  # --from-rollouts needs none
@@ -194,28 +207,38 @@ def filter_command(
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-filtered)"),
     from_rollouts: Path = typer.Option(None, "--from-rollouts", help="re-bucket an earlier filter --out (no generation)"),
     overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", f"{DRY_RUN_HELP}: {GENERATION_DRY_RUN}")] = False,
     options: dict | None = None,
 ) -> None:
     """Sample k completions per RL prompt, score them, and bucket prompts into all_pass/ learnable/
     all_fail/ unscored/ (resumable; rollouts.parquet, report.md)."""
-    from rufus_data.rollouts.filter import filter_prompts, rebucket  # heavy: arrow, the generation backends
-
+    keep = options.get("keep", FilterConfig.model_fields["keep"].default)
     if from_rollouts is not None:
         if out is None:
             raise RufusError("--from-rollouts DIR needs --out: the folder for the re-bucketed output")
-        result = rebucket(from_rollouts, out, options.get("keep", FilterConfig.model_fields["keep"].default),
-                          overwrite=overwrite, aggregation=options.get("aggregation"))
+        if dry_run:
+            from rufus_data.rollouts.plan import rebucket_plan  # heavy: arrow
+
+            rebucket_plan(from_rollouts, out, keep, overwrite=overwrite)
+            return
+        from rufus_data.rollouts.filter import rebucket  # heavy: arrow, the generation backends
+
+        result = rebucket(from_rollouts, out, keep, overwrite=overwrite, aggregation=options.get("aggregation"))
     else:
         if "policy" not in options:
             raise RufusError("filter needs --policy MODEL: the model whose samples decide the buckets "
                              "(e.g. --policy smollm2-135m), or --from-rollouts DIR to re-bucket an earlier run")
-        result = filter_prompts(inputs, out, model_from_options(FilterConfig, options), overwrite=overwrite)
-    table = Table(title=f"{result['out']}: prompts per bucket")
-    for col in ("bucket", "prompts"):
-        table.add_column(col)
-    for bucket, count in result["counts"].items():
-        table.add_row(bucket, str(count))
-    print_result(table)
+        config = model_from_options(FilterConfig, options)
+        if dry_run:
+            from rufus_data.rollouts.plan import filter_plan, print_generation_plan  # heavy: arrow
+
+            print_generation_plan(filter_plan(inputs, out, config, overwrite=overwrite))
+            return
+        from rufus_data.rollouts.filter import filter_prompts  # heavy: arrow, the generation backends
+
+        result = filter_prompts(inputs, out, config, overwrite=overwrite)
+    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result["counts"].items()],
+               title=f"{result['out']}: prompts per bucket")
     console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
 
 
@@ -226,84 +249,75 @@ def pairs_command(
     inputs: InputsArgument = None,
     out: Path = typer.Option(None, "--out", help="output folder (default: outputs/<input name>-pairs)"),
     overwrite: OverwriteOption = False,
+    dry_run: Annotated[bool, flag_option("--dry-run", f"{DRY_RUN_HELP}: {GENERATION_DRY_RUN}; how pairs are built")] = False,
     options: dict | None = None,
 ) -> None:
     """Preference pairs (TRL conversational format): strong vs weak, on-policy, or perturbed answers."""
+    config = model_from_options(PairsConfig, options)
+    if dry_run:
+        from rufus_data.rollouts.plan import pairs_plan, print_generation_plan  # heavy: arrow, the tokenizer
+
+        print_generation_plan(pairs_plan(inputs, out, config, overwrite=overwrite))
+        return
     from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
-    result = build_pairs(inputs, out, model_from_options(PairsConfig, options), overwrite=overwrite)
-    table = Table(title=f"{result['out']}: {result['method']}")
-    for col in ("count", "value"):
-        table.add_column(col)
-    for name, value in result["counts"].items():
-        table.add_row(name, str(value))
-    table.add_row("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"]))
-    print_result(table)
+    result = build_pairs(inputs, out, config, overwrite=overwrite)
+    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result["counts"].items()]
+    rows.append(("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"])))
+    print_rows(["count", "value"], rows, title=f"{result['out']}: {result['method']}")
     console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
+
+
+# --- decontam and dedup (rufus_data/decontam/, rufus_data/dedup/) ----------
+# Two models each: the command's own settings (what it reads and writes) and the step's config,
+# whose options go on top of --config FILE (an option left out keeps the file's value).
+SETTINGS_PANEL = "Settings (the keys of --config FILE; an option given here overrides the file)"
 
 
 @app.command("decontam")
 @cli_errors
-def decontam_command(
-    shards: Path = typer.Argument(..., help="shard folder to check (written by mix, filter, ...)"),
-    against: list[str] = typer.Option(None, "--against", help="a benchmark or set of the registry, or an eval suite "
-                                      "(catalogs/suites/NAME.yaml or a path: its tasks' benchmarks), repeatable"),
-    against_suite: list[str] = typer.Option(None, "--against-suite", help="an eval suite only (as --against SUITE), repeatable"),
-    out: Path = typer.Option(None, "--out", help="output folder, required unless --dry-run: clean shards, "
-                             "contaminated.parquet, report.md"),
-    benchmarks: Path = typer.Option(None, "--benchmarks", help="registry file (default catalogs/benchmarks.yaml)"),
-    skip_missing: bool = typer.Option(False, "--skip-missing", help="go on without benchmarks that cannot be loaded"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
-    config_file: Path = typer.Option(None, "--config", help="YAML of DecontamConfig keys (docs/decontam.md); options below override it"),
-    ngram: int = typer.Option(None, "--ngram", help="word n-gram length of the exact stage (default 8)"),
-    containment: float = typer.Option(None, "--containment", help="MinHash stage: min containment of an eval item (default 0.5)"),
-    min_answer_words: int = typer.Option(None, "--min-answer-words", help="answers this long count on their own (default 8)"),
-    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
-    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
-    semantic: bool = typer.Option(None, "--semantic", help="also run the semantic stage: paraphrased items (slower; docs/decontam.md)"),
-    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
-    judge_url: str = typer.Option(None, "--judge-url", help="OpenAI-compatible LLM judge server for the semantic pairs (needs --semantic)"),
-    judge_model: str = typer.Option(None, "--judge-model", help="the judge's model (default: the server's first)"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-) -> None:
+@model_options(DecontamConfig, into="settings", layered=True, panel=SETTINGS_PANEL)
+@model_options(DecontamCommand, into="command")
+def decontam_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
-    from rufus_data.decontam import DecontamConfig, decontaminate  # heavy: arrow, datasketch
+    given = model_from_options(DecontamCommand, command)
+    config = config_from_cli(DecontamConfig, given.config, settings)
+    if given.dry_run:
+        from rufus_data.decontam.plan import decontam_plan as step  # heavy: arrow
+    else:
+        from rufus_data.decontam import decontaminate as step  # heavy: arrow, datasketch
+    result = step(given.shards, given.against, given.out, benchmarks_file=given.benchmarks, skip_missing=given.skip_missing,
+                  report_only=given.report_only, overwrite=given.overwrite, config=config, suites=given.against_suite)
+    if given.dry_run:
+        from rufus_data.decontam.plan import print_decontam_plan
 
-    config = config_from_cli(DecontamConfig, config_file, {
-        "ngram": ngram, "containment": containment, "min_answer_words": min_answer_words, "engine": engine,
-        "workers": workers, "semantic": semantic, "semantic_model": semantic_model, "judge_url": judge_url,
-        "judge_model": judge_model})
-    result = decontaminate(shards, against or [], out, benchmarks_file=benchmarks, skip_missing=skip_missing,
-                           dry_run=dry_run, overwrite=overwrite, config=config, suites=against_suite or [])
+        print_decontam_plan(result, given.skip_missing)
+        return
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():
         console.print(f"[yellow]not checked[/] {task}: {why}", highlight=False)
-    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 
 @app.command("dedup")
 @cli_errors
-def dedup_command(
-    shards: Path = typer.Argument(..., help="shard folder to deduplicate"),
-    out: Path = typer.Option(None, "--out", help="output folder: clean shards, clusters.parquet, report.md"),
-    threshold: float = typer.Option(None, "--threshold", help="Jaccard of word-shingle sets that makes two rows duplicates (default 0.8)"),
-    config_file: Path = typer.Option(None, "--config", help="YAML of DedupConfig keys (docs/decontam.md); --threshold overrides it"),
-    semantic: bool = typer.Option(None, "--semantic", help="also drop rows that restate an earlier row in other words (embeddings; docs/decontam.md)"),
-    semantic_model: str = typer.Option(None, "--semantic-model", help="embedder: wordllama (default, offline) or a sentence-transformers model"),
-    engine: str = typer.Option(None, "--engine", help="local (multiprocessing, default) or ray (Ray Data)"),
-    workers: int = typer.Option(None, "--workers", help="local processes (0 = one per CPU, the default)"),
-    dry_run: bool = typer.Option(False, "--dry-run", help="only report; write nothing"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing output folder"),
-) -> None:
+@model_options(DedupConfig, into="settings", layered=True, panel=SETTINGS_PANEL)
+@model_options(DedupCommand, into="command")
+def dedup_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
-    from rufus_data.dedup import DedupConfig, deduplicate  # heavy: arrow, datasketch
+    given = model_from_options(DedupCommand, command)
+    config = config_from_cli(DedupConfig, given.config, settings)
+    how = {"report_only": given.report_only, "overwrite": given.overwrite, "config": config}
+    if given.dry_run:
+        from rufus_data.dedup.plan import dedup_plan, print_dedup_plan  # heavy: arrow
 
-    config = config_from_cli(DedupConfig, config_file, {"threshold": threshold, "semantic": semantic,
-                                                        "semantic_model": semantic_model, "engine": engine,
-                                                        "workers": workers})
-    result = deduplicate(shards, out, dry_run=dry_run, overwrite=overwrite, config=config)
-    console.print(f"wrote {out}: see {out / 'report.md'}" if result.out else "dry run: nothing written")
+        print_dedup_plan(dedup_plan(given.shards, given.out, **how))
+        return
+    from rufus_data.dedup import deduplicate  # heavy: arrow, datasketch
+
+    result = deduplicate(given.shards, given.out, **how)
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 
 @app.command("push")

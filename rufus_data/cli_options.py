@@ -172,10 +172,10 @@ class CliApp(typer.Typer):
         return super().command(name, cls=cls or self.command_class, **options)
 
 
-def flag_option(name: str, help: str) -> Any:
+def flag_option(name: str, help: str, **options) -> Any:
     """A boolean option written as a bare flag, shown without a value (`--overwrite`, not
     `--overwrite <bool>` as typer renders it by default)."""
-    return typer.Option(name, help=help, metavar="")
+    return typer.Option(name, help=help, metavar="", **options)
 
 
 def _print_version(value: bool) -> None:
@@ -199,6 +199,9 @@ OverwriteOption = Annotated[bool, flag_option("--overwrite", "replace an existin
 DRY_RUN_HELP = ("validate, resolve and print the plan; load no model and no data beyond what the plan needs, "
                 "write nothing")
 DryRunOption = Annotated[bool, flag_option("--dry-run", DRY_RUN_HELP)]
+# The other mode of decontam and dedup, which was their --dry-run before --dry-run meant the plan.
+REPORT_ONLY_HELP = ("run every stage and print the summary, write nothing (--out not needed); this was --dry-run "
+                    "before --dry-run meant the plan")
 
 # How a command prints a table a script may read (console.print_rows).
 OutputFormat = Literal["table", "csv", "json"]
@@ -216,9 +219,11 @@ def flag_of(info: FieldInfo) -> Flag:
     return next((m for m in info.metadata if isinstance(m, Flag)), Flag())
 
 
-def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[CliField]:
+def cli_fields(model: type[BaseModel], optional: Sequence[str] = (), layered: bool = False,
+               panel: str | None = None) -> list[CliField]:
     """The options of `model`'s fields: the model's own fields first, then those it inherits.
-    `optional` fields are never required on the command line (the command checks them itself)."""
+    `optional` fields are never required on the command line (the command checks them itself);
+    `layered`: a boolean is `--x/--no-x`, either way over a file (model_options); `panel`: their --help section."""
     fields = model.model_fields
     unknown = set(optional) - set(fields)
     if unknown:
@@ -232,17 +237,20 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
         option_name = flag.name or "--" + name.replace("_", "-")
         cli_type = flag.type or _cli_type(info.annotation)
         default = _default(info, name in optional)
+        if cli_type is bool and default is ...:
+            raise ValueError(f"{model.__name__}.{name} is a required boolean: give it a default (a flag is optional)")
+        shown = default not in (None, ...)
         if flag.argument:
-            option = typer.Argument(help=info.description, show_default=default not in (None, ...),
-                                    metavar=flag.metavar)
+            option = typer.Argument(help=info.description, show_default=shown, metavar=flag.metavar,
+                                    rich_help_panel=panel)
         elif cli_type is bool:
-            if default is ...:
-                raise ValueError(f"{model.__name__}.{name} is a required boolean: give it a default (a flag is optional)")
-            option = flag_option(option_name if not default else f"{option_name}/--no-{option_name[2:]}", info.description)
+            both = layered or default
+            option = flag_option(f"{option_name}/--no-{option_name[2:]}" if both else option_name, info.description,
+                                 rich_help_panel=panel)
         else:
             choices = _list_choices(cli_type)
-            option = typer.Option(option_name, help=info.description, show_default=default not in (None, ...),
-                                  metavar=_metavar(cli_type, flag), parser=_choice_parser(choices) if choices else None)
+            option = typer.Option(option_name, help=info.description, show_default=shown, metavar=_metavar(cli_type, flag),
+                                  parser=_choice_parser(choices) if choices else None, rich_help_panel=panel)
             cli_type = list[str] if choices else cli_type
         parameter = inspect.Parameter(
             name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=Annotated[cli_type, option]
@@ -253,10 +261,17 @@ def cli_fields(model: type[BaseModel], optional: Sequence[str] = ()) -> list[Cli
     return out
 
 
-def model_options(model: type[BaseModel], *, into: str = "options", optional: Sequence[str] = ()):
+def model_options(model: type[BaseModel], *, into: str = "options", optional: Sequence[str] = (),
+                  layered: bool = False, panel: str | None = None):
     """Decorator: the command gets one option per field of `model` after its own parameters, and
-    receives their values as one dict in its parameter `into` (fields left unset are absent)."""
-    generated = cli_fields(model, optional)
+    receives their values as one dict in its parameter `into` (fields left unset are absent).
+    Stacked with another `into`, a command takes two models' options (its own settings, a stage's).
+    `layered`: the options go on top of a config file (`--config FILE`): only those given on the
+    command line are in `into`, so one left out keeps the file's value (--help still shows the
+    model's default), and a boolean is `--x/--no-x`, to set it either way over the file. `panel`:
+    the --help section the options are listed in."""
+    generated = cli_fields(model, optional, layered, panel)
+    context_name = f"{into}_context"
 
     def decorate(command: Callable) -> Callable:
         signature = inspect.signature(command, eval_str=True)
@@ -268,14 +283,19 @@ def model_options(model: type[BaseModel], *, into: str = "options", optional: Se
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
             values = {}
+            context = kwargs.pop(context_name, None)
             for item in generated:
                 value = kwargs.pop(item.field, None)
                 if value is None or (isinstance(value, (list, tuple)) and not value):
                     continue  # unset: the model's default applies
+                if context is not None and context.get_parameter_source(item.field).name == "DEFAULT":
+                    continue  # not given: a config file under the options keeps its value
                 values[item.field] = item.parse(value) if item.parse else value
             return command(*args, **kwargs, **{into: values})
 
         parameters = own + [g.parameter for g in generated]
+        if layered:  # typer passes the context, which says which options were given
+            parameters.append(inspect.Parameter(context_name, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context))
         renamed = {**getattr(command, RENAMED_ATTRIBUTE, {})}
         for item in generated:
             renamed.update(item.renamed)

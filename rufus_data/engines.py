@@ -64,6 +64,14 @@ def auto_workers(workers: int, rows: int, tasks: int) -> int:
     return min(os.cpu_count() or 1, tasks) if rows >= AUTO_PROCESSES_FROM_ROWS else 1
 
 
+def describe_engine(engine: str, asked: int, workers: int) -> str:
+    """How the work runs, for a --dry-run plan: on Ray, or in `workers` local processes (`asked`
+    0: auto_workers chose them)."""
+    if engine == "ray":
+        return "ray (Ray Data)"
+    return f"local, {workers} process{'es' if workers > 1 else ''}" + ("" if asked else " (auto: by CPUs and rows)")
+
+
 class TaskWorker:
     """The work of one command's stage: `setup` runs once in each process, then the worker is
     called once per task; what it returns travels back to the parent (keep it small)."""

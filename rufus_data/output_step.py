@@ -37,6 +37,7 @@ from rufus_data.shards import (
     atomic_output_dir,
     folder_fingerprint,
     package_versions,
+    refuse_existing_output,
     write_manifest,
     write_without_rows,
 )
@@ -50,20 +51,32 @@ def hash_config(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-class OutputStep:
-    """One command writing one output folder (or, with `dry_run`, only reporting)."""
+def check_output(command: str, out: Path | None, *, overwrite: bool = False, report_only: bool = False) -> None:
+    """The refusals of an output that a step makes before any work, made without its lock: what a
+    --dry-run plan checks in the step's place (a plan takes no lock and writes nothing)."""
+    _needs_out(command, out, report_only)
+    if out is not None and not report_only:
+        refuse_existing_output(out, overwrite)
 
-    def __init__(self, command: str, out: str | Path | None, *, overwrite: bool = False, dry_run: bool = False):
+
+def _needs_out(command: str, out: Path | None, report_only: bool) -> None:
+    if out is None and not report_only:
+        raise RufusError(f"{command} needs --out DIR (or --report-only to scan and report without writing)")
+
+
+class OutputStep:
+    """One command writing one output folder (or, with `report_only`, computing everything and
+    writing nothing: decontam's and dedup's --report-only)."""
+
+    def __init__(self, command: str, out: str | Path | None, *, overwrite: bool = False, report_only: bool = False):
         self.command = command
         self.out = None if out is None else Path(out)
-        self.overwrite, self.dry_run = overwrite, dry_run
+        self.overwrite, self.report_only = overwrite, report_only
         self.started = time.time()
-        if self.out is None and not dry_run:
-            raise RufusError(f"{command} needs --out DIR (or --dry-run to only report)")
-        if self.out is not None and not dry_run:
+        _needs_out(command, self.out, report_only)
+        if self.out is not None and not report_only:  # the lock first: a live writer is named, not its folder
             weakref.finalize(self, OutputLock(self.out, command).acquire().release)
-        if self.out is not None and self.out.exists() and not overwrite and not dry_run:
-            raise RufusError(f"output folder {self.out} already exists: pass --overwrite to replace it, or choose another --out")
+            refuse_existing_output(self.out, overwrite)
 
     @property
     def seconds(self) -> float:
@@ -72,8 +85,8 @@ class OutputStep:
     @contextlib.contextmanager
     def folder(self) -> Iterator[Path]:
         """The temporary folder to write into; it becomes `out` when the block ends without error."""
-        if self.dry_run:
-            raise RuntimeError(f"{self.command}: a dry run writes no folder")
+        if self.report_only:
+            raise RuntimeError(f"{self.command}: a report-only run writes no folder")
         with atomic_output_dir(self.out, self.overwrite) as tmp:
             yield tmp
 

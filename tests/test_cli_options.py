@@ -254,3 +254,41 @@ def test_a_list_of_choices_shows_and_checks_them():
     refused = CliRunner().invoke(demo, ["run", "--trackers", "tensorboard"])
     assert refused.exit_code == 2 and "'tensorboard' is not one of wandb, trackio" in refused.output
     assert any("--trackers" in line and "<wandb|trackio>..." in line for line in help_lines(demo, "run"))
+
+
+def test_layered_options_hold_only_what_the_command_line_gives():
+    """Options over a config file (`layered`): one left out is absent (the file keeps its value), a
+    boolean can be set either way, --help still shows the model's defaults, in their own panel;
+    stacked with the command's own model, each dict gets its own fields."""
+
+    class Knobs(BaseModel):
+        ngram: int = Field(8, description="n-gram length")
+        semantic: bool = Field(False, description="also embed")
+        engine: Literal["local", "ray"] = Field("local", description="where it runs")
+
+    class Own(BaseModel):
+        shards: Annotated[str, Flag(argument=True)] = Field(description="the folder")
+        report_only: bool = Field(False, description="write nothing")
+
+    seen: dict = {}
+    demo = CliApp()
+
+    @demo.command("run")
+    @model_options(Knobs, into="knobs", layered=True, panel="Knobs (keys of --config FILE)")
+    @model_options(Own, into="own")
+    def run(own: dict | None = None, knobs: dict | None = None) -> None:
+        seen.update(own=own, knobs=knobs)
+
+    @demo.command("other")
+    def other() -> None:
+        """A second command keeps `run` a subcommand."""
+
+    for args, knobs in ((["x"], {}), (["x", "--ngram", "8"], {"ngram": 8}), (["x", "--no-semantic"], {"semantic": False}),
+                        (["x", "--semantic", "--engine", "ray"], {"semantic": True, "engine": "ray"})):
+        result = CliRunner().invoke(demo, ["run", *args])
+        assert result.exit_code == 0, result.output
+        assert seen == {"own": {"shards": "x", "report_only": False}, "knobs": knobs}, args
+    shown = " ".join(help_lines(demo, "run"))
+    assert "Knobs (keys of --config FILE)" in shown and "[default: 8]" in shown and "<local|ray>" in shown
+    assert "--semantic" in shown and "--no-semantic" in shown
+    assert CliRunner().invoke(demo, ["run", "x", "--engine", "spark"]).exit_code == 2

@@ -153,7 +153,7 @@ def test_clean_data_is_left_alone(data_root, tmp_path, training, benchmark):
                                                 {"role": "assistant", "content": r["code"]}]}
                 for r in read_jsonl(data_root / "mbpp_sanitized" / "sanitized-mbpp.jsonl")]
     write_shards(to_table(rows), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", [benchmark], dry_run=True, config=DecontamConfig(workers=1), show_progress=False)
+    result = decontaminate(tmp_path / "mix", [benchmark], report_only=True, config=DecontamConfig(workers=1), show_progress=False)
     print(f"{training} vs {benchmark}: {len(result.flagged_rows)} of {len(rows)} rows flagged")
     for hit in result.hits.to_pylist():
         print("  ", hit["row_id"], hit["eval_item_id"], hit["method"], hit["containment"], hit["matched_ngrams"][:3])
@@ -184,7 +184,7 @@ def test_every_text_field_is_checked(data_root, tmp_path):
     cfg = DecontamConfig(workers=1)
     found = {}
     for name in ("sft", "rl", "pref"):
-        hits = decontaminate(tmp_path / name, ["gsm8k"], dry_run=True, config=cfg, show_progress=False).hits.to_pylist()
+        hits = decontaminate(tmp_path / name, ["gsm8k"], report_only=True, config=cfg, show_progress=False).hits.to_pylist()
         found.update({h["row_id"]: (h["eval_item_id"], h["fields"]) for h in hits})
     assert found["sys"] == ("0", ["messages[0].system"])
     assert found["asst"] == ("1", ["messages[1].assistant"])
@@ -204,7 +204,7 @@ def test_short_answers_only_count_with_their_problem(data_root, tmp_path):
                       {"role": "assistant", "content": f"The answer is {aime[1]['answer']}."}]},
     ]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    hits = decontaminate(tmp_path / "mix", ["aime24"], dry_run=True, config=DecontamConfig(workers=1),
+    hits = decontaminate(tmp_path / "mix", ["aime24"], report_only=True, config=DecontamConfig(workers=1),
                          show_progress=False).hits.to_pylist()
     assert [(h["row_id"], h["eval_item_id"], h["answer_hit"]) for h in hits] == [("both", str(aime[1]["id"]), True)]
 
@@ -242,7 +242,7 @@ def test_eval_index_is_kept_in_the_cache_by_items_and_settings(data_root, tmp_pa
         m.setattr(eval_index, "build_exact_index", lambda *a: pytest.fail("built again instead of read"))
         read = eval_index.build_eval_index(loaded.items, DecontamConfig(workers=3, semantic_min_cosine=0.9), cache=True)
         assert all(np.array_equal(a, b) for a, b in zip(arrays(read), arrays(built), strict=True))
-        result = decontaminate(tmp_path / "mix", ["gsm8k"], dry_run=True, show_progress=False)
+        result = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, show_progress=False)
         assert result.hits.column("eval_item_id").to_pylist() == [loaded.items[5].item_id]
     for items, config in ((loaded.items[:-1], DecontamConfig()), (loaded.items, DecontamConfig(ngram=7)),
                           (loaded.items, DecontamConfig(shingle=3))):

@@ -163,23 +163,25 @@ def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):
     assert read_shards(tmp_path / "dedup", "holdout").num_rows == held_in.num_rows
 
 
-def test_dry_run_writes_nothing_and_prints_the_summary(data_root, tmp_path, monkeypatch):
+def test_report_only_writes_nothing_and_prints_the_summary(data_root, tmp_path, monkeypatch):
+    """--report-only (what --dry-run did before it meant the plan) runs every stage, prints the
+    summary and writes nothing."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     gsm = read_jsonl(data_root / "gsm8k" / "test.jsonl", limit=1)[0]
     texts = {"leak": gsm["question"], "ok": "Write a haiku about autumn.", "ok2": "write a haiku about AUTUMN"}
     write_shards(rows_of(texts), tmp_path / "mix")
     runner = CliRunner()
-    res = runner.invoke(app, ["decontam", str(tmp_path / "mix"), "--against", "gsm8k", "--dry-run",
+    res = runner.invoke(app, ["decontam", str(tmp_path / "mix"), "--against", "gsm8k", "--report-only",
                               "--out", str(tmp_path / "x"), "--workers", "1"])
     assert res.exit_code == 0, res.output
     printed = " ".join(res.output.split())
-    assert "decontam: 1 of 3 rows flagged" in printed and "dry run: nothing written" in printed
+    assert "decontam: 1 of 3 rows flagged" in printed and "report only: nothing written" in printed
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
-    res = runner.invoke(app, ["dedup", str(tmp_path / "mix"), "--dry-run", "--out", str(tmp_path / "y")])
+    res = runner.invoke(app, ["dedup", str(tmp_path / "mix"), "--report-only", "--out", str(tmp_path / "y")])
     assert res.exit_code == 0, res.output
     printed = " ".join(res.output.split())
     assert re.search(r"3 │ 2 │ 1 │ 1 │", printed), printed  # rows in, rows out, dropped, clusters
-    assert "dry run: nothing written" in printed
+    assert "report only: nothing written" in printed
     assert not (tmp_path / "y").exists() and not list(tmp_path.glob(".y*"))
 
 
@@ -194,13 +196,13 @@ def test_training_side_boilerplate_is_ignored_but_a_leak_among_it_is_not(data_ro
     texts |= {f"plain{i}": f for i, f in enumerate(fillers(data_root, 100, start=200))}
     texts["leak"] = f"{fillers(data_root, 1, start=400)[0]}\n\n{item['question']}"
     write_shards(rows_of(texts), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["gsm8k"], dry_run=True, config=ONE, show_progress=False)
+    result = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, config=ONE, show_progress=False)
     flagged = {(h["row_id"], h["eval_item_id"], h["method"]) for h in result.hits.to_pylist()}
     assert flagged == {("leak", str(index), "exact")}
     assert len(result.boilerplate_train_grams) == 5
     assert all(g in " ".join(words(prefix)) for g in result.boilerplate_train_grams)
     # with the floor above the 121 matching rows, the template counts: every templated row is flagged
-    loose = decontaminate(tmp_path / "mix", ["gsm8k"], dry_run=True, show_progress=False,
+    loose = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, show_progress=False,
                           config=DecontamConfig(workers=1, min_rows_boilerplate=200))
     assert len(loose.flagged_rows) == 121
 
@@ -224,7 +226,7 @@ def test_eval_side_boilerplate_counts_item_families(data_root, tmp_path, sharing
     registry = write_benchmark(tmp_path, [{"id": f"q{i}", "seed": "one", "question": f"{shared} {q}"}
                                           for i, q in enumerate(questions)], "seed" if grouped else None)
     write_shards(rows_of({"row": f"{shared} Then tell me a joke about penguins."}), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["mine"], dry_run=True, benchmarks_file=registry, config=ONE,
+    result = decontaminate(tmp_path / "mix", ["mine"], report_only=True, benchmarks_file=registry, config=ONE,
                            show_progress=False)
     assert bool(result.flagged_rows) == flagged
     assert (result.index_stats["boilerplate_eval_grams"] > 0) == (not flagged)
@@ -240,7 +242,7 @@ def test_gsm_plus_perturbations_are_not_boilerplate(data_root, tmp_path):
     assert len(family) == 8
     texts = {f"plant{i}": f"{f}\n\n{r['question']}" for (i, r), f in zip(family, fillers(data_root, 8))}
     write_shards(rows_of(texts), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["gsm_plus"], dry_run=True, config=ONE, show_progress=False)
+    result = decontaminate(tmp_path / "mix", ["gsm_plus"], report_only=True, config=ONE, show_progress=False)
     assert result.index_stats["boilerplate_eval_grams"] < 50  # ungrouped, ~7.9k real n-grams were dropped
     own = {h["row_id"]: h for h in result.hits.to_pylist() if h["row_id"] == f"plant{h['eval_item_id']}"}
     assert set(own) == set(texts)
@@ -290,7 +292,7 @@ def test_answer_rules(data_root, tmp_path):
              "quarter": " ".join(solution[: len(solution) // 4]),
              "most": " ".join(solution[: len(solution) * 4 // 5])}
     write_shards(rows_of(texts), tmp_path / "mix")
-    hits = decontaminate(tmp_path / "mix", ["aime24", "math500"], dry_run=True, config=ONE,
+    hits = decontaminate(tmp_path / "mix", ["aime24", "math500"], report_only=True, config=ONE,
                          show_progress=False).hits.to_pylist()
     found = {h["row_id"]: h for h in hits}
     assert found["reworded"]["method"] == "minhash" and found["reworded"]["eval_item_id"] == str(item["id"])
@@ -332,7 +334,7 @@ def test_a_branch_revision_warns_when_the_hub_is_tried(tmp_path, monkeypatch):
 
 def test_bad_option_values_are_clean_errors(tmp_path):
     """An out-of-range option is exit 2 with the option's name, not a traceback."""
-    result = CliRunner().invoke(app, ["decontam", str(tmp_path), "--against", "gsm8k", "--ngram", "0", "--dry-run"])
+    result = CliRunner().invoke(app, ["decontam", str(tmp_path), "--against", "gsm8k", "--ngram", "0", "--report-only"])
     assert result.exit_code == 2 and "--ngram: Input should be greater than or equal to 1" in result.output
-    result = CliRunner().invoke(app, ["dedup", str(tmp_path), "--threshold", "1.5", "--dry-run"])
+    result = CliRunner().invoke(app, ["dedup", str(tmp_path), "--threshold", "1.5", "--report-only"])
     assert result.exit_code == 2 and "--threshold" in result.output

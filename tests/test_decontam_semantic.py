@@ -74,7 +74,7 @@ def runs(slice_rows, tmp_path_factory):
     table, _ = slice_rows
     src = tmp_path_factory.mktemp("semantic") / "mix"
     write_shards(table, src, shard_rows=400)
-    base = decontaminate(src, ["gsm8k"], dry_run=True, config=DecontamConfig(workers=1), show_progress=False)
+    base = decontaminate(src, ["gsm8k"], report_only=True, config=DecontamConfig(workers=1), show_progress=False)
     out = src.parent / "clean"
     semantic = decontaminate(src, ["gsm8k"], out, config=DecontamConfig(workers=1, semantic=True), show_progress=False)
     return base, semantic, out
@@ -241,7 +241,7 @@ def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path, openai_stub
 
 def test_judge_needs_the_semantic_stage(tmp_path):
     with pytest.raises(RufusError, match="--semantic"):
-        decontaminate(tmp_path, ["gsm8k"], dry_run=True, config=DecontamConfig(judge_url="http://127.0.0.1:9/v1"))
+        decontaminate(tmp_path, ["gsm8k"], report_only=True, config=DecontamConfig(judge_url="http://127.0.0.1:9/v1"))
 
 
 def test_cli_semantic_flag(data_root, tmp_path, monkeypatch):
@@ -258,7 +258,7 @@ def test_cli_semantic_flag(data_root, tmp_path, monkeypatch):
     flagged = {}
     for flags in ([], ["--semantic"]):
         res = CliRunner().invoke(app, ["decontam", str(tmp_path / "mix"), "--against", "gsm8k", *flags,
-                                       "--dry-run", "--workers", "1"])
+                                       "--report-only", "--workers", "1"])
         assert res.exit_code == 0, res.output
         flagged[bool(flags)] = " ".join(res.output.split())
     assert "0 of 2 rows flagged" in flagged[False] and "1 of 2 rows flagged" in flagged[True]

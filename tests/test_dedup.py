@@ -135,7 +135,7 @@ def test_copies_under_a_new_framing_go_and_rows_sharing_a_template_stay(data_roo
         copies.update({f"copy{i}": f"g{i}", f"system{i}": f"g{i}"})
     rows += [row(f"tool{k}", r["instruction"], r["output"], SHARED_PROMPT) for k, r in enumerate(alpaca[:30])]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    result = deduplicate(tmp_path / "mix", dry_run=True, config=DedupConfig(scaffold_min_rows=20), show_progress=False)
+    result = deduplicate(tmp_path / "mix", report_only=True, config=DedupConfig(scaffold_min_rows=20), show_progress=False)
     found = {c["duplicate_id"]: c for c in result.clusters.to_pylist()}
     assert {d: c["kept_id"] for d, c in found.items() if d in copies} == copies
     assert not [d for d in found if not d.startswith(("copy", "system"))]  # nothing else goes

@@ -89,7 +89,7 @@ def test_a_chain_does_not_drop_a_row_unlike_the_kept_one(data_root, tmp_path):
     rows = [chat(name, " ".join(words[shift : shift + 60]), None) for name, shift in (("a", 0), ("b", 5), ("c", 10))]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
     config = DedupConfig(measure="jaccard", threshold=0.8, numbers_must_match=False)
-    result = deduplicate(tmp_path / "mix", dry_run=True, config=config, show_progress=False)
+    result = deduplicate(tmp_path / "mix", report_only=True, config=config, show_progress=False)
     pairs = {p["duplicate_id"]: p for p in result.clusters.to_pylist()}
     assert set(pairs) == {"b"} and pairs["b"]["kept_id"] == "a"
     assert pairs["b"]["measure"] == "jaccard" and pairs["b"]["value"] == pairs["b"]["jaccard"] >= 0.8
@@ -107,7 +107,7 @@ def test_rows_copied_many_times_are_one_cluster_each(data_root, tmp_path):
         words[k % len(words)] = f"w{k}"
         rows.append(chat(f"near{k}", second["question"], " ".join(words)))
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=250)
-    result = deduplicate(tmp_path / "mix", dry_run=True, config=DedupConfig(workers=1, batch_rows=100), show_progress=False)
+    result = deduplicate(tmp_path / "mix", report_only=True, config=DedupConfig(workers=1, batch_rows=100), show_progress=False)
     kept_of = {p["duplicate_id"]: p["kept_id"] for p in result.clusters.to_pylist()}
     assert kept_of == {**{f"copy{k}": "g0" for k in range(300)}, **{f"near{k}": "g1" for k in range(300)}}
 

@@ -51,7 +51,7 @@ def test_reworded_rows_go_and_distinct_rows_stay(data_root, tmp_path):
             break
     rows = originals + rows + copies  # the restated rows come first: they are the ones kept
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=500)
-    base = deduplicate(tmp_path / "mix", dry_run=True, show_progress=False)
+    base = deduplicate(tmp_path / "mix", report_only=True, show_progress=False)
     result = deduplicate(tmp_path / "mix", tmp_path / "out", config=DedupConfig(semantic=True), show_progress=False)
     for run, name in ((base, "MinHash"), (result, "MinHash + semantic")):
         pairs = {p["duplicate_id"]: p["kept_id"] for p in run.clusters.to_pylist()}

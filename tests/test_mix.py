@@ -359,14 +359,14 @@ def test_derived_budget_never_leaves_the_limiting_source_short():
     """Without `budget:`, the source that sets the budget gets exactly its tokens: share x
     (have / share) can land one float step above `have`, which once raised 'short by 0 tokens'."""
     from rufus_data.catalog import MixtureCatalog
-    from rufus_data.mix import _select
+    from rufus_data.mix import select_rows
 
     hits = 0
     for have in range(100, 400, 3):
         catalog = MixtureCatalog(kind="sft", name="t", sources=[
             {"name": "a", "path": "a.jsonl", "share": 0.6}, {"name": "b", "path": "b.jsonl", "share": 0.4}])
         hits += have / 0.6 * 0.6 > have
-        selections = _select(catalog, _counted(catalog, {"a": [have], "b": [10] * 1000}), None)
+        selections = select_rows(catalog, _counted(catalog, {"a": [have], "b": [10] * 1000}), None)
         assert selections[0].tokens == have and selections[0].repeat_factor == 1.0
     assert hits > 10  # the rounding case is really exercised
 
@@ -374,14 +374,14 @@ def test_derived_budget_never_leaves_the_limiting_source_short():
 def test_holdout_precedence():
     """A source's own `holdout:` wins; `--holdout` replaces the catalog-level default."""
     from rufus_data.catalog import MixtureCatalog
-    from rufus_data.mix import _select
+    from rufus_data.mix import select_rows
 
     catalog = MixtureCatalog(kind="sft", name="t", holdout=2, sources=[
         {"name": "a", "path": "a.jsonl", "share": 0.5, "holdout": 0},
         {"name": "b", "path": "b.jsonl", "share": 0.5}])
     sizes = {"a": [10] * 20, "b": [10] * 20}
-    assert [len(s.holdout) for s in _select(catalog, _counted(catalog, sizes), None)] == [0, 2]
-    assert [len(s.holdout) for s in _select(catalog, _counted(catalog, sizes), 5)] == [0, 5]
+    assert [len(s.holdout) for s in select_rows(catalog, _counted(catalog, sizes), None)] == [0, 2]
+    assert [len(s.holdout) for s in select_rows(catalog, _counted(catalog, sizes), 5)] == [0, 5]
 
 
 def test_template_without_generation_markers(tmp_path, data_root, tiny_model, capsys):

@@ -28,7 +28,7 @@ def test_bench_rows_are_distinct_but_for_the_planted_copies(data_root, tmp_path)
     assert rows.slice(8000, 1).to_pylist() == bench.make_rows(bases, 8000, 1).to_pylist()  # chunks join seamlessly
     assert len(set(rows.column("id").to_pylist())) == n
     write_shards(rows, tmp_path / "rows", shard_rows=5000)
-    result = deduplicate(tmp_path / "rows", dry_run=True, show_progress=False)
+    result = deduplicate(tmp_path / "rows", report_only=True, show_progress=False)
     dropped = {(c["duplicate_row"], c["kept_row"]) for c in result.clusters.to_pylist()}
     copied = bench.copied_rows(np.arange(n))
     planted = {(i, c) for i, c in enumerate(copied.tolist()) if c != i}

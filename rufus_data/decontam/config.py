@@ -1,13 +1,18 @@
-"""Every knob of decontam in one model: the stages read their settings from here, the CLI and
-`--config FILE.yaml` fill it, and the manifest records it."""
+"""Every knob of decontam in one model, DecontamConfig: the stages read their settings from here,
+`--config FILE.yaml` and the options on top of it fill it, and the manifest records it. Beside
+it, DecontamCommand: what one `rufus-data decontam` reads, checks against and writes. Both are
+the command's options (rufus_data/cli_options.py), so this module loads nothing heavy."""
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.similarity.embedding import DEFAULT_MODEL
+from rufus_data.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
+from rufus_data.errors import RufusError
+from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.yaml_config import StrictModel
 
 
@@ -31,7 +36,7 @@ class DecontamConfig(StrictModel):
     max_shingle_item_fraction: float = Field(0.02, gt=0, le=1, description="shingles in more eval items than this share are ignored")
     # stage 3, semantic (off by default; docs/decontam.md says when to switch it on and what it costs)
     semantic: bool = Field(False, description="run the semantic stage: embedding retrieval + evidence (+ judge)")
-    semantic_model: str = Field(DEFAULT_MODEL, description="`wordllama` (ships in its wheel) or a sentence-transformers model")
+    semantic_model: str = Field(DEFAULT_EMBEDDER, description="`wordllama` (ships in its wheel) or a sentence-transformers model")
     semantic_top_k: int = Field(3, ge=1, description="nearest eval items checked per field or window")
     semantic_min_cosine: float = Field(0.7, ge=-1, le=1, description="pairs below this cosine are not considered")
     semantic_min_quantities: int = Field(2, ge=1, description="items with this many quantities are judged by them")
@@ -46,10 +51,40 @@ class DecontamConfig(StrictModel):
     judge_url: str | None = Field(None, description="OpenAI-compatible server of an LLM judge for semantic pairs (off: None)")
     judge_model: str | None = Field(None, description="the judge's model (default: the server's first)")
     judge_min_cosine: float = Field(0.75, ge=-1, le=1, description="the judge also reads pairs the rule refused from this cosine")
-    batch_rows: int = Field(2000, ge=1)
-    workers: int = Field(0, ge=0, description="processes; 0 = one per CPU (in-process below 20k rows)")
-    engine: Literal["local", "ray"] = "local"
-    seed: int = 1
+    batch_rows: int = Field(2000, ge=1, description="training rows scanned per task")
+    workers: int = Field(0, ge=0, description="local processes; 0 = one per CPU (in-process below 20k rows)")
+    engine: Literal["local", "ray"] = Field("local", description="local (multiprocessing) or ray (Ray Data)")
+    seed: int = Field(1, description="seed of the MinHash permutations")
+
+
+def check_judge(config: DecontamConfig) -> None:
+    """The judge reads the semantic stage's pairs: a judge without that stage is refused."""
+    if config.judge_url and not config.semantic:
+        raise RufusError("--judge-url judges the pairs of the semantic stage: add --semantic (or `semantic: true` "
+                         "in --config), or drop --judge-url")
+
+
+class DecontamCommand(StrictModel):
+    """What one `rufus-data decontam` reads, checks against and writes (its DecontamConfig apart)."""
+
+    shards: Annotated[Path, Flag(argument=True)] = Field(
+        description="shard folder to check (written by mix, filter, ...)")
+    against: Annotated[list[str], Flag(metavar="NAME")] = Field(
+        default_factory=list, description="a benchmark or set of the registry, or an eval suite (catalogs/suites/NAME.yaml "
+        "or a path: its tasks' benchmarks), repeatable")
+    against_suite: Annotated[list[str], Flag(metavar="SUITE")] = Field(
+        default_factory=list, description="an eval suite only (as --against SUITE), repeatable")
+    out: Path | None = Field(None, description="output folder, required unless --report-only: clean shards, "
+                             "contaminated.parquet, hits.html, report.md")
+    benchmarks: Path | None = Field(None, description="registry file (default catalogs/benchmarks.yaml)")
+    skip_missing: bool = Field(False, description="go on without benchmarks that cannot be loaded (the report lists them)")
+    config: Path | None = Field(None, description="YAML of the settings below (docs/decontam.md); the options given "
+                                "on the command line override its keys")
+    report_only: bool = Field(False, description=REPORT_ONLY_HELP)
+    overwrite: bool = Field(False, description="replace an existing output folder")
+    dry_run: bool = Field(False, description=f"{DRY_RUN_HELP}: the shard folder's splits and rows, each benchmark "
+                          "with its items (missing and not decontaminable ones named), the stages and their thresholds, "
+                          "the engine and workers; nothing scanned")
 
 
 # settings that do not change the eval index

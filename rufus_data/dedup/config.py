@@ -1,13 +1,17 @@
-"""Every knob of dedup in one model: the stages read their settings from here, the CLI and
-`--config FILE.yaml` fill it, and the manifest records it."""
+"""Every knob of dedup in one model, DedupConfig: the stages read their settings from here,
+`--config FILE.yaml` and the options on top of it fill it, and the manifest records it. Beside
+it, DedupCommand: what one `rufus-data dedup` reads and writes. Both are the command's options
+(rufus_data/cli_options.py), so this module loads nothing heavy."""
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.similarity.embedding import DEFAULT_MODEL
+from rufus_data.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
+from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.yaml_config import StrictModel
 
 
@@ -25,14 +29,14 @@ class DedupConfig(StrictModel):
     min_own_shingles: int = Field(5, ge=1, description="rows with fewer shingles of their own are compared by Jaccard of them")
     lsh_threshold: float | None = Field(None, gt=0, le=1, description="Jaccard the LSH bands aim at; None: the measure's default")
     shingle: int = Field(3, ge=1, description="word shingle length")
-    num_perm: int = Field(128, ge=16)
+    num_perm: int = Field(128, ge=16, description="MinHash permutations")
     batch_rows: int = Field(5000, ge=1, description="rows read and sketched at once")
-    seed: int = 1
-    workers: int = Field(0, ge=0, description="processes; 0 = one per CPU (in-process below 20k rows)")
-    engine: Literal["local", "ray"] = "local"
+    seed: int = Field(1, description="seed of the MinHash permutations")
+    workers: int = Field(0, ge=0, description="local processes; 0 = one per CPU (in-process below 20k rows)")
+    engine: Literal["local", "ray"] = Field("local", description="local (multiprocessing) or ray (Ray Data)")
     # stage 2, semantic (off by default; rufus_data/dedup/semantic.py, measured in docs/decontam.md)
     semantic: bool = Field(False, description="also drop rows that restate an earlier row in other words")
-    semantic_model: str = Field(DEFAULT_MODEL, description="`wordllama` (ships in its wheel) or a sentence-transformers model")
+    semantic_model: str = Field(DEFAULT_EMBEDDER, description="`wordllama` (ships in its wheel) or a sentence-transformers model")
     semantic_top_k: int = Field(5, ge=1, description="nearest earlier rows checked per row")
     semantic_min_cosine: float = Field(0.75, ge=-1, le=1, description="pairs below this cosine are not considered")
     semantic_word_share: float = Field(0.2, ge=0, le=1, description="Jaccard of content stems, rows decided by their quantities")
@@ -48,6 +52,20 @@ class DedupConfig(StrictModel):
         if self.lsh_threshold is not None:
             return self.lsh_threshold
         return CONTAINMENT_BANDS_AT if self.measure == "containment" else max(0.1, self.threshold - 0.15)
+
+
+class DedupCommand(StrictModel):
+    """What one `rufus-data dedup` reads and writes (its DedupConfig apart)."""
+
+    shards: Annotated[Path, Flag(argument=True)] = Field(description="shard folder to deduplicate")
+    out: Path | None = Field(None, description="output folder, required unless --report-only: clean shards, "
+                             "clusters.parquet, report.md")
+    config: Path | None = Field(None, description="YAML of the settings below (docs/decontam.md); the options given "
+                                "on the command line override its keys")
+    report_only: bool = Field(False, description=REPORT_ONLY_HELP)
+    overwrite: bool = Field(False, description="replace an existing output folder")
+    dry_run: bool = Field(False, description=f"{DRY_RUN_HELP}: the shard folder's splits and rows, the stages and "
+                          "their thresholds, the engine and workers; nothing hashed")
 
 
 CONTAINMENT_BANDS_AT = 0.5  # measured: docs/decontam.md ("Which rows are duplicates")

@@ -34,7 +34,7 @@ def work_key(files: list[Path], settings: dict) -> str:
 @contextlib.contextmanager
 def work_folder(out: Path | None, key: str) -> Iterator[Path]:
     """The work folder (the caller holds the output's lock): with an earlier run's work in it when
-    that run had the same key. A dry run (no `out`) works in a temporary folder, removed at the end; a real
+    that run had the same key. A report-only run (no `out`) works in a temporary folder, removed at the end; a real
     run leaves its folder for the caller to remove once the output is in place (`remove_work`)."""
     if out is None:
         folder = Path(tempfile.mkdtemp(prefix="rufus-dedup-"))

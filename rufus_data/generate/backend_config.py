@@ -89,7 +89,8 @@ class ModelAccess(ServerLaunch):
         return list(self.base_urls)
 
     def backend_choice(self) -> tuple[str, str]:
-        """(backend, why): `auto` decided, a server when URLs are given, else by choose_backend."""
+        """(the backend these settings run on, why): `auto` decided, a server when URLs are given,
+        else by choose_backend. A --dry-run plan shows both."""
         if self.backend != "auto":
             return self.backend, "as asked"
         if self.endpoints():
@@ -97,8 +98,7 @@ class ModelAccess(ServerLaunch):
         return choose_backend()
 
     def resolved(self, say: bool = True) -> Self:
-        """These settings with `auto` decided (backend_choice; said on the console with why, unless
-        `say` is off)."""
+        """These settings with `auto` decided (said on the console with why, unless `say` is off)."""
         backend, why = self.backend_choice()
         if say:
             console.print(f"backend: {backend} ({why})", highlight=False, markup=False, soft_wrap=True)

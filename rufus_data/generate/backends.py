@@ -23,9 +23,9 @@ from rufus_data.models import BUILTINS, resolve_model
 
 def check_model(model: str, config: ModelAccess) -> None:
     """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
-    neither cached nor reachable (a built-in name is converted, a folder must exist). A server's
-    model is the server's business."""
-    if config.backend == "server" or resolve_model(model) != model or Path(model).exists():
+    neither cached nor reachable (a built-in name is converted when it first loads, not here: a
+    --dry-run checks its models too; a folder must exist). A server's model is the server's business."""
+    if config.backend == "server" or model in BUILTINS or resolve_model(model) != model or Path(model).exists():
         return
     problem = model_unavailable(model)
     if problem:

@@ -50,6 +50,16 @@ def normalise_prompt(value, where: str) -> list[dict]:
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
 
 
+def check_prompt_columns(folder: str | Path, columns: Sequence[str]) -> None:
+    """Refuse a shard folder whose rows are no RL prompts (filter and pairs read `id` and `prompt`)."""
+    for column in ("id", "prompt"):
+        if column not in columns:
+            raise RufusError(
+                f"{folder}: rows have no `{column}` column (columns: {', '.join(columns)}); "
+                "filter and pairs take rl-kind shard folders (id, prompt, expected_output)"
+            )
+
+
 def read_prompt_rows(
     folders: Sequence[str | Path], limit: int | None = None, seed: int | None = 0
 ) -> tuple[list[dict], list[Prompt], list[dict], pa.Schema]:
@@ -61,12 +71,7 @@ def read_prompt_rows(
         inputs.append(folder_fingerprint(folder, files))
         table = read_shards(folder)
         schemas.append(table.schema)
-        for column in ("id", "prompt"):
-            if column not in table.column_names:
-                raise RufusError(
-                    f"{folder}: rows have no `{column}` column (columns: {', '.join(table.column_names)}); "
-                    "filter and pairs take rl-kind shard folders (id, prompt, expected_output)"
-                )
+        check_prompt_columns(folder, table.column_names)
         for index, row in enumerate(table.to_pylist()):
             where = f"{folder} row {index} (id {row.get('id')!r})"
             if row["id"] is None:

@@ -9,3 +9,8 @@ rufus_data.decontam, dedup, mix or rollouts.
     vector_search.py      top-k cosine search, exact or clustered
     semantic_evidence.py  what a rewording keeps: quantities, rare content words, entities
     text_fields.py        which columns of a canonical row hold the texts compared"""
+
+
+# The default embedder, named here (not in embedding.py, which loads numpy, arrow and a tokenizer)
+# so that the decontam and dedup settings, and the command-line options built from them, load none.
+DEFAULT_EMBEDDER = "wordllama"

@@ -31,10 +31,11 @@ from tokenizers import Tokenizer
 
 from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file, cache_dir
+from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.similarity.ngram_hash import TokenHasher
 from rufus_data.similarity.textnorm import tokenize_array
 
-DEFAULT_MODEL = "wordllama"
+DEFAULT_MODEL = DEFAULT_EMBEDDER  # wordllama: it ships in its wheel
 WORDLLAMA_CONFIG = "l2_supercat"
 WORDLLAMA_DIM = 256
 # wordllama releases whose wheel layout this loader was checked against (see _wordllama_files)

@@ -1,0 +1,171 @@
+"""`rufus-data mix`: build a token-balanced mixture from a catalog.
+
+Each source is read once, canonicalised and token-counted in batches (canonical rows go to
+temporary parquet parts, only the counts stay in memory). Rows are then chosen per source,
+deterministically from the seed, so that each source's share of the tokens (not of the rows)
+matches its `share`: a small source with long answers gets its token share (selection.py, the
+passes its --dry-run plan shares). The mixture is shuffled, written as parquet shards with a
+manifest and a report, and only then moved into place."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from rufus_data.catalog import MixtureCatalog, catalog_hash
+from rufus_data.inputs import DataInput
+from rufus_data.mix.config import MixOptions, OnBadRow, default_out
+from rufus_data.mix.selection import (
+    count_and_select,
+    open_sources,
+    print_sources,
+    read_catalog,
+    share_notes,
+    source_summaries,
+)
+from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
+from rufus_data.output_step import OutputStep
+from rufus_data.report import bar_chart, markdown_table
+from rufus_data.shards import write_shards
+from rufus_data.yaml_config import model_from_options
+
+
+@dataclass
+class MixResult:
+    out: Path
+    manifest: dict
+
+
+def mix(
+    catalog_path: str | Path,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    holdout: int | None = None,
+    on_bad_row: OnBadRow | None = None,
+    show_progress: bool = True,
+) -> MixResult:
+    """Build the mixture described by a catalog; returns the output folder and its manifest. A
+    relative `catalogs/...` path the working folder lacks is read from the shipped catalogs (catalog_files.py)."""
+    options = model_from_options(MixOptions, {"catalog": catalog_path, "out": out, "overwrite": overwrite,
+                                              "holdout": holdout, "on_bad_row": on_bad_row})
+    catalog_path, catalog, rewards = read_catalog(options.catalog)
+    on_bad_row = options.on_bad_row or catalog.on_bad_row
+    step = OutputStep("rufus-data mix", options.out or default_out(catalog_path), overwrite=options.overwrite)
+    opened, counter = open_sources(catalog, catalog_path)
+    with step.folder() as tmp:
+        parts_dir = tmp / "_parts"
+        counted, selections = count_and_select(catalog, opened, counter, holdout=options.holdout, on_bad_row=on_bad_row,
+                                               parts_dir=parts_dir, show_progress=show_progress)
+        schema, clashing = unified_schema([part for c in counted for part in c.parts])
+        rows_train = write_train([(c.parts, sel.picks) for c, sel in zip(counted, selections, strict=True)],
+                                 tmp, catalog.seed, catalog.shard_rows, schema, clashing)
+        held = read_holdout([(c.parts, sel.holdout) for c, sel in zip(counted, selections, strict=True)], schema, clashing)
+        rows_held = held.num_rows if held is not None else 0
+        if rows_held:
+            write_shards(held, tmp, catalog.shard_rows, split="holdout")
+        for part in parts_dir.rglob("*.parquet"):
+            part.unlink()
+        for folder in sorted(parts_dir.rglob("*"), reverse=True):
+            folder.rmdir()
+        parts_dir.rmdir()
+        manifest = _manifest(step, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
+                             {"holdout": options.holdout, "on_bad_row": on_bad_row}, rewards)
+        step.finish(tmp, manifest, _report(tmp, catalog, manifest))
+    _print_summary(manifest)
+    return MixResult(out=step.out, manifest=manifest)
+
+
+@dataclass
+class MixedInput:
+    """A command's input (rufus_data.inputs) as a shard folder: the folder given, or the one its
+    catalog was mixed into (`manifest`: that mix's manifest)."""
+
+    input: DataInput
+    folder: Path
+    manifest: dict | None = None
+
+
+def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Path]) -> list[MixedInput]:
+    """Shard folders for the inputs of filter, pairs or a training stage: each catalog is mixed into
+    `folder_for(input)` (replacing what is there: the same catalog gives the same shards), each
+    folder is taken as it is."""
+    found = []
+    for item in items:
+        if not item.catalog:
+            found.append(MixedInput(item, item.path))
+            continue
+        result = mix(item.path, out=folder_for(item), overwrite=True)
+        found.append(MixedInput(item, result.out, result.manifest))
+    return found
+
+
+# --- manifest, report, summary ------------------------------------------------------------
+
+
+def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
+              options: dict, rewards: dict[str, list]) -> dict:
+    """The common core (config: the catalog's content and the command's options) and mix's own keys."""
+    sources = source_summaries(catalog, counted, selections)
+    catalog_file = {"path": str(catalog_path), "sha256": catalog_hash(catalog_path)}
+    return step.manifest(
+        config={"catalog": yaml.safe_load(catalog_path.read_text()), **options},
+        inputs=[catalog_file, *({"source": c.spec.name, **c.fingerprint} for c in counted)],
+        counts={"rows_in": sum(c.rows_in for c in counted), "rows_train": rows_train, "rows_holdout": rows_held,
+                "rows_dropped": sum(len(c.bad_rows) + c.too_long for c in counted)},
+        versions=("transformers", "tokenizers", "pyarrow"),
+        kind=catalog.kind,
+        name=catalog.name,
+        catalog=catalog_file,
+        tokenizer=catalog.tokenizer,
+        chat_template_sha256=_sha(counter.template),
+        seed=catalog.seed,
+        basis=catalog.basis if catalog.kind == "sft" else "total",
+        budget={"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
+        rows={"train": rows_train, "holdout": rows_held},
+        sources=sources,
+        rewards=rewards,
+        notes=share_notes(sources),
+    )
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
+    """The text of report.md (and its figure, shares.png, written beside it)."""
+    sources = manifest["sources"]
+    names = [s["name"] for s in sources]
+    bar_chart(
+        folder / "shares.png",
+        names,
+        {"requested": [s["share_requested"] for s in sources], "realised": [s["share_realised"] for s in sources]},
+        title=f"{catalog.name}: token share by source ({manifest['basis']} tokens)",
+        ylabel="share of tokens",
+    )
+    rows = [
+        (
+            s["name"], s["label"], s["rows_in"], s["rows_out"], s["rows_holdout"],
+            s["rows_dropped"]["bad_row"] + s["rows_dropped"]["too_long"], s["tokens"]["basis"],
+            f"{s['share_requested']:.3f}", f"{s['share_realised']:.4f}", f"{s['repeat_factor']:.3f}",
+        )
+        for s in sources
+    ]
+    table = markdown_table(
+        ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realised", "repeat"], rows
+    )
+    notes = "".join(f"- {n}\n" for n in manifest["notes"]) or "- every source is within 1 pp of its share\n"
+    return (
+        f"# Mixture `{catalog.name}` ({catalog.kind})\n\n"
+        f"Tokenizer `{catalog.tokenizer}`, seed {catalog.seed}, basis `{manifest['basis']}`, "
+        f"budget {manifest['budget']['used']:,.0f} tokens, {manifest['rows']['train']:,} rows "
+        f"(+{manifest['rows']['holdout']:,} held out).\n\n{table}\n![token shares](shares.png)\n\n## Notes\n\n{notes}"
+    )
+
+
+def _print_summary(manifest: dict) -> None:
+    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])

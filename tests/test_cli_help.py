@@ -1,0 +1,106 @@
+"""What `rufus-data --help` and each command's --help say: the root names every command, every
+option and argument has a help line, a choice shows its choices, a list option reads as `NAME...`,
+decontam's and dedup's settings are their config models' fields, and `models list` prints a
+table a script can read. Starting the CLI loads nothing heavy (the options are built from config
+modules that import no arrow, numpy or tokenizer)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import typing
+
+import pytest
+from typer.main import get_command
+from typer.testing import CliRunner
+
+from rufus_data.cli import app
+from rufus_data.decontam.config import DecontamCommand, DecontamConfig
+from rufus_data.dedup.config import DedupCommand, DedupConfig
+from rufus_data.mix.config import MixOptions
+
+
+def commands(group=None, path=()):
+    """(command path, click command) of every rufus-data command, groups' subcommands included."""
+    group = group or get_command(app)
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def choices_of(param) -> tuple[str, ...]:
+    """The choices of an option typed by a Literal (typer keeps the annotation it parses by)."""
+    annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    return typing.get_args(annotation) if typing.get_origin(annotation) is typing.Literal else ()
+
+
+def help_text(*path: str) -> str:
+    result = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    return " ".join(result.output.replace("│", " ").split())
+
+
+def test_root_help_names_what_rufus_data_does():
+    said = help_text()
+    for command in ("mix", "decontam", "dedup", "filter", "pairs", "inspect", "sql", "push", "models", "catalogs", "cache"):
+        assert command in said.split("Commands")[0], f"the root help's summary leaves out {command}"
+
+
+@pytest.mark.parametrize(("path", "command"), list(commands()), ids=lambda v: " ".join(v) if isinstance(v, tuple) else "")
+def test_every_option_and_argument_has_help_and_shows_its_choices(path, command):
+    said = help_text(*path)
+    for param in command.params:
+        assert getattr(param, "help", None), f"rufus-data {' '.join(path)}: {param.name} has no help"
+        choices = choices_of(param)
+        if choices:
+            assert f"<{'|'.join(choices)}>" in said, f"rufus-data {' '.join(path)} {param.opts}: choices not shown"
+        assert not (param.required and getattr(param, "is_flag", False)), f"{param.opts} is a required flag"
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        if param.param_type_name == "option" and typing.get_origin(annotation) is list:
+            assert (param.metavar or "").endswith("..."), f"{param.opts} reads as {param.metavar}, not NAME..."
+
+
+@pytest.mark.parametrize(("command", "models"), [("mix", (MixOptions,)), ("decontam", (DecontamCommand, DecontamConfig)),
+                                                  ("dedup", (DedupCommand, DedupConfig))])
+def test_decontam_dedup_and_mix_options_are_their_models_fields(command, models):
+    """One option per field, its help the field's description: a setting added to the model is an option."""
+    params = {p.name: p for p in dict(commands())[(command,)].params}
+    fields = {name: info for model in models for name, info in model.model_fields.items()}
+    assert set(params) == set(fields)
+    for name, info in fields.items():
+        assert params[name].help == info.description, name
+
+
+def test_decontam_keeps_its_flags_and_lists_read_as_names():
+    said = help_text("decontam")
+    for flag in ("--against", "--against-suite", "--out", "--benchmarks", "--skip-missing", "--report-only", "--dry-run",
+                 "--config", "--ngram", "--containment", "--min-answer-words", "--engine", "--workers", "--semantic",
+                 "--semantic-model", "--judge-url", "--judge-model", "--overwrite"):
+        assert f" {flag} " in f" {said} ", flag
+    assert "NAME..." in said and "SUITE..." in said and "<local|ray>" in said
+
+
+def test_models_list_as_a_script_reads_it():
+    as_json = CliRunner().invoke(app, ["models", "list", "--format", "json"])
+    assert as_json.exit_code == 0, as_json.output
+    listed = {row["name"]: row for row in json.loads(as_json.stdout)}
+    assert {"smollm2-135m", "tiny-random"} <= set(listed) and isinstance(listed["smollm2-135m"]["cached"], bool)
+    as_csv = CliRunner().invoke(app, ["models", "list", "--format", "csv"])
+    rows = list(csv.reader(io.StringIO(as_csv.stdout)))
+    assert rows[0] == ["name", "cached", "path", "source", "description"] and len(rows) == len(listed) + 1
+    bad = CliRunner().invoke(app, ["models", "list", "--format", "xml"])
+    assert bad.exit_code == 2 and "table" in bad.output and "json" in bad.output
+
+
+@pytest.mark.spawn
+def test_the_cli_and_its_config_modules_load_nothing_heavy():
+    code = ("import sys, rufus_data.cli; "
+            "print(sorted(m for m in ('pyarrow', 'numpy', 'scipy', 'tokenizers', 'datasketch', 'torch', 'transformers', "
+            "'duckdb', 'httpx') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "[]"
