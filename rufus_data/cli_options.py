@@ -118,6 +118,10 @@ class _RufusCommand:
         for param in params:
             if getattr(param, "is_flag", False) and param.metavar is None:
                 param.metavar = ""
+            described = getattr(param, "type_descriptor", None)
+            shows_type = param.param_type_name == "argument" or param.metavar is None  # an option's metavar replaces it
+            if described is not None and described.is_list and not described.is_choice and shows_type:
+                param.display_type_rich = functools.partial(_list_type, param)  # <path>..., not <list[Path]>
         return params
 
     def parse_args(self, ctx, args):
@@ -131,6 +135,12 @@ class _RufusCommand:
                                   style="yellow", highlight=False, markup=False, soft_wrap=True)
         names = {old: respell(new, self.spelling) for old, (new, _) in renamed.items()}
         return super().parse_args(ctx, accept_both_spellings(list(args), known, names))
+
+
+def _list_type(param, ctx=None) -> str:
+    """How --help shows a list parameter's values: its element's type, repeated (`<path>...`)."""
+    (element,) = typing.get_args(param.type_descriptor.annotation) or (str,)
+    return f"<{param._bare_type(element).lower()}>..."
 
 
 class FlagCommand(_RufusCommand, TyperCommand):
@@ -332,6 +342,7 @@ def _choice_parser(choices: tuple[str, ...]) -> Callable[[str], str]:
             raise typer.BadParameter(f"{value!r} is not one of {', '.join(choices)}")
         return value
 
+    choose.choices = choices  # what it accepts, for whoever inspects the option
     return choose
 
 
