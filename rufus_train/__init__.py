@@ -10,8 +10,10 @@ The run, start to end:
 - launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.
 - data.py: what `data:` names (shard folders or catalogs, mixed first) and the rows read.
 - runner.py: one stage run: guards -> run folder -> model -> LoRA -> dataset -> trainer -> run.json.
-- stages/: the stage registry, one module per stage (sft, dpo, kto, orpo, distill, online_dpo,
-  the GRPO stages); grpo/: what the GRPO stages share (its own docstring maps it).
+- stage_base.py: what a stage is (`Stage`, `StageContext`, `conversational`), on the ground floor.
+- grpo/: what the GRPO stages share (its own docstring maps it), a floor of its own above
+  stage_base.py; stages/: the stage registry above it, one module per stage (sft, dpo, kto,
+  orpo, distill, online_dpo, the GRPO stages). grpo/ never imports stages/ (tests/test_layering.py).
 - modeling.py: loading policies once, LoRA, merging adapters back.
 - pipeline.py: `rufus-train pipeline`: stages in order, each evaluated.
 

@@ -111,7 +111,7 @@ def stage_cmd(
 
 
 def print_masks(cfg, n: int) -> None:
-    from rufus_train.stages.base import conversational  # heavy: imports TRL
+    from rufus_train.stage_base import conversational  # heavy: pyarrow
 
     if not hasattr(cfg, "assistant_only_loss"):
         raise RufusError(f"--show-mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")

@@ -1,7 +1,7 @@
 """The packages read as the data flow: rufus_data imports neither rufus_eval nor rufus_train, and
 rufus_eval does not import rufus_train. Every import counts, in-function ones included.
 
-Inside rufus_train the imports run down its floors too (parts, stages, one run, commands), and no
+Inside rufus_train the imports run down its floors too (parts, grpo, stages, one run, commands), and no
 module imports one that imports it back: a lazy import is no way round either rule.
 
 Benchmarks have one room, rufus_data/benchmarks/: the registry, the suite schema, the rows and
@@ -147,7 +147,8 @@ def load_suite(name):
 # (configs, models, data, checkpoints, TRL arguments, launching). A module imports nothing from a
 # floor above its own.
 TRAIN_FLOORS = (
-    ("stages", ("rufus_train.stages", "rufus_train.grpo")),
+    ("grpo", ("rufus_train.grpo",)),  # what the GRPO stages share; what a stage is sits below it (stage_base.py)
+    ("stages", ("rufus_train.stages",)),
     ("one run", ("rufus_train.runner",)),
     ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.serve", "rufus_train.examples",
                                "rufus_train.agent_examples")),
@@ -234,11 +235,13 @@ def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
     (package / "grpo" / "__init__.py").write_text("")
     (package / "runner.py").write_text("from rufus_train.grpo import setup\n")
     (package / "grpo" / "setup.py").write_text("def args():\n    from rufus_train.runner import trl_kwargs\n")
+    (package / "grpo" / "stage.py").write_text("from rufus_train.stages import get_stage\n")
     (package / "checkpoints.py").write_text("def resume():\n    from rufus_train import mirror\n")
     (package / "mirror.py").write_text("from rufus_train.checkpoints import listing\n")
     paths = train_modules(tmp_path)
     assert upward_imports(paths, tmp_path) == [
-        "rufus_train/grpo/setup.py:2 (stages) imports rufus_train.runner (one run)"]
+        "rufus_train/grpo/setup.py:2 (grpo) imports rufus_train.runner (one run)",
+        "rufus_train/grpo/stage.py:1 (grpo) imports rufus_train.stages (stages)"]
     assert import_cycles(paths, tmp_path) == [["rufus_train.checkpoints", "rufus_train.mirror"],
                                               ["rufus_train.grpo.setup", "rufus_train.runner"]]
 

@@ -11,18 +11,16 @@ import pkgutil
 from functools import cache
 
 from rufus_data.errors import RufusError
-from rufus_train.stages.base import Stage, StageContext
+from rufus_train.stage_base import Stage, StageContext
 
 __all__ = ["Stage", "StageContext", "all_stages", "get_stage"]
-
-_NOT_STAGES = {"base"}
 
 
 @cache
 def all_stages() -> dict[str, Stage]:
     found: dict[str, Stage] = {}
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in _NOT_STAGES:
+        if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         stages = list(getattr(module, "STAGES", [])) + ([module.STAGE] if hasattr(module, "STAGE") else [])

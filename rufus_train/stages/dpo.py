@@ -12,7 +12,7 @@ from pydantic import Field
 
 from rufus_data.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 
 class DPOStageConfig(StageConfig):

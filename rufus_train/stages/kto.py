@@ -15,7 +15,7 @@ from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 from rufus_train.stages.dpo import preference_dataset
 
 

@@ -20,7 +20,7 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards import parse_spec
 from rufus_train.config import StageConfig
 from rufus_train.grpo.stage import stage_rewards
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 VERIFIER_REWARD = {"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
                    "answer_column": "expected_output"}

@@ -20,7 +20,7 @@ from rufus_data.errors import RufusError
 from rufus_data.shards import KIND_COLUMNS
 from rufus_data.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 log = logging.getLogger("rufus_train")
 
