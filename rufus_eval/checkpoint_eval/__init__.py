@@ -24,9 +24,8 @@
 The evaluation's GPUs are the stage's `devices.eval` role (rufus_data/devices.py), physical ids
 given verbatim to its CUDA_VISIBLE_DEVICES."""
 
-from rufus_data.run_folder import EVAL_LOGS
+from rufus_data.run_folder import EVAL_LOGS, STAGING_LOG
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
-from rufus_eval.checkpoint_eval.staged import STAGING_LOG
 
 __all__ = ["EVAL_LOGS", "STAGING_LOG", "CheckpointEvalCallback", "CheckpointEvalConfig"]
