@@ -13,7 +13,8 @@ scorers), never the reverse.
 Inside rufus_data the floors show: the data steps are folders (mix/, decontam/, dedup/, rollouts/);
 the services they share (the generation engine in generate/, the rewards, the similarity kit, the
 benchmarks, and the root modules: CLI machinery, console, errors, paths, models, shards, sources)
-import no data step, and a data step builds on another only where STEP_ON_STEP says why."""
+import no data step, and a data step builds on another only where STEP_ON_STEP says why. Every
+folder of rufus_data is one or the other."""
 
 from __future__ import annotations
 
@@ -318,6 +319,27 @@ def test_data_steps_build_on_each_other_only_where_documented():
 def test_every_data_step_is_a_folder():
     """A module at rufus_data's root is a floor: no step hides among them."""
     assert [step for step in DATA_STEPS if not (DATA / step / "__init__.py").exists()] == []
+
+
+def unclassified_folders(root: Path = DATA) -> list[str]:
+    """rufus_data's folders of .py files that are neither a data step nor a floor (a folder
+    inside one belongs to it)."""
+    known = set(DATA_STEPS) | {folder.name for folder in FLOORS.values() if folder != DATA}
+    tops = {path.relative_to(root).parts[0] for path in root.rglob("*.py") if len(path.relative_to(root).parts) > 1}
+    return sorted(tops - known)
+
+
+def test_every_folder_of_rufus_data_is_a_step_or_a_floor():
+    """A new folder is classified here first: the floor checks above cover only what is named."""
+    assert unclassified_folders() == []
+
+
+def test_the_folder_check_sees_a_new_folder(tmp_path):
+    for name in ("cli.py", "mix/__init__.py", "generate/hf.py", "rewards/judges/llm.py", "cleanup/__init__.py",
+                 "cleanup/inner/x.py", "notes/readme.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert unclassified_folders(tmp_path) == ["cleanup"]
 
 
 def test_the_floor_check_sees_a_step_import(tmp_path):
