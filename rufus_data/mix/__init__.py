@@ -4,8 +4,8 @@ Each source is read once, canonicalised and token-counted in batches (canonical 
 temporary parquet parts, only the counts stay in memory). Rows are then chosen per source,
 deterministically from the seed, so that each source's share of the tokens (not of the rows)
 matches its `share`: a small source with long answers gets its token share. The mixture is
-shuffled, written as parquet shards with a manifest and a report, and only then moved into
-place."""
+shuffled, written as parquet shards with a manifest and a report (shuffled_shards.py, without
+holding the mix in memory), and only then moved into place."""
 
 from __future__ import annotations
 
