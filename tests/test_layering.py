@@ -19,6 +19,7 @@ folder of rufus_data is one or the other."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -347,3 +348,50 @@ def test_the_floor_check_sees_a_step_import(tmp_path):
     module.parent.mkdir(parents=True)
     module.write_text("import rufus_data.dedup.rows\n\n\ndef f():\n    from rufus_data.mix import mix\n")
     assert step_imports([module], root=tmp_path) == ["rufus_data/dedup/m.py:5 imports rufus_data.mix"]
+
+
+# ------------------------------------------------------------------ the package maps
+# Each package's docstring maps its modules; a sub-package's own docstring may map its modules
+# (rufus_train/grpo/, rufus_eval/checkpoint_eval/, ...), and its parent's names the folder.
+
+
+def docstring(path: Path) -> str:
+    return (ast.get_docstring(ast.parse(path.read_text(), str(path))) or "") if path.exists() else ""
+
+
+def unmapped_modules(package: str, root: Path = REPO) -> list[str]:
+    """The modules (NAME.py) and sub-packages (NAME/) of `package` that no map above them names:
+    the docstring of their package's __init__.py, or of any package's above it."""
+    base = root / package
+    found = []
+    for path in sorted(base.rglob("*.py")):
+        if path == base / "__init__.py":
+            continue
+        if path.name == "__init__.py":  # a sub-package: its folder is named by a map above it
+            name, folder, label = f"{path.parent.name}/", path.parent.parent, f"{path.parent.relative_to(root)}/"
+        else:
+            name, folder, label = path.name, path.parent, str(path.relative_to(root))
+        maps = [docstring(above / "__init__.py") for above in (folder, *folder.parents) if base in (above, *above.parents)]
+        named = re.compile(r"(?<![\w.])" + re.escape(name) + ("" if name.endswith("/") else r"(?!\w)"))
+        if not any(named.search(text) for text in maps):
+            found.append(label)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_package_map_names_every_module(package):
+    assert unmapped_modules(package) == []
+
+
+def test_the_map_check_sees_an_unnamed_module(tmp_path):
+    base = tmp_path / "rufus_eval"
+    files = {"__init__.py": '"""The map.\n\n- cli.py: the command.\n- checkpoint_eval/: its own docstring maps it."""\n',
+             "cli.py": "", "request.py": '"""Names request.py itself, which is no map."""\n',
+             "checkpoint_eval/__init__.py": '"""- callback.py: the events; rufus_curve.py is another."""\n',
+             "checkpoint_eval/callback.py": "", "checkpoint_eval/curve.py": "",
+             "extra/__init__.py": '"""- x.py: mapped here, but the folder is named nowhere."""\n', "extra/x.py": ""}
+    for name, text in files.items():
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).write_text(text)
+    assert unmapped_modules("rufus_eval", tmp_path) == [
+        "rufus_eval/checkpoint_eval/curve.py", "rufus_eval/extra/", "rufus_eval/request.py"]
