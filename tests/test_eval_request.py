@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from rufus_data import devices
 from rufus_eval import request as request_module
 from rufus_eval import runner
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.cli import app
 from rufus_eval.request import EvalRequest, EvalSettings, request_from_cli
 from rufus_train.pipeline import StageEval, stage_request
