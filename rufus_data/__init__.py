@@ -16,9 +16,15 @@ The floors below them (none imports a data step: tests/test_layering.py):
   (canonical rows from a catalog source), builders.py, tokens.py and chat_render.py (counting).
 - shard folders: shards.py (the contract), output_step.py (how a step writes one), shard_inspect.py,
   dataset_card.py (the README.md that makes `datasets.load_dataset(OUT)` load what the step means);
-  output_lock.py (one writer per output folder or run folder, for all three packages).
+  output_lock.py (one writer per output folder or run folder, for all three packages); inputs.py
+  (what a command reads: a shard folder, or a catalog mixed into one first); lineage.py (the
+  folders a run's data was made from, and whether it was checked against a benchmark).
+- run folders: run_folder.py (the contract rufus-train writes and rufus-eval reads: every name of
+  a run folder and a checkpoint), devices.py (the GPU roles of a run: trainer, vLLM server,
+  checkpoint evaluation).
 - pages to review rows in a browser: review_page.py (decontam's hits.html, rufus-eval vibe's page).
-- models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server).
+- models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server), hub_push.py
+  (a data folder or a run folder pushed to the Hub).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
   paths.py, cache.py (the cache's bound, `cache info` / `cache clean`), report.py, jsonl.py, engines.py
   (tasks over a shard folder), perturb.py.

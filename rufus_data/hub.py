@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from urllib.parse import urlparse
 
 from rufus_data.console import console
+from rufus_data.run_folder import MODEL_CONFIG
 
 COMMIT = re.compile(r"[0-9a-f]{40}")
 OFFLINE_VALUES = ("1", "true", "yes", "on")
@@ -101,7 +102,7 @@ def model_unavailable(repo: str) -> str | None:
     from huggingface_hub import try_to_load_from_cache  # only when a hub id is given
 
     try:
-        cached = try_to_load_from_cache(repo, "config.json")
+        cached = try_to_load_from_cache(repo, MODEL_CONFIG)
     except Exception as err:  # noqa: BLE001 - an id the hub client refuses (bad characters, too many /)
         return f"it is not a valid hub id ({type(err).__name__}: {err})"
     if isinstance(cached, str):

@@ -19,12 +19,17 @@ from rufus_data.errors import RufusError
 from rufus_data.models import file_lock, resolve_model
 from rufus_data.output_lock import OutputLock
 from rufus_data.paths import atomic_file
-from rufus_data.run_folder import MERGED_DIR, read_run_json
+from rufus_data.run_folder import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    MERGED_DIR,
+    MERGED_FROM,
+    MODEL_CONFIG,
+    TOKENIZER_CONFIG,
+    read_run_json,
+)
 from rufus_data.shards import atomic_output_dir, file_sha256, refuse_existing_output
 
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
-MERGED_FROM = "rufus-merged.json"
 # peft 0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`:
 # a FutureWarning on every LoRA load that no Rufus setting can avoid (peft must rename it).
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
@@ -89,7 +94,7 @@ def merge_source(run: Path) -> dict:
 
 def is_current(target: Path, source: dict) -> bool:
     record = target / MERGED_FROM
-    return (target / "config.json").exists() and record.exists() and json.loads(record.read_text()) == source
+    return (target / MODEL_CONFIG).exists() and record.exists() and json.loads(record.read_text()) == source
 
 
 def copy_merged(run: str | Path, out: str | Path, overwrite: bool = False) -> Path:
@@ -110,7 +115,7 @@ def _merge(run: Path, base_path: str, target: Path, source: dict) -> None:
 
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, source["dtype"]))
     model = PeftModel.from_pretrained(base, str(run)).merge_and_unload()
-    tokenizer_source = run if (run / "tokenizer_config.json").exists() else Path(base_path)
+    tokenizer_source = run if (run / TOKENIZER_CONFIG).exists() else Path(base_path)
     with atomic_output_dir(target, overwrite=True) as tmp:  # a stale copy is replaced, never half-written
         model.save_pretrained(tmp, safe_serialization=True)
         AutoTokenizer.from_pretrained(str(tokenizer_source)).save_pretrained(tmp)

@@ -24,6 +24,7 @@ from filelock import FileLock
 
 from rufus_data.errors import RufusError
 from rufus_data.paths import cache_dir
+from rufus_data.run_folder import MODEL_CONFIG, MODEL_WEIGHTS
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ def read_model_config(ref: str | None) -> dict:
         folder = builtin_path(ref)
     else:
         folder = Path(ref).expanduser()
-    path = folder / "config.json"
+    path = folder / MODEL_CONFIG
     if not path.exists():
         return {}
     return json.loads(path.read_text())
@@ -291,6 +292,6 @@ def _build_tiny_random(base: Path, out: Path, spec: TinyRandomModel) -> None:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
     for item in base.iterdir():  # tokenizer, templates, generation config
-        if item.is_file() and item.name not in {"config.json", "model.safetensors", READY_MARKER}:
+        if item.is_file() and item.name not in {MODEL_CONFIG, MODEL_WEIGHTS, READY_MARKER}:
             shutil.copy2(item, out / item.name)
     (out / READY_MARKER).write_text(json.dumps({"name": spec.name, "source": spec.source, "of": spec.of}, indent=2) + "\n")

@@ -1,5 +1,6 @@
 """The run folder: the contract between rufus-train, which writes it, and rufus-eval and
 `rufus-train export`, which read it (as shards.py is for shard folders). Every name of its files
+and folders, and of a checkpoint's, is spelled here and nowhere else (tests/test_run_folder_contract.py),
 and every reader of run.json is here:
 
     RUN/config.yaml          the resolved stage config (what --dry-run prints)
@@ -8,11 +9,19 @@ and every reader of run.json is here:
     RUN/data/NAME/           the catalogs the run mixed when it started (shard folders)
     RUN/lineage.json         the data's lineage (lineage.py), written once the data is ready, so an
                              evaluation during training can read it
-    RUN/checkpoint-N/        trainer checkpoints (rufus_train/checkpoints.py)
+    RUN/checkpoint-N/        trainer checkpoints (rufus_train/checkpoints.py): the model files
+                             below, the training state, rufus_complete.json written last
     RUN/_eval_staging/checkpoint-N/   checkpoints being evaluated (rufus_eval/staging.py)
-    RUN/eval_logs/           checkpoint evaluations (rufus_eval/checkpoint_eval/)
+    RUN/_mirror_staging/checkpoint-N/ checkpoints being copied to the mirror (rufus_train/mirror.py)
+    RUN/eval_logs/           checkpoint evaluations (rufus_eval/checkpoint_eval/): metrics.jsonl,
+                             staging.jsonl, and step-N/ (job.json, eval.log, results.json) each
     RUN/run.json             written last: the summary of a finished run, lineage included
-    RUN/merged/              the adapter merged into its base, made on demand (merged_model.py)
+    RUN/README.md            the model card (rufus_train/model_card.py); RUN/train_curves.png
+    RUN/merged/              the adapter merged into its base, made on demand (merged_model.py),
+                             with rufus-merged.json saying from what
+
+A run folder, a checkpoint and RUN/merged are model folders too: config.json, the tokenizer, and
+the weights (model.safetensors, or for LoRA adapter_config.json + adapter_model.safetensors).
 
 A model reference belongs to a run when it is the run folder, one of its checkpoints (staged or
 not) or its merged copy: `run_of` finds the run, so an evaluation can say what it trained on."""
@@ -26,20 +35,62 @@ from pathlib import Path
 from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file
 
+# ------------------------------------------------------------------ the run folder
 CONFIG_YAML = "config.yaml"
 TRAIN_LOG = "train.log"
-METRICS = "metrics.jsonl"
+METRICS = "metrics.jsonl"  # RUN/ (the trainer's logs) and RUN/eval_logs/ (the eval/step curve)
 MIXED_DATA = "data"
 LINEAGE_JSON = "lineage.json"
 RUN_JSON = "run.json"
+MODEL_CARD = "README.md"
+TRAIN_CURVES = "train_curves.png"
 MERGED_DIR = "merged"
+MERGED_FROM = "rufus-merged.json"  # in RUN/merged: the adapter it was made from
 STAGING = "_eval_staging"
+MIRROR_STAGING = "_mirror_staging"
+CHECKPOINT_PREFIX = "checkpoint-"
+CHECKPOINT_GLOB = "checkpoint-*"
+CHECKPOINT_NAME = re.compile(rf"{CHECKPOINT_PREFIX}(\d+)")
+
+# ------------------------------------------------------------------ RUN/eval_logs/
 EVAL_LOGS = "eval_logs"
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+EVAL_STEP_PREFIX = "step-"  # eval_logs/step-N/: the evaluation of checkpoint N, a rufus-eval run folder
+EVAL_JOB = "job.json"  # its request and model, written before it starts
+EVAL_LOG = "eval.log"  # its output
+RESULTS_JSON = "results.json"  # its results, as every rufus-eval run writes them (rufus_eval/results.py)
+STAGING_LOG = "staging.jsonl"  # the disk each staged checkpoint used
+
+# ------------------------------------------------------------------ a model folder
+# (a checkpoint, a full fine-tuning run, RUN/merged): what transformers and peft save
+MODEL_CONFIG = "config.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+MODEL_WEIGHTS = "model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                   "pytorch_model-*.bin", "adapter_model.safetensors", "adapter_model.bin")
+# sharded weights, no loadable file: accelerate's FSDP SHARDED_STATE_DICT folder (torch DCP) and
+# DeepSpeed's ZeRO partition folder (global_stepN/, which the file `latest` names)
+FSDP_SHARDED_PREFIX = "pytorch_model_fsdp_"
+ZERO_PREFIX = "global_step"
+ZERO_LATEST = "latest"
+
+# ------------------------------------------------------------------ a checkpoint's training state
+# what transformers writes to resume from, beside the model files (pytorch_model_fsdp.bin: FSDP's
+# FULL_STATE_DICT copy, beside the model.safetensors that save_model writes)
+TRAINER_STATE = "trainer_state.json"
+TRAINING_STATE_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", TRAINER_STATE)
+OPTIMIZER_PREFIX = "optimizer"  # optimizer.pt, FSDP's optimizer_0/
+RNG_STATE_PREFIX = "rng_state"  # rng_state.pth, rng_state_RANK.pth
+TRAINING_STATE_PREFIXES = (RNG_STATE_PREFIX, OPTIMIZER_PREFIX, ZERO_PREFIX, "pytorch_model_fsdp")
+# and Rufus's own, beside them
+COMPLETE_MARKER = "rufus_complete.json"  # written last: every file of the checkpoint with its size
+DYNAMIC_SAMPLING_STATE = "dynamic_sampling_state.json"  # sync GRPO's resampling buffer
+ROLLOUT_STATE = "rollout_state.json"  # async GRPO's rollout position
 
 
 def checkpoint_name(step: int) -> str:
-    return f"checkpoint-{step}"
+    return f"{CHECKPOINT_PREFIX}{step}"
 
 
 def checkpoint_dir(run: str | Path, step: int) -> Path:
@@ -50,6 +101,23 @@ def checkpoint_step_of(path: str | Path) -> int | None:
     """N of a `checkpoint-N` folder (its last path part); None for any other name."""
     match = CHECKPOINT_NAME.fullmatch(Path(str(path).rstrip("/")).name)
     return int(match[1]) if match else None
+
+
+def eval_step_dir(run: str | Path, step: int) -> Path:
+    """RUN/eval_logs/step-N: the evaluation of checkpoint N (0: the starting model)."""
+    return Path(run) / EVAL_LOGS / f"{EVAL_STEP_PREFIX}{step}"
+
+
+def eval_step_of(folder: str | Path) -> int | None:
+    """N of an `eval_logs/step-N` folder; None for any other name."""
+    number = Path(folder).name.removeprefix(EVAL_STEP_PREFIX)
+    return int(number) if Path(folder).name.startswith(EVAL_STEP_PREFIX) and number.isdigit() else None
+
+
+def eval_step_dirs(run: str | Path) -> list[tuple[int, Path]]:
+    """(N, folder) of every eval_logs/step-N of a run, in step order."""
+    found = [(eval_step_of(folder), folder) for folder in (Path(run) / EVAL_LOGS).glob(f"{EVAL_STEP_PREFIX}*")]
+    return sorted((step, folder) for step, folder in found if step is not None)
 
 
 def mixed_data_dir(run: str | Path, name: str) -> Path:

@@ -12,13 +12,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from rufus_data.errors import RufusError
 from rufus_data.shards import Kind, as_messages
-
-if TYPE_CHECKING:
-    from rufus_data.catalog import SourceSpec
 
 HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
 CONVERSATION_COLUMNS = ("messages", "conversations", "conversation")
@@ -29,6 +26,15 @@ ROLES = ("system", "user", "assistant", "tool")
 Messages = list[dict]
 # what a row reads as: (conversation, expected answer, (prompt, chosen, rejected)), each or None
 Read = tuple[Messages | None, str | None, tuple[Messages, Messages, Messages] | None]
+
+
+class DeclaredSource(Protocol):
+    """What a catalog source declares about its rows (rufus_data.catalog.SourceSpec is one); a
+    protocol, because catalog.py builds on this module (DECLARED_FORMATS), never the reverse."""
+
+    name: str
+    format: str
+    fields: dict[str, str]
 
 
 class BadRow(ValueError):
@@ -264,7 +270,7 @@ FORMATS: dict[str, SourceFormat] = {
 DECLARED_FORMATS = tuple(name for name, fmt in FORMATS.items() if fmt.declared)
 
 
-def detect_format(spec: SourceSpec, first: dict, kind: Kind) -> str:
+def detect_format(spec: DeclaredSource, first: dict, kind: Kind) -> str:
     """The source's format: the catalog's `format:`, or the first entry of FORMATS that
     recognises its first row."""
     if spec.format != "auto":
@@ -279,7 +285,7 @@ def detect_format(spec: SourceSpec, first: dict, kind: Kind) -> str:
     return found
 
 
-def resolve_columns(spec: SourceSpec, fmt: str, first: dict) -> dict[str, str | None]:
+def resolve_columns(spec: DeclaredSource, fmt: str, first: dict) -> dict[str, str | None]:
     """Canonical field -> source column for this format (the catalog's `fields:` map wins)."""
     columns: dict[str, str | None] = {}
     source_format = FORMATS[fmt]

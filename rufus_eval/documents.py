@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from rufus_data.errors import RufusError
-from rufus_eval.results import RESULTS_JSON
+from rufus_data.run_folder import RESULTS_JSON
 
 RUFUS_FILTER = "rufus"  # the one filter of a Rufus-defined task (tasks.py)
 

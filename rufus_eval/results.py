@@ -25,9 +25,9 @@ from rich.table import Table
 from rufus_data.console import console, print_result, print_rows
 from rufus_data.errors import RufusError
 from rufus_data.lineage import DataCheck
+from rufus_data.run_folder import RESULTS_JSON
 from rufus_eval.data_check import check_of, check_text, flagged_notes
 
-RESULTS_JSON = "results.json"
 REPORT = "report.md"
 COLUMNS = ("run", "suite", "checkpoint", "step", "task", "metric", "value", "stderr", "k", "docs", "role", "backend",
            "created", "results_path", "status", "data_check")

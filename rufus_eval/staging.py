@@ -27,16 +27,17 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-
-# what a checkpoint folder holds that evaluation does not need (pytorch_model_fsdp.bin: FSDP's
-# FULL_STATE_DICT copy for resuming, beside the model.safetensors that save_model writes)
-SKIP_FILES = ("optimizer.pt", "scheduler.pt", "scaler.pt", "training_args.bin", "trainer_state.json")
-SKIP_PREFIXES = ("rng_state", "optimizer", "global_step", "pytorch_model_fsdp")
-WEIGHT_PATTERNS = ("model.safetensors", "model-*.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                   "pytorch_model-*.bin", "adapter_model.safetensors", "adapter_model.bin")
-FSDP_SHARDED_PREFIX = "pytorch_model_fsdp_"  # accelerate's SHARDED_STATE_DICT folder (DCP)
-ZERO_PREFIX = "global_step"  # DeepSpeed's partition folder; `latest` names it
-ADAPTER_CONFIG = "adapter_config.json"
+from rufus_data.run_folder import (
+    ADAPTER_CONFIG,
+    ADAPTER_WEIGHTS,
+    FSDP_SHARDED_PREFIX,
+    MODEL_WEIGHTS,
+    TRAINING_STATE_FILES,
+    TRAINING_STATE_PREFIXES,
+    WEIGHT_PATTERNS,
+    ZERO_LATEST,
+    ZERO_PREFIX,
+)
 
 
 def has_weights(folder: Path) -> bool:
@@ -83,7 +84,7 @@ def stage_checkpoint(src: Path, dst: Path) -> str:
                     target.parent.mkdir(parents=True, exist_ok=True)
                     modes.add(link_or_copy(file, target))
             continue
-        if item.name in SKIP_FILES or item.name.startswith(SKIP_PREFIXES):
+        if item.name in TRAINING_STATE_FILES or item.name.startswith(TRAINING_STATE_PREFIXES):  # not evaluated
             continue
         modes.add(link_or_copy(item, tmp / item.name))
     shutil.rmtree(dst, ignore_errors=True)
@@ -134,7 +135,7 @@ def consolidate(staged: Path) -> str | None:
         raise RufusError(f"{staged}: the {kind} shards hold no {'LoRA ' if adapter else ''}weights to consolidate")
     from safetensors.torch import save_file  # heavy: torch loads with it
 
-    name = "adapter_model.safetensors" if adapter else "model.safetensors"
+    name = ADAPTER_WEIGHTS if adapter else MODEL_WEIGHTS
     save_file({k: v.contiguous() for k, v in state.items()}, str(staged / (name + ".tmp")), metadata={"format": "pt"})
     (staged / (name + ".tmp")).rename(staged / name)
     for folder in staged.iterdir():
@@ -171,7 +172,7 @@ def _load_zero_partitions(staged: Path) -> dict:
             "(`pip install deepspeed`), or save gathered weights with zero3_save_16bit_model: true "
             "(catalogs/accelerate/zero3.yaml does)"
         ) from None
-    tag = (staged / "latest").read_text().strip() if (staged / "latest").exists() else None
+    tag = (staged / ZERO_LATEST).read_text().strip() if (staged / ZERO_LATEST).exists() else None
     return get_fp32_state_dict_from_zero_checkpoint(str(staged), tag=tag)
 
 

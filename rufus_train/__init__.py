@@ -8,15 +8,19 @@ The run, start to end:
 - guards.py: what is refused before any model or dataset loads.
 - guidance.py: the Smol playbook's advice as config-time warnings (packing, preference epochs and rates).
 - launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.
+- trl_args.py: a stage's TRL config: the fields every stage sets alike, its own, `trainer:` on top.
 - data.py: what `data:` names (shard folders or catalogs, mixed first) and the rows read.
 - runner.py: one stage run: guards -> run folder -> model -> LoRA -> dataset -> trainer -> run.json.
-- stages/: the stage registry, one module per stage (sft, dpo, kto, orpo, distill, online_dpo,
-  the GRPO stages); grpo/: what the GRPO stages share (its own docstring maps it).
+- stage_base.py: what a stage is (`Stage`, `StageContext`, `conversational`), on the ground floor.
+- grpo/: what the GRPO stages share (its own docstring maps it), a floor of its own above
+  stage_base.py; stages/: the stage registry above it, one module per stage (sft, dpo, kto,
+  orpo, distill, online_dpo, the GRPO stages). grpo/ never imports stages/ (tests/test_layering.py).
 - modeling.py: loading policies once, LoRA, merging adapters back.
 - pipeline.py: `rufus-train pipeline`: stages in order, each evaluated.
 
 Around the run:
-- checkpoints.py, mirror.py: complete checkpoints, exact resume, a mirror on a second place.
+- checkpoints.py, mirror.py, resume.py: complete checkpoints, a mirror on a second place, and
+  where a run resumes from (exactly).
 - weight_update.py, model_card.py: how far the weights moved; the run folder's README.md.
 - run_summary.py: the table a stage ends with, train_curves.png, the tracker project and run name.
 - push.py: `push_to_hub: ORG/NAME`: the run (or RUN/merged) uploaded after its card.

@@ -29,12 +29,19 @@ from transformers import TrainerCallback
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file
-from rufus_data.run_folder import checkpoint_dir, checkpoint_step_of
-from rufus_eval.staging import FSDP_SHARDED_PREFIX, WEIGHT_PATTERNS, ZERO_PREFIX
+from rufus_data.run_folder import (
+    COMPLETE_MARKER,
+    FSDP_SHARDED_PREFIX,
+    OPTIMIZER_PREFIX,
+    RNG_STATE_PREFIX,
+    TRAINER_STATE,
+    WEIGHT_PATTERNS,
+    ZERO_PREFIX,
+    checkpoint_dir,
+    checkpoint_step_of,
+)
 
-LATEST = "latest"
-MARKER = "rufus_complete.json"
-TRAINER_STATE = "trainer_state.json"
+LATEST = "latest"  # resume_from_checkpoint: latest
 
 
 def storage(location: str, key: str = "checkpoint_mirror"):
@@ -71,8 +78,8 @@ def missing_parts(names: Collection[str]) -> list[str]:
     weights = (*WEIGHT_PATTERNS, f"{FSDP_SHARDED_PREFIX}*", f"{ZERO_PREFIX}*")
     needs = {
         "trainer state": TRAINER_STATE in top,
-        "optimizer state": any(t.startswith(("optimizer", ZERO_PREFIX)) for t in top),
-        "RNG state": any(t.startswith("rng_state") for t in top),
+        "optimizer state": any(t.startswith((OPTIMIZER_PREFIX, ZERO_PREFIX)) for t in top),
+        "RNG state": any(t.startswith(RNG_STATE_PREFIX) for t in top),
         "weights": any(fnmatch.fnmatch(t, pattern) for t in top for pattern in weights),
     }
     return [part for part, present in needs.items() if not present]
@@ -99,15 +106,15 @@ def checkpoint_problem(fs, folder: str, markers_expected: bool = True) -> str | 
         files = listing(fs, folder)
     except FileNotFoundError:
         return "it does not exist"
-    if MARKER not in files:
+    if COMPLETE_MARKER not in files:
         if markers_expected:
-            return f"no {MARKER} (written last): it was being written when the job stopped"
+            return f"no {COMPLETE_MARKER} (written last): it was being written when the job stopped"
         missing = missing_parts(files)
         return f"no {', '.join(missing)}: it was being written when the job stopped" if missing else None
     try:
-        recorded = json.loads(fs.cat_file(f"{folder}/{MARKER}"))["files"]
+        recorded = json.loads(fs.cat_file(f"{folder}/{COMPLETE_MARKER}"))["files"]
     except (ValueError, KeyError, TypeError):
-        return f"its {MARKER} is unreadable"
+        return f"its {COMPLETE_MARKER} is unreadable"
     wrong = sorted(name for name, size in recorded.items() if files.get(name) != size)
     if wrong:
         return f"{len(wrong)} of its {len(recorded)} files are missing or cut short ({wrong[0]}, ...): a half-copied folder"
@@ -116,7 +123,7 @@ def checkpoint_problem(fs, folder: str, markers_expected: bool = True) -> str | 
 
 def markers_expected(fs, found: list[tuple[int, str]]) -> bool:
     """True when a Rufus run wrote these checkpoints (one has a marker): then every one needs it."""
-    return any(fs.exists(f"{path}/{MARKER}") for _, path in found)
+    return any(fs.exists(f"{path}/{COMPLETE_MARKER}") for _, path in found)
 
 
 def newest_complete(fs, root: str, where: str) -> tuple[str | None, list[str]]:
@@ -139,11 +146,11 @@ def mark_complete(folder: Path, step: int, world_size: int) -> list[str]:
     """Write the marker of a saved checkpoint (rank 0, after every rank saved); the parts it lacks
     (then no marker is written: `latest` never resumes from it), empty when it is complete."""
     files = listing(local_storage(), str(folder.resolve()))
-    files.pop(MARKER, None)
+    files.pop(COMPLETE_MARKER, None)
     missing = missing_parts(files)
     if not missing:
         record = {"step": step, "world_size": world_size, "files": files}
-        with atomic_file(folder / MARKER) as tmp:
+        with atomic_file(folder / COMPLETE_MARKER) as tmp:
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return missing
 

@@ -2,8 +2,9 @@
 rufus_train.{config,runner,pipeline,modeling,plan}; the tests call those directly.
 
 Results (tables, the resolved config, paths) go to stdout, progress and notes to stderr. The
-stage registry, configs and runner import torch/transformers/peft (about 18 s on a small CPU):
-they are imported inside the commands that need them, so --help, `plan` and `export` stay quick."""
+runner imports torch/transformers/peft (about 18 s on a small CPU), the stage registry and configs
+about 1 s of pyarrow and rewards: they are imported inside the commands that need them, so --help,
+`plan` and `export` stay quick."""
 
 from __future__ import annotations
 
@@ -59,14 +60,14 @@ app.command("env")(env_command)
 @cli_errors
 def stages_cmd(fmt: FormatOption = "table") -> None:
     """List the stages, one line each: name, what it does, its TRL config class."""
-    from rufus_train.stages import all_stages  # heavy: the stage registry imports TRL and peft
+    from rufus_train.stages import all_stages  # every stage module: pyarrow, the rewards (about 1 s)
 
     rows = [(name, stage.description, stage.config_class.trl_config) for name, stage in sorted(all_stages().items())]
     print_rows(["stage", "description", "trl_config"], rows, fmt, title="rufus-train stages")
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
-    from rufus_train.config import load_stage_config, parse_cli_overrides  # heavy: the stage registry, TRL
+    from rufus_train.config import load_stage_config, parse_cli_overrides  # with the registry: about 1 s
     from rufus_train.stages import get_stage
 
     stage = get_stage(name)
@@ -164,7 +165,7 @@ def stage_cmd(
 
 
 def print_masks(cfg, n: int) -> None:
-    from rufus_train.stages.base import conversational  # heavy: imports TRL
+    from rufus_train.stage_base import conversational  # heavy: pyarrow
 
     if not hasattr(cfg, "assistant_only_loss"):
         raise RufusError(f"--show_mask applies to the sft and midtrain stages (stage {cfg.stage} has no token mask)")

@@ -45,12 +45,14 @@ DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 class LoraSettings(StrictModel):
     """LoRA adapter: rank 4 on the attention projections by default; the base stays frozen."""
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="train a LoRA adapter on the frozen base; false: full fine-tuning")
     method: str = Field("lora", description="peft method; only LoRA is supported (prompt learning is refused)")
-    r: int = Field(4, ge=1)
+    r: int = Field(4, ge=1, description="adapter rank: the inner dimension of each low-rank update")
     alpha: int | None = Field(None, description="lora_alpha; null means 2 x r")
-    dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: list(DEFAULT_ATTENTION_PROJECTIONS))
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="lora_dropout: dropout probability on the adapter's input")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_ATTENTION_PROJECTIONS),
+        description="names of the modules the adapter wraps (default: the attention projections q/k/v/o_proj)")
 
     @model_validator(mode="after")
     def _resolve_alpha(self) -> LoraSettings:
@@ -82,20 +84,26 @@ class StageConfig(StrictModel):
     model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")
     data: list[str] = Field(default_factory=list, description="shard folder(s) written by rufus-data")
     max_rows: int | None = Field(None, ge=1, description="use only the first N rows (after a seeded shuffle)")
-    output_dir: str = "runs/{stage}"
-    overwrite: bool = False
-    lora: LoraSettings = Field(default_factory=LoraSettings)
+    output_dir: str = Field("runs/{stage}", description="the run folder; {stage} is the stage's name")
+    overwrite: bool = Field(False, description="replace an output_dir that already holds a run (never when resuming)")
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="the LoRA adapter, or full fine-tuning")
     learning_rate: float | None = Field(None, gt=0, description="null: full FT or LoRA default of the stage")
-    max_steps: int = -1
-    num_train_epochs: float = 1.0
-    per_device_train_batch_size: int = Field(8, ge=1)
-    gradient_accumulation_steps: int = Field(1, ge=1)
-    max_length: int | None = Field(2048, ge=8)
-    seed: int = 42
-    report_to: list[Literal["none", "trackio", "wandb", "tensorboard"]] = Field(default_factory=lambda: ["none"])
-    save_steps: int = Field(500, ge=1)
-    logging_steps: int = Field(10, ge=1)
-    gradient_checkpointing: bool = True
+    max_steps: int = Field(-1, description="optimizer steps to train; -1: num_train_epochs decides")
+    num_train_epochs: float = Field(1.0, description="passes over the data (a fraction allowed) when max_steps is -1")
+    per_device_train_batch_size: int = Field(8, ge=1, description="examples per process in each forward pass")
+    gradient_accumulation_steps: int = Field(
+        1, ge=1, description="forward passes per optimizer step: a step sees batch x accumulation x processes examples")
+    max_length: int | None = Field(
+        2048, ge=8, description="tokens per training example (prompt and completion); TRL truncates longer ones")
+    seed: int = Field(42, description="seed of the max_rows sample, the LoRA initialisation, data order and sampling")
+    report_to: list[Literal["none", "trackio", "wandb", "tensorboard"]] = Field(
+        default_factory=lambda: ["none"], description="trackers the trainer logs to (project rufus); none: only "
+        "metrics.jsonl and train.log")
+    save_steps: int = Field(
+        500, ge=1, description="optimizer steps between checkpoints (each one evaluated when eval.eval_on_checkpoint)")
+    logging_steps: int = Field(10, ge=1, description="optimizer steps between logged metrics (metrics.jsonl, trackers)")
+    gradient_checkpointing: bool = Field(
+        True, description="recompute activations in the backward pass: less memory, more compute")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="auto: on a GPU with native bf16, full fine-tuning keeps fp32 master weights (and fp32 AdamW "
         "states) and computes under bf16 autocast, async GRPO included; LoRA keeps its frozen base in bf16 and its "

@@ -26,10 +26,9 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-from rufus_data.run_folder import checkpoint_name, checkpoint_step_of
+from rufus_data.run_folder import COMPLETE_MARKER, MIRROR_STAGING, checkpoint_name, checkpoint_step_of
 from rufus_eval.staging import link_or_copy
 from rufus_train.checkpoints import (
-    MARKER,
     checkpoint_problem,
     checkpoint_steps,
     listing,
@@ -39,13 +38,12 @@ from rufus_train.checkpoints import (
 )
 
 log = logging.getLogger("rufus_train")
-SNAPSHOTS = "_mirror_staging"
 MIRROR_END_TIMEOUT_S = 3600.0
 
 
 def marker_last(names) -> list[str]:
     """Copy order: the marker after every file it vouches for."""
-    return sorted(names, key=lambda name: (name == MARKER, name))
+    return sorted(names, key=lambda name: (name == COMPLETE_MARKER, name))
 
 
 class Mirror:
@@ -64,7 +62,7 @@ class Mirror:
 
     def start(self, output_dir: Path, save_total_limit: int | None) -> None:
         self.fs.makedirs(self.root, exist_ok=True)
-        self._snapshots = output_dir / SNAPSHOTS
+        self._snapshots = output_dir / MIRROR_STAGING
         shutil.rmtree(self._snapshots, ignore_errors=True)  # a killed job's snapshots
         self._keep = save_total_limit
         self._thread = threading.Thread(target=self._work, name="checkpoint-mirror", daemon=True)

@@ -16,17 +16,19 @@ from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from rufus_data.models import BUILTINS
 from rufus_data.run_folder import (
+    ADAPTER_CONFIG,
     CONFIG_YAML,
     EVAL_LOGS,
     MERGED_DIR,
     METRICS,
+    MODEL_CARD,
+    RESULTS_JSON,
     RUN_JSON,
     TRAIN_LOG,
+    eval_step_dirs,
     is_run_folder,
     read_run_json,
 )
-
-CARD = "README.md"
 
 
 def hub_base(reference: str) -> str | None:
@@ -70,12 +72,11 @@ def hub_datasets(lineage: dict | None) -> list[str]:
 
 def checkpoint_evaluation(run: Path) -> tuple[int, dict] | None:
     """The latest finished checkpoint evaluation of a run (RUN/eval_logs/step-N/results.json)."""
-    done = [(int(folder.name.removeprefix("step-")), folder) for folder in (run / EVAL_LOGS).glob("step-*")
-            if folder.name.removeprefix("step-").isdigit() and (folder / "results.json").exists()]
+    done = [(step, folder) for step, folder in eval_step_dirs(run) if (folder / RESULTS_JSON).exists()]
     if not done:
         return None
-    step, folder = max(done)
-    return step, json.loads((folder / "results.json").read_text())
+    step, folder = done[-1]
+    return step, json.loads((folder / RESULTS_JSON).read_text())
 
 
 def eval_results(run: Path) -> list[EvalResult]:
@@ -108,7 +109,7 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
     loss = final.get("train_loss", final.get("loss"))
     data = ", ".join(f"`{d}`" for d in summary.get("data") or []) or "its data"
     lines = [
-        f"# {run.name}{'/merged' if merged else ''}",
+        f"# {run.name}{f'/{MERGED_DIR}' if merged else ''}",
         "",
         (f"A fine-tuned version of {base_description(base)}: Rufus stage `{summary['stage']}`, {method}, "
          f"{summary['global_step']} steps on {data}."),
@@ -117,12 +118,12 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         "",
         "```bash",
         f"rufus-eval suite quick --ckpt {out}",
-        *([f"rufus-train export {out} --merge    # base + adapter as a plain model folder: {out}/merged"]
+        *([f"rufus-train export {out} --merge    # base + adapter as a plain model folder: {out / MERGED_DIR}"]
           if lora and not merged else []),
         "```",
         "",
         *([("The adapter alone does not change the base model: load the merged folder, or the base with the "
-            "adapter (Rufus resolves the base reference in `adapter_config.json`)."), ""] if lora and not merged else []),
+            f"adapter (Rufus resolves the base reference in `{ADAPTER_CONFIG}`)."), ""] if lora and not merged else []),
         *evaluation_lines(results),
         "## Training",
         "",
@@ -147,11 +148,11 @@ def evaluation_lines(results: list[EvalResult]) -> list[str]:
         return []
     rows = [f"| {r.dataset_name} | {r.metric_type} | {r.metric_value:.4g} |" for r in results]
     step = results[0].metric_name.rsplit("step ", 1)[-1].rstrip(")")
-    return ["## Evaluation", "", f"The last checkpoint evaluation (step {step}, `eval_logs/`):", "",
+    return ["## Evaluation", "", f"The last checkpoint evaluation (step {step}, `{EVAL_LOGS}/`):", "",
             "| task | metric | value |", "| --- | --- | ---: |", *rows, ""]
 
 
 def write_model_card(out: Path, summary: dict, merged: bool = False) -> Path:
-    path = out / CARD
+    path = out / MODEL_CARD
     path.write_text(model_card(out, summary, merged))
     return path

@@ -16,7 +16,7 @@ from pathlib import Path
 from rufus_data.errors import RufusError
 from rufus_data.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
 from rufus_data.models import resolve_model
-from rufus_data.run_folder import read_run_json
+from rufus_data.run_folder import TOKENIZER_CONFIG, read_run_json
 
 # TRL 1.16 switches checkpointing off and on around every GRPO generation with transformers 5's
 # deprecated gradient_checkpointing_disable/enable: two FutureWarnings per step that no Rufus
@@ -125,7 +125,7 @@ def load_tokenizer(ref: str):
     from transformers import AutoTokenizer
 
     path = resolve_model(ref)
-    if is_adapter_folder(path) and not (Path(path) / "tokenizer_config.json").exists():
+    if is_adapter_folder(path) and not (Path(path) / TOKENIZER_CONFIG).exists():
         return load_tokenizer(adapter_base(path))
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:

@@ -11,8 +11,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from rufus_data.run_folder import TRAIN_CURVES
+
 PROJECT = "rufus"
-CURVES = "train_curves.png"
 PIPELINE_STAGE = re.compile(r"^\d{2}-")  # a pipeline's stage folder: runs/NAME/01-sft (rufus_train/pipeline.py)
 CURVE_KEYS = ("loss", "learning_rate", "grad_norm")
 
@@ -78,7 +79,7 @@ def write_train_curves(out: Path, metrics: list[dict]) -> Path | None:
         axis.legend(fontsize="small")
     figure.suptitle(out.name)
     figure.tight_layout()
-    path = out / CURVES
+    path = out / TRAIN_CURVES
     figure.savefig(path, dpi=100)
     plt.close(figure)
     return path

@@ -44,7 +44,7 @@ from rufus_data.models import portable_reference
 from rufus_data.output_lock import OutputLock
 from rufus_data.run_folder import CONFIG_YAML, LINEAGE_JSON, METRICS, RUN_JSON, TRAIN_LOG, write_run_json
 from rufus_data.shards import package_versions
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror

@@ -16,7 +16,7 @@ from peft import LoraConfig
 from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 
 PROMPTS = ["What is 2 + 3?", "Name a colour.", "Say hello.", "What is the capital of France?"]
 ANSWERS = ["2 + 3 = 5.", "Blue.", "Hello!", "Paris."]

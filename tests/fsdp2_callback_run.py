@@ -28,7 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from torch.distributed.fsdp import fully_shard
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 
 
 def main(spec_path: str) -> None:

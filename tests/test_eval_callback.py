@@ -24,8 +24,8 @@ from transformers import TrainerCallback
 
 from rufus_data.errors import RufusError
 from rufus_data.generate.launcher import group_members
-from rufus_data.run_folder import STAGING
-from rufus_eval.checkpoint_eval import STAGING_LOG, CheckpointEvalCallback
+from rufus_data.run_folder import STAGING, STAGING_LOG
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.staging import consolidate, sharded_kind, stage_checkpoint, write_model_files
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,7 +131,7 @@ def test_no_evaluation_process_left_after_an_exception(tmp_path, tiny_model, dat
 KILLED_TRAINER = """
 import json, sys, time
 from types import SimpleNamespace
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 out = sys.argv[1]
 evaluator = CheckpointEvalCallback({"eval_on_checkpoint": True, "backend": "hf"})
 evaluator.eval_command = lambda output_dir, step, staged: ([sys.executable, "-c", "import time; time.sleep(120)"], {})

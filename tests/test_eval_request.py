@@ -19,7 +19,7 @@ from rufus_data.cli_options import RENAMED_ATTRIBUTE
 from rufus_data.errors import RufusError
 from rufus_data.generate import backend_config
 from rufus_eval import runner
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.cli import app
 from rufus_eval.request import EvalRequest, EvalSettings, request_from_cli
 from rufus_train.pipeline import StageEval, stage_request

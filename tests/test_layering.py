@@ -1,8 +1,9 @@
 """The packages read as the data flow: rufus_data imports neither rufus_eval nor rufus_train, and
 rufus_eval does not import rufus_train. Every import counts, in-function ones included.
 
-Inside rufus_train the imports run down its floors too (parts, stages, one run, commands), and no
-module imports one that imports it back: a lazy import is no way round either rule.
+Inside rufus_train the imports run down its floors too (parts, grpo, stages, one run, commands), and
+in all three packages no module imports one that imports it back, round any number of modules: a
+lazy import (or one for type checking only) is no way round either rule.
 
 Benchmarks have one room, rufus_data/benchmarks/: the registry, the suite schema, the rows and
 their conversion, BFCL's wheel rows and pulling are defined there and nowhere else; nothing outside
@@ -12,11 +13,13 @@ scorers), never the reverse.
 Inside rufus_data the floors show: the data steps are folders (mix/, decontam/, dedup/, rollouts/);
 the services they share (the generation engine in generate/, the rewards, the similarity kit, the
 benchmarks, and the root modules: CLI machinery, console, errors, paths, models, shards, sources)
-import no data step, and a data step builds on another only where STEP_ON_STEP says why."""
+import no data step, and a data step builds on another only where STEP_ON_STEP says why. Every
+folder of rufus_data is one or the other."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -147,7 +150,8 @@ def load_suite(name):
 # (configs, models, data, checkpoints, TRL arguments, launching). A module imports nothing from a
 # floor above its own.
 TRAIN_FLOORS = (
-    ("stages", ("rufus_train.stages", "rufus_train.grpo")),
+    ("grpo", ("rufus_train.grpo",)),  # what the GRPO stages share; what a stage is sits below it (stage_base.py)
+    ("stages", ("rufus_train.stages",)),
     ("one run", ("rufus_train.runner",)),
     ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.serve", "rufus_train.examples",
                                "rufus_train.agent_examples")),
@@ -159,8 +163,8 @@ def module_of(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def package_imports(path: Path, root: Path, package: str) -> list[tuple[int, str]]:
-    """(line, module) of every import of a `package` module; `from package import name` is the
+def package_imports(path: Path, root: Path, packages: tuple[str, ...]) -> list[tuple[int, str]]:
+    """(line, module) of every import of a module of `packages`; `from package import name` is the
     module `package.name` where that is a module."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -171,7 +175,7 @@ def package_imports(path: Path, root: Path, package: str) -> list[tuple[int, str
             folder = root.joinpath(*node.module.split("."))
             names = [f"{node.module}.{alias.name}" if (folder / f"{alias.name}.py").exists()
                      or (folder / alias.name / "__init__.py").exists() else node.module for alias in node.names]
-        found += [(node.lineno, name) for name in dict.fromkeys(names) if name.split(".")[0] == package]
+        found += [(node.lineno, name) for name in dict.fromkeys(names) if name.split(".")[0] in packages]
     return found
 
 
@@ -193,16 +197,21 @@ def upward_imports(paths: list[Path], root: Path = REPO) -> list[str]:
     found = []
     for path in paths:
         own = floor_of(module_of(path, root))
-        for line, module in package_imports(path, root, "rufus_train"):
+        for line, module in package_imports(path, root, ("rufus_train",)):
             if floor_of(module) > own:
                 found.append(f"{path.relative_to(root)}:{line} ({floor_name(own)}) imports {module} "
                              f"({floor_name(floor_of(module))})")
     return found
 
 
+def package_modules(root: Path = REPO) -> list[Path]:
+    return [path for package in PACKAGES for path in sorted((root / package).rglob("*.py"))]
+
+
 def import_cycles(paths: list[Path], root: Path = REPO) -> list[list[str]]:
-    """The modules that import each other round a cycle, each cycle once (sorted)."""
-    graph = {module_of(p, root): {m for _, m in package_imports(p, root, "rufus_train")} for p in paths}
+    """The modules that import each other round a cycle, each cycle once (sorted); imports across
+    the packages count too."""
+    graph = {module_of(p, root): {m for _, m in package_imports(p, root, PACKAGES)} for p in paths}
     cycles, seen = [], set()
     for start in sorted(graph):
         stack = [(start, [start])]
@@ -223,8 +232,8 @@ def test_rufus_train_imports_run_down_its_floors():
     assert upward_imports(train_modules()) == []
 
 
-def test_rufus_train_has_no_import_cycle():
-    assert import_cycles(train_modules()) == []
+def test_no_package_has_an_import_cycle():
+    assert import_cycles(package_modules()) == []
 
 
 def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
@@ -234,13 +243,28 @@ def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
     (package / "grpo" / "__init__.py").write_text("")
     (package / "runner.py").write_text("from rufus_train.grpo import setup\n")
     (package / "grpo" / "setup.py").write_text("def args():\n    from rufus_train.runner import trl_kwargs\n")
+    (package / "grpo" / "stage.py").write_text("from rufus_train.stages import get_stage\n")
     (package / "checkpoints.py").write_text("def resume():\n    from rufus_train import mirror\n")
     (package / "mirror.py").write_text("from rufus_train.checkpoints import listing\n")
     paths = train_modules(tmp_path)
     assert upward_imports(paths, tmp_path) == [
-        "rufus_train/grpo/setup.py:2 (stages) imports rufus_train.runner (one run)"]
+        "rufus_train/grpo/setup.py:2 (grpo) imports rufus_train.runner (one run)",
+        "rufus_train/grpo/stage.py:1 (grpo) imports rufus_train.stages (stages)"]
     assert import_cycles(paths, tmp_path) == [["rufus_train.checkpoints", "rufus_train.mirror"],
                                               ["rufus_train.grpo.setup", "rufus_train.runner"]]
+
+
+def test_the_cycle_check_sees_every_package_and_type_checking_imports(tmp_path):
+    for folder in ("rufus_data", "rufus_eval"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "rufus_data" / "catalog.py").write_text("from rufus_data.source_formats import DECLARED\n")
+    (tmp_path / "rufus_data" / "source_formats.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rufus_data.catalog import SourceSpec\n")
+    (tmp_path / "rufus_data" / "models.py").write_text("from rufus_eval import staging\n")
+    (tmp_path / "rufus_eval" / "staging.py").write_text("def f():\n    import rufus_data.models\n")
+    assert import_cycles(package_modules(tmp_path), tmp_path) == [
+        ["rufus_data.catalog", "rufus_data.source_formats"], ["rufus_data.models", "rufus_eval.staging"]]
 
 
 DATA = REPO / "rufus_data"
@@ -298,8 +322,76 @@ def test_every_data_step_is_a_folder():
     assert [step for step in DATA_STEPS if not (DATA / step / "__init__.py").exists()] == []
 
 
+def unclassified_folders(root: Path = DATA) -> list[str]:
+    """rufus_data's folders of .py files that are neither a data step nor a floor (a folder
+    inside one belongs to it)."""
+    known = set(DATA_STEPS) | {folder.name for folder in FLOORS.values() if folder != DATA}
+    tops = {path.relative_to(root).parts[0] for path in root.rglob("*.py") if len(path.relative_to(root).parts) > 1}
+    return sorted(tops - known)
+
+
+def test_every_folder_of_rufus_data_is_a_step_or_a_floor():
+    """A new folder is classified here first: the floor checks above cover only what is named."""
+    assert unclassified_folders() == []
+
+
+def test_the_folder_check_sees_a_new_folder(tmp_path):
+    for name in ("cli.py", "mix/__init__.py", "generate/hf.py", "rewards/judges/llm.py", "cleanup/__init__.py",
+                 "cleanup/inner/x.py", "notes/readme.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("")
+    assert unclassified_folders(tmp_path) == ["cleanup"]
+
+
 def test_the_floor_check_sees_a_step_import(tmp_path):
     module = tmp_path / "rufus_data" / "dedup" / "m.py"
     module.parent.mkdir(parents=True)
     module.write_text("import rufus_data.dedup.rows\n\n\ndef f():\n    from rufus_data.mix import mix\n")
     assert step_imports([module], root=tmp_path) == ["rufus_data/dedup/m.py:5 imports rufus_data.mix"]
+
+
+# ------------------------------------------------------------------ the package maps
+# Each package's docstring maps its modules; a sub-package's own docstring may map its modules
+# (rufus_train/grpo/, rufus_eval/checkpoint_eval/, ...), and its parent's names the folder.
+
+
+def docstring(path: Path) -> str:
+    return (ast.get_docstring(ast.parse(path.read_text(), str(path))) or "") if path.exists() else ""
+
+
+def unmapped_modules(package: str, root: Path = REPO) -> list[str]:
+    """The modules (NAME.py) and sub-packages (NAME/) of `package` that no map above them names:
+    the docstring of their package's __init__.py, or of any package's above it."""
+    base = root / package
+    found = []
+    for path in sorted(base.rglob("*.py")):
+        if path == base / "__init__.py":
+            continue
+        if path.name == "__init__.py":  # a sub-package: its folder is named by a map above it
+            name, folder, label = f"{path.parent.name}/", path.parent.parent, f"{path.parent.relative_to(root)}/"
+        else:
+            name, folder, label = path.name, path.parent, str(path.relative_to(root))
+        maps = [docstring(above / "__init__.py") for above in (folder, *folder.parents) if base in (above, *above.parents)]
+        named = re.compile(r"(?<![\w.])" + re.escape(name) + ("" if name.endswith("/") else r"(?!\w)"))
+        if not any(named.search(text) for text in maps):
+            found.append(label)
+    return found
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_the_package_map_names_every_module(package):
+    assert unmapped_modules(package) == []
+
+
+def test_the_map_check_sees_an_unnamed_module(tmp_path):
+    base = tmp_path / "rufus_eval"
+    files = {"__init__.py": '"""The map.\n\n- cli.py: the command.\n- checkpoint_eval/: its own docstring maps it."""\n',
+             "cli.py": "", "request.py": '"""Names request.py itself, which is no map."""\n',
+             "checkpoint_eval/__init__.py": '"""- callback.py: the events; rufus_curve.py is another."""\n',
+             "checkpoint_eval/callback.py": "", "checkpoint_eval/curve.py": "",
+             "extra/__init__.py": '"""- x.py: mapped here, but the folder is named nowhere."""\n', "extra/x.py": ""}
+    for name, text in files.items():
+        (base / name).parent.mkdir(parents=True, exist_ok=True)
+        (base / name).write_text(text)
+    assert unmapped_modules("rufus_eval", tmp_path) == [
+        "rufus_eval/checkpoint_eval/curve.py", "rufus_eval/extra/", "rufus_eval/request.py"]

@@ -12,8 +12,9 @@ import pytest
 from PIL import Image
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
+from rufus_data.run_folder import TRAIN_CURVES
 from rufus_train import examples
-from rufus_train.run_summary import CURVES, run_name
+from rufus_train.run_summary import run_name
 from rufus_train.trl_args import build_trl_args
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -31,7 +32,7 @@ def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_p
     row = next(line for line in shown.splitlines() if line.startswith("│") and f"{last['loss']:.4g}" in line)
     assert f"{int(last['num_tokens']):,}" in row and f"{run['weight_update']['relative']:.3g}" in row
     assert row.split("│")[1].strip() == "2"  # steps
-    curves = result.output_dir / CURVES
+    curves = result.output_dir / TRAIN_CURVES
     assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and Image.open(curves).size == (1260, 320)
     assert f"curves: {curves}" in shown.replace("\n", "")
     args = result.trainer.args

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 from eval_callback_run import tiny_suite
 
-from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 
 REPO = Path(__file__).resolve().parents[1]
 PROJECT = "rufus-trackers"
@@ -144,7 +144,7 @@ def main(spec_path: str) -> None:
     trackio's store back (after the run is finished) into OUT/trackio_logs.json."""
     from train_helpers import WaitForBaseline, tiny_config
 
-    from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+    from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
     from rufus_train.runner import run_stage
     from rufus_train.stages import get_stage
 

@@ -241,7 +241,7 @@ def test_accelerate_configs_parse_with_accelerate():
 def test_every_stage_attaches_checkpoint_eval_when_asked(sft_shards, tmp_path, monkeypatch):
     """`eval.eval_on_checkpoint` gives every stage runner the rufus-eval callback; an empty
     `devices.eval` is refused at start-up, an overlap with the trainer's GPUs is a loud warning."""
-    from rufus_eval.checkpoint_eval import CheckpointEvalCallback
+    from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
     from rufus_train.runner import checkpoint_eval_callback
 
     base = {"data": [str(sft_shards["sft"])], "output_dir": str(tmp_path / "o")}

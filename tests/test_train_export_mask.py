@@ -17,7 +17,7 @@ from rufus_train import examples, modeling
 from rufus_train.cli import app
 from rufus_train.config import LoraSettings
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
-from rufus_train.stages.base import conversational
+from rufus_train.stage_base import conversational
 
 
 @pytest.fixture(scope="module")

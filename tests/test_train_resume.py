@@ -28,10 +28,10 @@ from resume_hooks import HOLD_AT, RECORD
 from train_helpers import one_torch_thread, tiny_config
 
 from rufus_data.errors import RufusError
+from rufus_data.run_folder import COMPLETE_MARKER
 from rufus_train import examples, guards
 from rufus_train.checkpoints import (
     LATEST,
-    MARKER,
     checkpoint_problem,
     local_storage,
     mark_complete,
@@ -220,7 +220,7 @@ def half_written_copy(checkpoint: Path, step: int) -> Path:
     partial = checkpoint.parent / f"checkpoint-{step}"
     shutil.copytree(checkpoint, partial)
     (partial / "optimizer.pt").unlink()
-    (partial / MARKER).unlink()
+    (partial / COMPLETE_MARKER).unlink()
     return partial
 
 
@@ -290,7 +290,7 @@ def test_two_processes_killed_after_their_second_save_resume_exactly(tiny_model,
     out, record, mirror = tmp_path / "run", tmp_path / "record", tmp_path / "mirror"
     argv = command(tiny_model, shards, out, str(mirror), processes=2)  # the mirror as a plain folder
     run_and_kill_when_held(argv, record, 2, lambda: complete(out, HOLD) and complete(mirror, HOLD))
-    marker = json.loads((out / f"checkpoint-{HOLD}" / MARKER).read_text())
+    marker = json.loads((out / f"checkpoint-{HOLD}" / COMPLETE_MARKER).read_text())
     assert marker["world_size"] == 2 and {"rng_state_0.pth", "rng_state_1.pth"} <= set(marker["files"])
     resumed_record = tmp_path / "resumed-record"
     run_to_end(argv, resumed_record)
@@ -327,7 +327,7 @@ def test_latest_without_a_checkpoint_starts_fresh_and_markerless_checkpoints_are
     assert "no complete checkpoint" in capsys.readouterr().err
     legacy = tmp_path / "legacy"  # written by transformers alone: no marker anywhere, judged by its files
     shutil.copytree(reference_single[0] / "checkpoint-8", legacy / "checkpoint-8")
-    (legacy / "checkpoint-8" / MARKER).unlink()
+    (legacy / "checkpoint-8" / COMPLETE_MARKER).unlink()
     assert resume_checkpoint(LATEST, legacy, None) == str(legacy.resolve() / "checkpoint-8")
     (legacy / "checkpoint-8" / "optimizer.pt").unlink()
     assert "no optimizer state" in checkpoint_problem(local_storage(), str(legacy / "checkpoint-8"), False)

@@ -2,6 +2,15 @@
 
 Every reward follows TRL's reward-function contract (see `contract.py`) and returns a float or None
 (= not scored) per completion. Pick rewards in configs by name through `build_reward(s)`.
+
+- registry.py: the table of reward names and their specs; data_rewards.py: rewards that travel
+  with the rows (`reward_spec`).
+- extract.py: what "the answer" of a completion is; response_schema.py: a completion as
+  reasoning, content and tool calls.
+- string_match.py, final_number.py, math_equivalence.py: answers compared as strings, numbers,
+  maths; ifeval.py: IFEval's checkers; bfcl.py: BFCL's AST checker; llm_judge.py: a judge server.
+- code_execution.py: code run against the row's tests, in sandbox.py, by harness.py inside it.
+- overlong.py: DAPO's soft overlong penalty; groups.py: GRPO group statistics (which prompts teach).
 """
 
 from rufus_data.rewards.bfcl import BFCLASTReward, parse_calls, score_bfcl

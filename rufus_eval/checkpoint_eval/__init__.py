@@ -22,11 +22,7 @@
 - trackers.py: the same into W&B (`define_metric`) and trackio (`eval/step` in every record).
 
 The evaluation's GPUs are the stage's `devices.eval` role (rufus_data/devices.py), physical ids
-given verbatim to its CUDA_VISIBLE_DEVICES."""
+given verbatim to its CUDA_VISIBLE_DEVICES.
 
-from rufus_data.run_folder import EVAL_LOGS
-from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
-from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
-from rufus_eval.checkpoint_eval.staged import STAGING_LOG
-
-__all__ = ["EVAL_LOGS", "STAGING_LOG", "CheckpointEvalCallback", "CheckpointEvalConfig"]
+Nothing is imported here: a stage config reads config.py without loading transformers, which
+callback.py needs (import `rufus_eval.checkpoint_eval.callback` for the callback)."""

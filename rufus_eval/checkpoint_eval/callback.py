@@ -13,10 +13,10 @@ from transformers import TrainerCallback
 from rufus_data import devices as gpus
 from rufus_data.console import console
 from rufus_data.devices import DeviceRoles
-from rufus_data.run_folder import EVAL_LOGS, checkpoint_dir
+from rufus_data.run_folder import EVAL_JOB, EVAL_LOG, RESULTS_JSON, checkpoint_dir, eval_step_dir
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 from rufus_eval.checkpoint_eval.curve import EvalCurve
-from rufus_eval.checkpoint_eval.process import JOB, EvaluationProcess, evaluation_command
+from rufus_eval.checkpoint_eval.process import EvaluationProcess, evaluation_command
 from rufus_eval.checkpoint_eval.staged import StagedCheckpoints
 from rufus_eval.checkpoint_eval.trackers import Trackers
 from rufus_eval.request import EvalRequest
@@ -152,8 +152,8 @@ class CheckpointEvalCallback(TrainerCallback):
         self.curve.resume(args.output_dir, step)
         console.print(f"eval: resumed at step {step}: eval/step keeps the evaluations up to step {step}; no baseline "
                       "(the resumed weights are not the starting model)")
-        logs = Path(args.output_dir) / EVAL_LOGS / f"step-{step}"
-        lost = (logs / JOB).exists() and not (logs / "results.json").exists()
+        logs = eval_step_dir(args.output_dir, step)
+        lost = (logs / EVAL_JOB).exists() and not (logs / RESULTS_JSON).exists()
         if lost and checkpoint_dir(args.output_dir, step).is_dir():
             console.print(f"eval: the evaluation of checkpoint-{step} did not finish before the run stopped: again")
             self._stage_and_start(args, step, model, processing_class)
@@ -167,15 +167,14 @@ class CheckpointEvalCallback(TrainerCallback):
         """The evaluation request of the model folder `model` as step `step`: the config's
         settings, served as <tag>-checkpoint-N, on the evaluation's GPUs when there are GPUs
         (without, the vllm backend runs vLLM's CPU build)."""
-        logs = Path(output_dir) / EVAL_LOGS
         return self.config.request(
-            checkpoint=str(model), out=logs / f"step-{step}", step=step, run_name=f"{self.config.tag}-checkpoint-{step}",
+            checkpoint=str(model), out=eval_step_dir(output_dir, step), step=step, run_name=f"{self.config.tag}-checkpoint-{step}",
             devices=self.devices.eval if gpus.gpu_count() > 0 else None,
         )
 
     def eval_command(self, output_dir: str | Path, step: int, model: Path) -> tuple[list[str], dict[str, str]]:
         """argv and environment of the evaluation of one model folder (its request in job.json)."""
-        job_file = Path(output_dir) / EVAL_LOGS / f"step-{step}" / JOB
+        job_file = eval_step_dir(output_dir, step) / EVAL_JOB
         return evaluation_command(job_file, model, self.devices.eval)
 
     def _start(self, args, step: int, target: Path, staged: Path | None = None) -> None:
@@ -193,4 +192,4 @@ class CheckpointEvalCallback(TrainerCallback):
 
         pid = self.process.start(argv, env, out, job, ended)
         console.print(f"eval: evaluating {request.run_name} ({request.backend}) in process group {pid}; "
-                      f"log {out / 'eval.log'}")
+                      f"log {out / EVAL_LOG}")

@@ -3,7 +3,7 @@ and when to evaluate. Its GPUs are the stage's `devices.eval` role (rufus_data/d
 
 from __future__ import annotations
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from rufus_data.generate.backend_config import FolderBackend
 from rufus_eval.request import EvalSettings
@@ -12,14 +12,21 @@ from rufus_eval.request import EvalSettings
 class CheckpointEvalConfig(EvalSettings):
     """What each checkpoint's evaluation runs (the request's settings) and its schedule."""
 
-    suite: str = "quick"
-    backend: FolderBackend = "auto"  # a checkpoint is loaded (hf) or served by Rufus (vllm): no `server`
-    eval_on_checkpoint: bool = False
-    eval_baseline: bool = True  # evaluate the starting model as <tag>-checkpoint-0 before step 1
-    tag: str = "model"  # served model name prefix: <tag>-checkpoint-N
-    wait_at_end: bool = True  # the last checkpoint waits for a running evaluation (then it is stopped)
-    end_timeout_s: float = 3600.0  # how long that wait may take
-    keep_staging: bool = False  # keep _eval_staging/checkpoint-N after its evaluation (default: removed)
+    suite: str = Field("quick", description="suite name in catalogs/suites/ or a path to a suite YAML")
+    backend: FolderBackend = Field(
+        "auto", description="auto (vllm when a GPU and vLLM are here, else hf) | hf (in-process) | vllm (Rufus starts "
+        "vLLM); a checkpoint is loaded or served by Rufus, so no server")
+    eval_on_checkpoint: bool = Field(
+        False, description="evaluate each saved checkpoint in another process while training runs")
+    eval_baseline: bool = Field(
+        True, description="a fresh run evaluates its starting model first, as step 0 (<tag>-checkpoint-0)")
+    tag: str = Field("model", description="prefix of each evaluation's name and served model: <tag>-checkpoint-N")
+    wait_at_end: bool = Field(
+        True, description="the last checkpoint waits for a running evaluation instead of being skipped, and the "
+        "run's end waits for the last evaluation (end_timeout_s), then stops it")
+    end_timeout_s: float = Field(3600.0, description="seconds each wait at the end of training may take")
+    keep_staging: bool = Field(
+        False, description="keep _eval_staging/checkpoint-N after its evaluation (default: removed, its disk freed)")
 
     @model_validator(mode="after")
     def _no_server(self) -> CheckpointEvalConfig:

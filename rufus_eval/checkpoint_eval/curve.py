@@ -20,7 +20,7 @@ from rich.table import Table
 from rufus_data.console import console
 from rufus_data.errors import RufusError
 from rufus_data.paths import atomic_file
-from rufus_data.run_folder import EVAL_LOGS, METRICS
+from rufus_data.run_folder import EVAL_LOG, EVAL_LOGS, METRICS, RESULTS_JSON, eval_step_dirs
 from rufus_eval.checkpoint_eval.trackers import Trackers
 from rufus_eval.paired import number_text, paired_rows, verdict
 
@@ -43,11 +43,11 @@ class EvalCurve:
 
     def evaluation_ended(self, step: int, out: Path, code: int | None) -> None:
         """Queue the results of a finished evaluation, or say why there are none (the log's tail)."""
-        if code == 0 and (out / "results.json").exists():
+        if code == 0 and (out / RESULTS_JSON).exists():
             self.folders[step] = out
-            self.finished.put((step, json.loads((out / "results.json").read_text())))
+            self.finished.put((step, json.loads((out / RESULTS_JSON).read_text())))
             return
-        log = out / "eval.log"
+        log = out / EVAL_LOG
         tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
         console.print(f"[red]eval:[/] evaluation of step {step} failed (exit {code}); log {log}:\n{tail}")
 
@@ -77,13 +77,12 @@ class EvalCurve:
         after it (the run reaches and evaluates those steps again); an evaluation up to `step`
         that the stopped job finished but never logged is queued now."""
         logged = self._keep_up_to(step)
-        for folder in sorted((Path(output_dir) / EVAL_LOGS).glob("step-*")):
-            done = folder.name.removeprefix("step-")
-            if not (done.isdigit() and int(done) <= step and (folder / "results.json").exists()):
+        for done, folder in eval_step_dirs(output_dir):
+            if not (done <= step and (folder / RESULTS_JSON).exists()):
                 continue
-            self.folders[int(done)] = folder
-            if int(done) not in logged:
-                self.finished.put((int(done), json.loads((folder / "results.json").read_text())))
+            self.folders[done] = folder
+            if done not in logged:
+                self.finished.put((done, json.loads((folder / RESULTS_JSON).read_text())))
 
     def _keep_up_to(self, step: int) -> set[int]:
         """Drop the metrics.jsonl lines of steps after `step`; the steps of the lines kept."""
@@ -103,7 +102,7 @@ class EvalCurve:
         if step == 0 or base is None or step not in self.folders:
             return []
         try:
-            rows = paired_rows(base, json.loads((base / "results.json").read_text()), self.folders[step], record,
+            rows = paired_rows(base, json.loads((base / RESULTS_JSON).read_text()), self.folders[step], record,
                                pass_at=False)
         except (RufusError, OSError, ValueError, KeyError) as err:
             console.print(f"eval: step {step}: no paired delta against step 0 ({err})", highlight=False, markup=False,

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from rufus_data.generate.launcher import die_with_parent
 from rufus_data.paths import atomic_file
+from rufus_data.run_folder import EVAL_JOB, EVAL_LOG
 from rufus_eval.staging import sharded_kind
 
-JOB = "job.json"
 # the trainer's launcher (torchrun, accelerate) describes ITS process group in these; an evaluation
 # that inherited them would try to join the training's rendezvous and hang
 DISTRIBUTED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -46,7 +46,7 @@ def evaluation_command(job_file: Path, model: Path, gpus: str | None) -> tuple[l
 
 
 def write_job(out: Path, job: dict) -> None:
-    with atomic_file(out / JOB) as tmp:  # the evaluation may be reading it
+    with atomic_file(out / EVAL_JOB) as tmp:  # the evaluation may be reading it
         tmp.write_text(json.dumps(job, indent=2))
 
 
@@ -54,10 +54,10 @@ def keep_beside_results(log, job: dict, out: Path) -> None:
     """rufus-eval writes its run folder atomically, replacing `out` with what it wrote: put the
     evaluation's log and job.json (written there before it started) back beside its results."""
     try:
-        if not (out / "eval.log").exists():
+        if not (out / EVAL_LOG).exists():
             log.seek(0)
-            (out / "eval.log").write_bytes(log.read())
-        if not (out / JOB).exists() and out.exists():
+            (out / EVAL_LOG).write_bytes(log.read())
+        if not (out / EVAL_JOB).exists() and out.exists():
             write_job(out, job)
     finally:
         log.close()
@@ -84,7 +84,7 @@ class EvaluationProcess:
         out.mkdir(parents=True, exist_ok=True)
         job = {**job, "argv": argv}
         write_job(out, job)
-        log = open(out / "eval.log", "w+b")  # noqa: SIM115 - closed by the watcher thread
+        log = open(out / EVAL_LOG, "w+b")  # noqa: SIM115 - closed by the watcher thread
         with self._lock:
             self._proc = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,

@@ -4,8 +4,10 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - config.py: the keys every GRPO stage shares (`GRPOStageConfig`).
 - stage.py: `GRPOStage`: checks before anything loads, the prompt dataset, rewards, tools, and
   the trainer (sync or async).
+- trainer.py: the sync trainer, TRL's GRPOTrainer with the two below.
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
+- kl_penalty.py: the KL estimator a recipe names (`kl_estimator`), which TRL has no switch for.
 - async_checks.py: every configuration TRL's AsyncGRPOTrainer cannot run, refused up front.
 - async_config.py: TRL's AsyncGRPOConfig from a stage config; async_trainer.py: the async trainer.
 - attention_kernel.py: the kernel async GRPO packs with, its cache, `rufus-train prefetch`.

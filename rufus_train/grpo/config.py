@@ -35,8 +35,8 @@ class GRPOStageConfig(StageConfig):
     max_length: int | None = Field(None, description="not used by GRPO: refused (see max_length_unused_because)")
     rewards: list[str | dict[str, Any]] = Field(default_factory=list, description="reward specs (rewards registry)")
     num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
-    max_completion_length: int = Field(512, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    max_completion_length: int = Field(512, ge=1, description="tokens generated per completion at most (cut there)")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
     beta: float = Field(0.0, ge=0, description="KL coefficient to the reference (0: no reference model)")
     kl_estimator: Literal[1, 2, 3] = Field(
         3, description="with beta > 0: 3 = k3 (TRL's), 2 = half the squared log-ratio, 1 = the log-ratio (Rufus's trainer)"
@@ -52,8 +52,11 @@ class GRPOStageConfig(StageConfig):
         None, description="groups whose rewards are all equal: mask them, or resample (refills from a second prompt "
         "sampler: the run trains other prompts than one without it, so the two do not reproduce each other); sync "
         "GRPO only")
-    dynamic_sampling_max_rounds: int = Field(4, ge=1)
-    grpo_execution: Literal["sync", "async"] = "sync"
+    dynamic_sampling_max_rounds: int = Field(
+        4, ge=1, description="resample: refill rounds per batch before it is topped up with groups that teach nothing")
+    grpo_execution: Literal["sync", "async"] = Field(
+        "sync", description="sync: TRL's GRPOTrainer, generation then training; async: AsyncGRPOTrainer, rollouts "
+        "from a vLLM server (vllm_server) while it trains")
     vllm_server: str | None = Field(None, description="sync: generate on this vLLM server; async: the server (default :8000)")
     token_budget: int | None = Field(
         None, description="async: tokens per micro-batch row (must hold the longest prompt + max_completion_length); "
@@ -71,8 +74,12 @@ class GRPOStageConfig(StageConfig):
     fork_threshold_tokens: int = Field(
         1024, ge=0, description="async multi-turn: a re-tokenization drift of more trained tokens forks a new row"
     )
-    tools: list[Literal["calculator", "run_python"]] = Field(default_factory=list)
-    environment: Literal["coding", "search"] | None = None
+    tools: list[Literal["calculator", "run_python"]] = Field(
+        default_factory=list, description="tools the model may call in its rollouts: calculator (exact arithmetic), "
+        "run_python (sandboxed code, returns what it prints)")
+    environment: Literal["coding", "search"] | None = Field(
+        None, description="a tool environment per rollout: coding (run_python and run_tests against the row's tests), "
+        "search (a BM25 index: search_index or search_corpus)")
     search_index: str | None = Field(None, description="search environment: duckdb BM25 index file")
     search_corpus: str | None = Field(
         None, description="search environment: documents indexed into the run folder: a JSONL or parquet file, or a "
@@ -84,11 +91,14 @@ class GRPOStageConfig(StageConfig):
     )
     search_passage_words: int | None = Field(None, ge=10, description="cut documents into passages of N words (null: whole)")
     search_top_k: int = Field(3, ge=1, description="documents a search call returns")
-    max_tool_calling_iterations: int | None = Field(2, ge=0)
+    max_tool_calling_iterations: int | None = Field(
+        2, ge=0, description="tool-calling turns per completion at most; null: until a reply calls no tool")
     reward_model: str | None = Field(None, description="sequence-classification checkpoint used as a reward")
-    reward_model_weight: float = 1.0
+    reward_model_weight: float = Field(1.0, description="weight of reward_model's score among the rewards' weights")
     judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL of the judge (default: JUDGE_BASE_URL)")
-    server_check_retries: int = Field(3, ge=1)
+    server_check_retries: int = Field(
+        3, ge=1, description="sync with vllm_server: attempts at reading its max_model_len for the context check "
+        "(no answer: the check is skipped)")
 
     @model_validator(mode="after")
     def _reward_model_weight_needs_model(self) -> GRPOStageConfig:

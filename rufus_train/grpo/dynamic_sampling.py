@@ -34,15 +34,14 @@ from dataclasses import dataclass, field
 import torch
 from datasets import IterableDataset
 from transformers import ProcessorMixin
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from rufus_data.errors import RufusError
 from rufus_data.rewards.groups import teaches_nothing
+from rufus_data.run_folder import DYNAMIC_SAMPLING_STATE, checkpoint_dir
 
 DYNAMIC_SAMPLING_MODES = ("mask", "resample")
-STATE_FILE = "dynamic_sampling_state.json"
 # Output keys of GRPOTrainer._generate_and_score_completions that carry images or token types:
 # refused, because merging and masking rows of those is model-specific.
 MULTIMODAL_KEYS = (
@@ -302,15 +301,15 @@ class DynamicSamplingGRPOTrainer(GRPOTrainer):
     def _save_checkpoint(self, model, trial):
         super()._save_checkpoint(model, trial)
         if self._resample_stream is not None and self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-            with open(os.path.join(folder, STATE_FILE), "w") as fh:
+            folder = checkpoint_dir(self._get_output_dir(trial=trial), self.state.global_step)
+            with open(folder / DYNAMIC_SAMPLING_STATE, "w") as fh:
                 json.dump(self._resample_stream.state(), fh)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if self._resample_stream is None or checkpoint is None:
             return
-        path = os.path.join(checkpoint, STATE_FILE)
+        path = os.path.join(checkpoint, DYNAMIC_SAMPLING_STATE)
         if not os.path.exists(path):
             warnings.warn(
                 f"{path} is missing: the resample sampler restarts from its first draw, so replacement prompts "

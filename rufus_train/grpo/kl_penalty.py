@@ -12,13 +12,19 @@ alone, nothing of k3), catches the policy's per-token log-probs TRL computed on 
 `loss_type` (the same mask, tool tokens excluded, the same normaliser), multiplied by the
 importance ratio when `use_bias_correction_kl` is on, as TRL does for k3. The reference log-probs
 are the ones TRL computed at generation time (the adapter switched off with LoRA). With estimator 3
-nothing changes: TRL computes it."""
+nothing changes: TRL computes it.
+
+torch is imported where the tensors are: the GRPO stages check `kl_estimator_problems` while
+their configs load, before any model (and torch) does."""
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from rufus_data.errors import RufusError
+
+if TYPE_CHECKING:
+    import torch
 
 KL_ESTIMATORS = (1, 2, 3)
 # loss types whose aggregation `aggregate_per_token` mirrors (TRL 1.16 GRPOTrainer._compute_loss)
@@ -27,6 +33,8 @@ AGGREGATED_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "dapo", "cispo", "ve
 
 def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, estimator: int) -> torch.Tensor:
     """The per-token estimate of KL(policy || reference) from samples of the policy."""
+    import torch  # heavy: see the module's docstring
+
     log_ratio = per_token_logps - ref_per_token_logps
     if estimator == 1:
         return log_ratio
@@ -63,6 +71,8 @@ def aggregate_per_token(
 def importance_weights(per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor | None, mask: torch.Tensor,
                        level: str) -> torch.Tensor:
     """TRL's coef_1: exp(policy - old) per token, or its masked mean per sequence."""
+    import torch  # heavy: see the module's docstring
+
     old = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
     log_ratio = per_token_logps - old
     if level == "sequence":
@@ -83,6 +93,8 @@ class KLEstimatorMixin:
         return out
 
     def _compute_loss(self, model, inputs):
+        import torch  # heavy: see the module's docstring
+
         estimator = getattr(self.args, "kl_estimator", 3)
         if self.beta == 0.0 or estimator == 3:
             return super()._compute_loss(model, inputs)

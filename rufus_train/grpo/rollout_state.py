@@ -10,8 +10,7 @@ from pathlib import Path
 
 from rufus_data.console import console
 from rufus_data.errors import RufusError
-
-ROLLOUT_STATE = "rollout_state.json"
+from rufus_data.run_folder import ROLLOUT_STATE
 
 
 @dataclass

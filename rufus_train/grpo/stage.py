@@ -41,7 +41,7 @@ from rufus_train.grpo.tools import (
     search_environment_factory,
 )
 from rufus_train.launch import on_main_process
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 
 class GRPOStage(Stage):

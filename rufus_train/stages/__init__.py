@@ -1,7 +1,14 @@
 """The stage registry: name -> Stage (one-line description, config class, trainer hooks).
 
 Every module in this package that defines `STAGE` (one Stage instance) or `STAGES` (a list) is
-registered; adding a stage means adding a module, nothing else."""
+registered; adding a stage means adding a module, nothing else. What a stage is lives below
+(rufus_train/stage_base.py), the GRPO machinery too (rufus_train/grpo/).
+
+- sft.py: sft, sft_full, midtrain; distill.py: on-policy distillation.
+- dpo.py, kto.py, orpo.py: offline preference optimisation; online_dpo.py: DPO on pairs the
+  policy writes while it trains.
+- GRPO: reasoning_rl.py, coding_rl.py, if_rl.py, rlhf.py (learned preferences), agents.py
+  (general_agent, coding_agent, search_agent: GRPO with tools)."""
 
 from __future__ import annotations
 
@@ -11,18 +18,16 @@ import pkgutil
 from functools import cache
 
 from rufus_data.errors import RufusError
-from rufus_train.stages.base import Stage, StageContext
+from rufus_train.stage_base import Stage, StageContext
 
 __all__ = ["Stage", "StageContext", "all_stages", "get_stage"]
-
-_NOT_STAGES = {"base"}
 
 
 @cache
 def all_stages() -> dict[str, Stage]:
     found: dict[str, Stage] = {}
     for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_") or info.name in _NOT_STAGES:
+        if info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         stages = list(getattr(module, "STAGES", [])) + ([module.STAGE] if hasattr(module, "STAGE") else [])

@@ -20,21 +20,31 @@ from rufus_train.grpo.stage import GRPOStage
 ANSWER_REWARD = {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}
 
 
+ANSWER_REWARD_HELP = "reward specs (rewards registry); default: the last number of the answer against expected_output"
+
+
 class GeneralAgentConfig(GRPOStageConfig):
-    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)])
-    tools: list[Literal["calculator", "run_python"]] = Field(default_factory=lambda: ["calculator", "run_python"])
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)],
+                                                description=ANSWER_REWARD_HELP)
+    tools: list[Literal["calculator", "run_python"]] = Field(
+        default_factory=lambda: ["calculator", "run_python"],
+        description="tools the model may call: calculator (exact arithmetic), run_python (sandboxed code)")
 
 
 class CodingAgentConfig(GRPOStageConfig):
     rewards: list[str | dict[str, Any]] = Field(
-        default_factory=lambda: [{"name": "code_execution", "pass_fraction": True}]
+        default_factory=lambda: [{"name": "code_execution", "pass_fraction": True}],
+        description="reward specs (rewards registry); default: the fraction of the row's tests the code passes",
     )
-    environment: Literal["coding", "search"] | None = "coding"
+    environment: Literal["coding", "search"] | None = Field(
+        "coding", description="coding: run_python and run_tests against the row's own tests, per rollout")
 
 
 class SearchAgentConfig(GRPOStageConfig):
-    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)])
-    environment: Literal["coding", "search"] | None = "search"
+    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(ANSWER_REWARD)],
+                                                description=ANSWER_REWARD_HELP)
+    environment: Literal["coding", "search"] | None = Field(
+        "search", description="search: a `search` tool over a local BM25 index (search_index or search_corpus)")
 
 
 class GeneralAgentStage(GRPOStage):

@@ -14,7 +14,8 @@ from rufus_train.grpo.stage import GRPOStage
 
 class CodingRLConfig(GRPOStageConfig):
     rewards: list[str | dict[str, Any]] = Field(
-        default_factory=lambda: [{"name": "code_execution", "pass_fraction": True}]
+        default_factory=lambda: [{"name": "code_execution", "pass_fraction": True}],
+        description="reward specs (rewards registry); default: the fraction of the row's tests the code passes",
     )
 
 

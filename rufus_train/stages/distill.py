@@ -24,7 +24,7 @@ from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 
 class DistillStageConfig(StageConfig):
@@ -41,8 +41,8 @@ class DistillStageConfig(StageConfig):
     max_length: int | None = Field(None, description="not used by distill: refused (see max_length_unused_because)")
     teacher: str | None = Field(None, description="teacher model reference (same tokenizer vocabulary as the student)")
     beta: float = Field(1.0, ge=0.0, le=1.0, description="1.0 reverse KL, 0.0 forward KL, 0.5 JSD")
-    max_completion_length: int = Field(512, ge=1)
-    temperature: float = Field(1.0, gt=0)
+    max_completion_length: int = Field(512, ge=1, description="tokens the student samples after each prompt at most")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature of the student's completions")
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {

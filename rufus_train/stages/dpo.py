@@ -12,7 +12,7 @@ from pydantic import Field
 
 from rufus_data.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 
 class DPOStageConfig(StageConfig):
@@ -23,9 +23,9 @@ class DPOStageConfig(StageConfig):
     trl_config: ClassVar[str] = "trl.DPOConfig"
 
     beta: float = Field(0.1, gt=0, description="strength of the pull toward the reference model")
-    # sigmoid: the DPO paper's loss; sigmoid_norm: length-normalised (log-ratios averaged per token, as
-    # Tulu 3 trains); apo_zero: anchored preference optimisation (pushes chosen up, rejected down).
-    loss_type: Literal["sigmoid", "sigmoid_norm", "apo_zero"] = "sigmoid"
+    loss_type: Literal["sigmoid", "sigmoid_norm", "apo_zero"] = Field(
+        "sigmoid", description="sigmoid: the DPO paper's loss; sigmoid_norm: length-normalised (log-ratios averaged "
+        "per token, as Tulu 3 trains); apo_zero: anchored (pushes chosen up, rejected down)")
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {"max_length": self.max_length, "beta": self.beta, "loss_type": [self.loss_type]}

@@ -13,7 +13,9 @@ from rufus_train.grpo.stage import GRPOStage
 
 class IFRLConfig(GRPOStageConfig):
     rewards: list[str | dict[str, Any]] = Field(
-        default_factory=lambda: [{"name": "ifeval", "mode": "strict", "level": "instruction"}]
+        default_factory=lambda: [{"name": "ifeval", "mode": "strict", "level": "instruction"}],
+        description="reward specs (rewards registry); default: the fraction of the row's instructions followed "
+        "(IFEval's strict checkers)",
     )
 
 

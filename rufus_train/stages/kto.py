@@ -15,7 +15,7 @@ from pydantic import Field
 
 from rufus_data.errors import RufusError
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 from rufus_train.stages.dpo import preference_dataset
 
 
@@ -26,10 +26,10 @@ class KTOStageConfig(StageConfig):
     lora_learning_rate: ClassVar[float] = 1e-5
     trl_config: ClassVar[str] = "trl.KTOConfig"
 
-    beta: float = Field(0.1, gt=0)
+    beta: float = Field(0.1, gt=0, description="strength of the pull toward the reference model")
     desirable_column: str = Field("desirable", description="boolean column: true = good completion")
-    desirable_weight: float = Field(1.0, gt=0)
-    undesirable_weight: float = Field(1.0, gt=0)
+    desirable_weight: float = Field(1.0, gt=0, description="loss weight of desirable examples (to balance unequal counts)")
+    undesirable_weight: float = Field(1.0, gt=0, description="loss weight of undesirable examples")
 
     def trl_kwargs(self) -> dict[str, Any]:
         return {

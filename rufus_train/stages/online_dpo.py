@@ -20,7 +20,7 @@ from rufus_data.errors import RufusError
 from rufus_data.rewards import parse_spec
 from rufus_train.config import StageConfig
 from rufus_train.grpo.stage import stage_rewards
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 VERIFIER_REWARD = {"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
                    "answer_column": "expected_output"}
@@ -40,9 +40,9 @@ class OnlineDPOStageConfig(StageConfig):
     )
     judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL (default: JUDGE_BASE_URL)")
     beta: float = Field(0.1, gt=0, description="strength of the pull toward the reference model")
-    loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
+    loss_type: Literal["sigmoid", "ipo"] = Field("sigmoid", description="sigmoid: the DPO loss; ipo: the IPO loss")
     max_completion_length: int = Field(64, ge=1, description="tokens sampled per completion (TRL's max_new_tokens)")
-    temperature: float = Field(0.9, gt=0)
+    temperature: float = Field(0.9, gt=0, description="sampling temperature of the two completions")
     missing_eos_penalty: float | None = Field(None, ge=0, description="subtracted from a completion that never ends")
 
     def trl_kwargs(self) -> dict[str, Any]:

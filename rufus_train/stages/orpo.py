@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 from pydantic import Field
 
 from rufus_train.config import StageConfig
-from rufus_train.stages.base import StageContext
+from rufus_train.stage_base import StageContext
 from rufus_train.stages.dpo import PreferenceStage
 
 

@@ -28,8 +28,11 @@ def default_overlong_cache(max_completion_length: int) -> int:
 
 
 class ReasoningRLConfig(GRPOStageConfig):
-    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [dict(r) for r in DEFAULT_REWARDS])
-    max_completion_length: int = Field(PLAYBOOK_COMPLETION_LENGTH, ge=1)
+    rewards: list[str | dict[str, Any]] = Field(
+        default_factory=lambda: [dict(r) for r in DEFAULT_REWARDS], description="reward specs (rewards registry); "
+        "default: the last number of the answer against expected_output, plus the overlong penalty (overlong_cache)")
+    max_completion_length: int = Field(
+        PLAYBOOK_COMPLETION_LENGTH, ge=1, description="tokens generated per completion at most (the playbook's 3072)")
     overlong_cache: int | None = Field(
         -1, description="DAPO overlong penalty over the last N tokens of max_completion_length; -1: a sixth "
         "(the playbook's 512 of 3072); null: off"

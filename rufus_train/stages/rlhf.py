@@ -13,7 +13,10 @@ from rufus_train.grpo.stage import GRPOStage
 
 
 class RLHFConfig(GRPOStageConfig):
-    rewards: list[str | dict[str, Any]] = Field(default_factory=lambda: [{"name": "llm_judge"}])
+    rewards: list[str | dict[str, Any]] = Field(
+        default_factory=lambda: [{"name": "llm_judge"}],
+        description="reward specs (rewards registry); default: llm_judge, 1 when the judge (judge_url) scores the "
+        "answer 7 or more of 10")
 
 
 class RLHFStage(GRPOStage):

@@ -20,7 +20,7 @@ from rufus_data.errors import RufusError
 from rufus_data.shards import KIND_COLUMNS
 from rufus_data.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
-from rufus_train.stages.base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational
 
 log = logging.getLogger("rufus_train")
 
@@ -42,7 +42,7 @@ class SFTStageConfig(StageConfig):
     trl_config: ClassVar[str] = "trl.SFTConfig"
 
     assistant_only_loss: bool = Field(True, description="loss on assistant turns only ({% generation %} markers)")
-    packing: bool = False
+    packing: bool = Field(False, description="pack several examples into each max_length row (packing_strategy)")
     packing_strategy: Literal["bfd", "bfd_split", "wrapped"] = Field(
         "bfd", description="bfd: whole conversations per row, padding-free (one flattened row per batch: "
         "fast with flash attention, quadratic in the batch's tokens with sdpa); wrapped: cut into max_length rows")
@@ -64,9 +64,11 @@ class MidtrainStageConfig(SFTStageConfig):
     whole: at 8 x 4096 about 4x the work per step, and a 2-step CPU run did not finish step 1 in
     25 minutes."""
 
-    assistant_only_loss: bool = False
-    packing: bool = True
-    packing_strategy: Literal["bfd", "bfd_split", "wrapped"] = "wrapped"
+    assistant_only_loss: bool = Field(False, description="false: every token carries loss (midtrain refuses true)")
+    packing: bool = Field(True, description="pack sequences into max_length rows, as pretraining does")
+    packing_strategy: Literal["bfd", "bfd_split", "wrapped"] = Field(
+        "wrapped", description="wrapped: sequences concatenated and cut into max_length rows; bfd: whole "
+        "conversations per row, padding-free (one flattened row per batch: slow with sdpa)")
 
 
 class SFTFullStageConfig(SFTStageConfig):
@@ -75,11 +77,13 @@ class SFTFullStageConfig(SFTStageConfig):
     linear warmup over 3% of the steps (the playbook's 1-5% for short runs; SmolLM3's own SFT
     recipe uses 0.03). Trained at `dtype: auto`: fp32 master weights, bf16 autocast on a GPU."""
 
-    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(enabled=False))
+    lora: LoraSettings = Field(default_factory=lambda: LoraSettings(enabled=False),
+                               description="off: the baseline is full fine-tuning")
     learning_rate: float | None = Field(1e-5, gt=0, description="the playbook's baseline (3e-6 and 1e-5 best in its sweep)")
     gradient_accumulation_steps: int = Field(16, ge=1, description="8 x 16: the playbook's 128 sequences a step, one GPU")
-    max_length: int | None = Field(8192, ge=8)
-    trainer: dict[str, Any] = Field(default_factory=lambda: {"warmup_steps": 0.03})
+    max_length: int | None = Field(8192, ge=8, description="tokens per training example; longer ones are truncated")
+    trainer: dict[str, Any] = Field(default_factory=lambda: {"warmup_steps": 0.03},
+                                    description="extra TRL config fields, checked (warmup over 3% of the steps)")
 
 
 class SFTStage(Stage):

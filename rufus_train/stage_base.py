@@ -1,6 +1,9 @@
 """What a stage is: a config class, a one-line description, and three hooks the runner calls
 (`check` before anything loads, `build_dataset` from canonical shard rows, `make_trainer`).
 
+It sits on rufus_train's ground floor, below grpo/ and stages/, so the GRPO stage and the
+registry's stages subclass it without grpo/ importing the registry above it.
+
 Stage modules import TRL inside their hooks, not at module level, so that listing the stages
 and `--dry-run` stay fast."""
 
