@@ -26,7 +26,8 @@ The floors below them (none imports a data step: tests/test_layering.py):
 - models: models.py, hub.py, merged_model.py, openai_api.py (talking to a server), hub_push.py
   (a data folder or a run folder pushed to the Hub).
 - the command lines: cli_options.py, console.py, errors.py, yaml_config.py, cpu_threads.py,
-  paths.py, cache.py (the cache's bound, `cache info` / `cache clean`), report.py, jsonl.py, engines.py
+  paths.py, cache.py (the cache's bound, `cache info` / `cache clean`), report.py, jsonl.py, engines.py,
+  lazy_exports.py (a data step's package names its entry points without loading them)
   (tasks over a shard folder), perturb.py.
 - the installed package: catalog_files.py (where catalogs are: the user's own, then the shipped
   ones), version.py (the version every output records), env_report.py (`rufus-data env`)."""

@@ -6,7 +6,8 @@ A suite run (`rufus-eval suite`):
 - cli.py: `rufus-eval` (suite, compare, vibe, data pull): thin wrappers.
 - request.py: one evaluation request (suite, tasks, overrides, backend, model), whoever asks:
   the command line, a checkpoint evaluation's job.json, a pipeline.
-- runner.py: a suite's tasks through lm-eval, one model for all, results recorded.
+- runner.py: a suite's tasks through lm-eval, one model for all, results recorded; plan.py: how a run
+  starts (backend, suite, tasks, step), and `--dry-run`'s plan of it.
 - task_data.py: where a task's rows come from (rufus_data.benchmarks), and what to do when they
   are not here; tasks.py: a task as an lm-eval config over local JSON; native.py: lm-eval's own
   tasks under Rufus's scoring.

@@ -3,8 +3,10 @@ per stage. It builds on rufus_data (shards, models, rewards, generation) and ruf
 (checkpoint evaluation while training), never the reverse.
 
 The run, start to end:
-- cli.py: `rufus-train` (stage, stages, pipeline, export, plan, serve): thin wrappers.
-- config.py: the strict per-stage configs (catalogs/stages/NAME.yaml, CLI overrides, --dry-run).
+- cli.py: `rufus-train` (stage, stages, pipeline, export, plan, serve): thin wrappers;
+  stage_help.py: `rufus-train stage NAME --help`, every key of the stage.
+- config.py: the strict per-stage configs (catalogs/stages/NAME.yaml, CLI overrides, --dry-run);
+  trl_keys.py: which TRL fields Rufus sets, and TRL keys written outside `trainer:` taken into it.
 - guards.py: what is refused before any model or dataset loads.
 - guidance.py: the Smol playbook's advice as config-time warnings (packing, preference epochs and rates).
 - launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.
@@ -27,4 +29,5 @@ Around the run:
 - mask.py: `--show-mask`: which tokens carry loss.
 - serve.py: `rufus-train serve`, the vLLM server GRPO trains against.
 - plan.py: `rufus-train plan`: how many GPUs a pretraining run needs.
+- export.py: `rufus-train export RUN`: the adapter merged into a copy of its base.
 - examples.py, agent_examples.py: small real shard folders for the tests and benches."""

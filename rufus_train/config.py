@@ -37,8 +37,6 @@ from rufus_train.trl_keys import (
     trl_fields,
 )
 
-# Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
-COMMON_TRL_ALIASES = {"gradient_checkpointing": "activation_checkpointing"}
 DEFAULT_ATTENTION_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 

@@ -56,6 +56,10 @@ def trl_field_type(trl_class: type, name: str) -> Any:
     return typing.get_type_hints(trl_class).get(name)
 
 
+# Keys every stage has that reach TRL under another name (transformers 5 renamed the field).
+COMMON_TRL_ALIASES = {"gradient_checkpointing": "activation_checkpointing"}
+
+
 @dataclass(frozen=True)
 class Managed:
     """A TRL field Rufus sets: from its key `key`, or (key None) itself, for `reason`."""
@@ -75,8 +79,6 @@ class Managed:
 def managed_fields(config) -> dict[str, Managed]:
     """Every field Rufus sets on this stage's TRL config, with where it comes from. A mapping the
     stage sets (online_dpo's generation_kwargs) is merged with the user's, so it stays open."""
-    from rufus_train.config import COMMON_TRL_ALIASES  # the stage config module imports this one
-
     cls = type(config)
     aliases = {trl: mine for mine, trl in {**COMMON_TRL_ALIASES, **cls.trl_aliases}.items()}
     managed = {name: Managed(name) for name in cls.model_fields}

@@ -153,8 +153,8 @@ TRAIN_FLOORS = (
     ("grpo", ("rufus_train.grpo",)),  # what the GRPO stages share; what a stage is sits below it (stage_base.py)
     ("stages", ("rufus_train.stages",)),
     ("one run", ("rufus_train.runner",)),
-    ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.serve", "rufus_train.examples",
-                               "rufus_train.agent_examples")),
+    ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.stage_help", "rufus_train.serve",
+                               "rufus_train.examples", "rufus_train.agent_examples")),
 )
 
 

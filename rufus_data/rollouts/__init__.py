@@ -7,6 +7,7 @@
     prompts.py   their inputs: rl shard folders or catalogs (mixed first) -> generation prompts
     scoring.py   the rewards called on sampled completions, as TRL calls them
     journal.py   resumable generation: finished prompts appended to a JSONL journal
+    plan.py      --dry-run: the generation a run would do (prompts x samples x tokens, backend, rewards)
 
 They stand on the floors below: the generation engine (rufus_data/generate/), the rewards
 (rufus_data/rewards/) and the shard folder (rufus_data/shards.py)."""
