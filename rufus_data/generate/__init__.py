@@ -15,12 +15,11 @@ so a command line built from them starts fast."""
 
 from __future__ import annotations
 
-from rufus_data.generate.backend_config import BACKENDS, ModelAccess, ServerLaunch
+from rufus_data.generate.backend_config import ModelAccess, ServerLaunch
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams, prompt_seed, sample_seed
 
 __all__ = [
-    "BACKENDS",
     "Completion",
     "Generator",
     "ModelAccess",

@@ -25,7 +25,6 @@ from rufus_data.generate.vllm_command import LaunchConfig, default_command
 from rufus_data.yaml_config import StrictModel, model_from_options
 
 Backend = Literal["auto", "hf", "vllm", "server"]
-BACKENDS: tuple[str, ...] = Backend.__args__  # type: ignore[attr-defined]
 # the backends of an evaluation that loads or serves a model folder itself (a checkpoint): no `server`
 FolderBackend = Literal["auto", "hf", "vllm"]
 
