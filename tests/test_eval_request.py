@@ -7,6 +7,7 @@ replaced by one that keeps the request it is given."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from types import SimpleNamespace
 
@@ -168,3 +169,16 @@ def test_samples_is_now_repeats_and_the_old_name_still_works(tmp_path, requests_
         request_from_cli({}, job)
     assert CheckpointEvalCallback({"samples": 2}, devices=ROLES).config.repeats == 2
     assert StageEval(samples=2, temperature=0.6).repeats == 2
+
+
+@pytest.mark.parametrize(("key", "value", "says"), [
+    ("devices", "1", 'write `devices: {eval: "1"}`'), ("base_urls", ["http://h:1"], "never reached at a server"),
+    ("served_model_name", "m", "<tag>-checkpoint-N"), ("tokenizer", "t", "a checkpoint folder holds its tokenizer")])
+def test_a_checkpoint_evaluation_refuses_what_it_sets_itself(key, value, says):
+    """Request settings the checkpoint evaluation decides (its GPUs, its served name, its model's
+    tokenizer, no foreign server): refused naming why, and `stage --help` says so beside the key."""
+    from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
+
+    with pytest.raises(ValueError, match=re.escape(says)):
+        CheckpointEvalConfig(**{key: value})
+    assert CheckpointEvalConfig.model_fields[key].description.startswith("not here")

@@ -27,13 +27,20 @@ class CheckpointEvalConfig(EvalSettings):
     end_timeout_s: float = Field(3600.0, description="seconds each wait at the end of training may take")
     keep_staging: bool = Field(
         False, description="keep _eval_staging/checkpoint-N after its evaluation (default: removed, its disk freed)")
+    # settings of an evaluation request that a checkpoint's evaluation sets itself: refused, saying why
+    base_urls: list[str] = Field(default_factory=list, description="not here: a checkpoint is loaded (hf) or served "
+                                 "by Rufus (vllm), never reached at a server someone else runs")
+    devices: str | None = Field(None, description="not here: the evaluation's GPUs are the stage's devices.eval")
+    served_model_name: str | None = Field(None, description="not here: each checkpoint is served as "
+                                          "<tag>-checkpoint-N (eval.tag)")
+    tokenizer: str | None = Field(None, description="not here: a checkpoint folder holds its tokenizer")
 
     @model_validator(mode="after")
-    def _no_server(self) -> CheckpointEvalConfig:
-        if self.base_urls:
-            raise ValueError("eval.base_urls: a checkpoint is loaded (hf) or served by Rufus (vllm), never reached at "
-                             "a server someone else runs; remove it")
+    def _settings_it_sets_itself(self) -> CheckpointEvalConfig:
         if self.devices is not None:
             raise ValueError(f"eval.devices: the evaluation's GPUs are the stage's GPU roles: write `devices: {{eval: "
                              f"\"{self.devices}\"}}` (or --devices.eval) instead")
+        for key in ("base_urls", "served_model_name", "tokenizer"):
+            if getattr(self, key):
+                raise ValueError(f"eval.{key}: {type(self).model_fields[key].description}; remove it")
         return self
