@@ -117,6 +117,25 @@ def test_choices_are_listed_and_checked_and_no_flag_is_required(cli, path, comma
             with pytest.raises(Exception, match=r"is not one of|invalid choice"):
                 parses(command, [*required_args(command), param.opts[0], "no-such-choice"])
     assert not re.search(r"<(list|dict|tuple)\[", text), f"{cli} {' '.join(path)} shows a Python type: {text}"
+    for param in options_of(command):
+        if param.type_descriptor.is_list:
+            assert (param.metavar or "").endswith("..."), f"{cli} {' '.join(path)}: {param.opts} reads {param.metavar!r}"
+
+
+def groups(group, path: tuple[str, ...] = ()):
+    """(path, group) of a CLI's root and every command group below it."""
+    yield path, group
+    for name, command in sorted(group.commands.items()):
+        if isinstance(command, TyperGroup):
+            yield from groups(command, (*path, name))
+
+
+@pytest.mark.parametrize("cli", list(CLIS))
+def test_every_groups_own_options_have_help(cli):
+    """`--version` and the like: the root's and each group's own options say what they do too."""
+    for path, group in groups(get_command(CLIS[cli][0])):
+        missing = [p.name for p in options_of(group) if not (p.help or "").strip()]
+        assert missing == [], f"{cli} {' '.join(path)}: no help for {missing}"
 
 
 def test_the_walk_covers_every_command():

@@ -1,6 +1,6 @@
-"""Every rufus-eval command's options say what they are: each has help, a choice shows and checks
-its choices, a repeatable option reads `VALUE...`, and both spellings parse (`--max-tokens`, as
-rufus-eval writes it, and `--max_tokens`, as TRL and lm-eval users type it). Nothing here runs
+"""What rufus-eval's options say (help on each: tests/test_cli_surface.py): a choice shows and
+checks its choices, a repeatable option reads `VALUE...`, and both spellings parse (`--max-tokens`,
+as rufus-eval writes it, and `--max_tokens`, as TRL and lm-eval users type it). Nothing here runs
 a suite, loads a model or pulls data: the commands' work is replaced by what keeps its arguments."""
 
 from __future__ import annotations
@@ -24,13 +24,6 @@ def commands(group=None, prefix=()):
             yield from commands(command, (*prefix, name))
         else:
             yield (*prefix, name), command
-
-
-def test_every_option_of_every_command_has_help():
-    for path, command in commands():
-        for param in command.params:
-            if param.name != "help":
-                assert param.help, f"rufus-eval {' '.join(path)}: {param.name} has no help"
 
 
 def test_choices_are_shown_and_repeatable_options_read_value_dots():

@@ -205,13 +205,3 @@ def test_stages_prints_a_table_or_rows_a_script_reads():
     csv = invoke("stages", "--format", "csv").stdout.splitlines()
     assert csv[0] == "stage,description,trl_config" and len(csv) == len(rows) + 1
     assert "rufus-train stages" in invoke("stages").stdout
-
-
-def test_every_option_of_every_command_has_help():
-    from typer.main import get_command
-
-    group = get_command(app)
-    commands = {"": group, **{name: command for name, command in group.commands.items()}}
-    for name, command in commands.items():
-        for param in command.params:
-            assert getattr(param, "help", None), f"rufus-train {name} {param.opts} has no help"
