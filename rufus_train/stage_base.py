@@ -9,7 +9,6 @@ and `--dry-run` stay fast."""
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -17,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import pyarrow as pa
 
 from rufus_data.shards import as_messages
-from rufus_train.config import StageConfig
+from rufus_train.config import StageConfig, trl_config_class
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -53,8 +52,7 @@ class Stage:
     required_columns: ClassVar[tuple] = ()
 
     def trl_config_class(self) -> type:
-        module, _, name = self.config_class.trl_config.rpartition(".")
-        return getattr(importlib.import_module(module), name)
+        return trl_config_class(self.config_class)
 
     def check(self, config: StageConfig) -> None:
         """Stage-specific guards that need no model or data (raise RufusError)."""
