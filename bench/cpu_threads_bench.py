@@ -1,4 +1,4 @@
-"""The CLIs' CPU thread defaults (rufus_data/cpu_threads.py), measured: the same short torch job
+"""The CLIs' CPU thread defaults (rufus_data/base/cpu_threads.py), measured: the same short torch job
 (built-in model: greedy generation, then forward + backward steps) with OpenMP's defaults and with
 Rufus's (OMP_WAIT_POLICY=PASSIVE, OMP_NUM_THREADS = usable cores), alone and next to a busy
 neighbour: a one-core busy loop (any other job), and a second copy of the same torch job (two
@@ -22,8 +22,8 @@ import subprocess
 import sys
 import time
 
-from rufus_data.cpu_threads import cpu_thread_defaults, usable_cores
-from rufus_data.models import resolve_model
+from rufus_data.base.cpu_threads import cpu_thread_defaults, usable_cores
+from rufus_data.models.builtin import resolve_model
 
 JOB = r"""
 import json, sys, time

@@ -31,11 +31,11 @@ from pathlib import Path
 import pyarrow as pa
 from datasketch import MinHash
 
+from rufus_data.base.paths import data_root
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam import index as eval_index
-from rufus_data.paths import data_root
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 
 AGAINST = ["gsm8k", "math500", "humaneval", "mbpp", "ifeval"]
 REPEAT = int(os.environ.get("DECONTAM_BENCH_REPEAT", "3"))

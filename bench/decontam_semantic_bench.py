@@ -39,15 +39,15 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from decontam_bench import load_rows  # the speed rows of the exact + MinHash bench
 from decontam_planting import paraphrased, shared_ngrams  # the CI test's rewordings
 
+from rufus_data.base.jsonl import read_jsonl
+from rufus_data.base.paths import data_root
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam.index import cached_eval_index
 from rufus_data.decontam.semantic_stage import match_fields
 from rufus_data.decontam.texts import FieldBatch
 from rufus_data.dedup import DedupConfig, deduplicate
-from rufus_data.jsonl import read_jsonl
-from rufus_data.paths import data_root
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 from rufus_data.similarity.ngram_hash import TokenHasher
 
 AGAINST = ["gsm8k"]

@@ -18,9 +18,9 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from decontam_planting import no_ngram_survives, shared_ngrams
 
+from rufus_data.base.paths import data_root
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, build_eval_index, scan_table
-from rufus_data.paths import data_root
 
 
 def main() -> None:

@@ -98,7 +98,7 @@ def build_rows(n: int, seed: int = 0) -> list[dict]:
     sys.path.insert(0, str(REPO / "bench"))
     from scale_bench import base_rows
 
-    from rufus_data.paths import data_root
+    from rufus_data.base.paths import data_root
 
     rng = random.Random(seed)
     bases = _distinct_bases(base_rows(data_root()))
@@ -160,7 +160,7 @@ def write_inputs(rows: list[dict], folder: Path) -> None:
     """The shard folder Rufus reads and the JSONL files datatrove reads (the turns joined)."""
     import pyarrow as pa
 
-    from rufus_data.shards import write_shards
+    from rufus_data.folders.shards import write_shards
 
     table = pa.Table.from_pylist([{"id": r["id"], "source": r["source"], "label": r["source"], "messages": messages(r)}
                                   for r in rows])

@@ -26,11 +26,11 @@ from pathlib import Path
 
 from rich.table import Table
 
+from rufus_data.base.console import print_result
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import read_jsonl as stream_jsonl
 from rufus_data.benchmarks.suite import Suite, Task, load_suite
-from rufus_data.console import print_result
-from rufus_data.dataset_source import DatasetSource
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl as stream_jsonl
+from rufus_data.sources.dataset_source import DatasetSource
 from rufus_eval.replay import score_responses
 
 # results/model_performance_all.json of qtli/GSM-Plus: file name -> (model, published GSM8K accuracy)

@@ -47,8 +47,8 @@ def gsm8k_rows(count: int) -> list[dict]:
 def bench_filter(rows, base_url: str, model: str, sampling: SamplingParams, concurrency: int) -> dict:
     import pyarrow as pa
 
+    from rufus_data.folders.shards import write_shards
     from rufus_data.rollouts.filter import FilterConfig, filter_prompts
-    from rufus_data.shards import write_shards
 
     with tempfile.TemporaryDirectory() as tmp:
         write_shards(pa.Table.from_pylist(rows), Path(tmp) / "rl")
@@ -123,7 +123,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from rufus_data.generate.launcher import LaunchConfig, VLLMServer
-    from rufus_data.models import resolve_model
+    from rufus_data.models.builtin import resolve_model
 
     model_dir = resolve_model(args.model)
     rows = gsm8k_rows(args.prompts)

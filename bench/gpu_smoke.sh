@@ -189,7 +189,7 @@ if (( ! DRY )); then
 import sys
 from pathlib import Path
 import pyarrow as pa
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 rows = [{"id": f"add-{a}-{b}", "source": "generated", "label": "arithmetic", "expected_output": str(a + b),
          "prompt": [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}]}
         for a in range(1, 5) for b in range(1, 5)]
@@ -199,7 +199,7 @@ EOF
 import sys
 from pathlib import Path
 import pyarrow as pa
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 rows = [{"id": f"sft-{a}-{b}", "source": "generated", "label": "arithmetic",
          "messages": [{"role": "user", "content": f"What is {a} times {b}?"},
                       {"role": "assistant", "content": f"{a} times {b} is {a * b}."}]}

@@ -48,7 +48,7 @@ def timed(fn) -> tuple[float, float]:
 
 
 def counting_bench(rows: int, naive_rows: int, runs: int) -> dict:
-    from rufus_data.tokens import TokenCounter
+    from rufus_data.sources.tokens import TokenCounter
 
     convs = gsm8k_conversations(rows)
     counter = TokenCounter("smollm2-135m")

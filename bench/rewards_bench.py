@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from rufus_data.paths import data_root
+from rufus_data.base.paths import data_root
 from rufus_data.rewards import (
     CodeExecutionReward,
     MathEquivalenceReward,

@@ -39,10 +39,10 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from rufus_data.jsonl import read_jsonl
-from rufus_data.paths import data_root
-from rufus_data.report import pyplot
-from rufus_data.shards import write_shard
+from rufus_data.base.jsonl import read_jsonl
+from rufus_data.base.paths import data_root
+from rufus_data.base.report import pyplot
+from rufus_data.folders.shards import write_shard
 
 STEPS = ("mix", "decontam", "dedup")
 SHARD_ROWS = 50_000

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rufus_data.cli_options import (
+from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     CliApp,
     FormatOption,
@@ -17,15 +17,15 @@ from rufus_data.cli_options import (
     flag_option,
     model_options,
 )
-from rufus_data.console import cli_errors, console, print_result, print_rows
+from rufus_data.base.console import cli_errors, console, print_result, print_rows
+from rufus_data.base.env_report import env_command
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import config_from_cli, model_from_options
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
-from rufus_data.env_report import env_command
-from rufus_data.errors import RufusError
 from rufus_data.mix.config import MixOptions
-from rufus_data.models import list_models, pull
+from rufus_data.models.builtin import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
-from rufus_data.yaml_config import config_from_cli, model_from_options
 
 app = CliApp(help="Rufus data: mix sources into token-balanced shards, decontam them against benchmarks, dedup, "
                   "filter RL prompts by pass rate, build preference pairs; inspect, sql and push a shard folder; "
@@ -65,7 +65,7 @@ def models_pull(name: str = typer.Argument("smollm2-135m", help="built-in model 
 @cli_errors
 def catalogs_list() -> None:
     """List the shipped catalogs, and which of them your ./catalogs/ overrides (yours are read first)."""
-    from rufus_data.catalog_files import find_catalog_file, shipped_catalogs, shipped_root
+    from rufus_data.base.catalog_files import find_catalog_file, shipped_catalogs, shipped_root
 
     table = Table(title=f"shipped catalogs ({shipped_root()})")
     for col in ("catalog", "read from"):
@@ -84,7 +84,7 @@ def catalogs_copy(
     overwrite: OverwriteOption = False,
 ) -> None:
     """Copy a shipped catalog out to edit it; an existing file is kept unless --overwrite."""
-    from rufus_data.catalog_files import copy_shipped
+    from rufus_data.base.catalog_files import copy_shipped
 
     print_result(str(copy_shipped(name, dest, overwrite=overwrite)), highlight=False)
 
@@ -93,8 +93,8 @@ def catalogs_copy(
 @cli_errors
 def cache_info() -> None:
     """List each folder of the cache: files, size, and the computed entries `cache clean` removes."""
-    from rufus_data import cache
-    from rufus_data.paths import cache_dir
+    from rufus_data.base import cache
+    from rufus_data.base.paths import cache_dir
 
     root = cache_dir()
     table = Table(title=f"cache {root} (computed entries bounded by ${cache.MAX_GB_VARIABLE}: "
@@ -111,8 +111,8 @@ def cache_info() -> None:
 @cli_errors
 def cache_clean() -> None:
     """Remove the computed entries (decontam eval indexes: rebuilt when next needed); models and wheels stay."""
-    from rufus_data import cache
-    from rufus_data.paths import cache_dir
+    from rufus_data.base import cache
+    from rufus_data.base.paths import cache_dir
 
     entries, size = cache.clean(cache_dir())
     print_result(f"removed {entries} computed entries ({size / 1e6:,.1f} MB) from {cache_dir()}; converted models "
@@ -328,6 +328,6 @@ def push_command(
     public: bool = typer.Option(False, "--public", help="create the repo public (default: private)"),
 ) -> None:
     """Upload an output folder as a Hub dataset repo (its card makes `load_dataset(ORG/NAME)` load it as the step means); the token from HF_TOKEN or `hf auth login`."""
-    from rufus_data.hub_push import push_data_folder
+    from rufus_data.folders.hub_push import push_data_folder
 
     print_result(push_data_folder(out, repo_id, private=not public))

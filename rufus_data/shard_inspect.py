@@ -18,9 +18,9 @@ from pathlib import Path
 
 import duckdb
 
-from rufus_data.errors import RufusError
-from rufus_data.inputs import shard_folder
-from rufus_data.shards import DATA_DIR, read_manifest, shard_files
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import DATA_DIR, read_manifest, shard_files
+from rufus_data.sources.inputs import shard_folder
 
 REASONING_TAGS = ("/think", "/no_think")
 THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.DOTALL)

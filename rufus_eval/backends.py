@@ -23,13 +23,13 @@ from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 
-from rufus_data import devices
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate import ModelAccess
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
-from rufus_data.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
+from rufus_data.models import devices
+from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
 
 
 def sample_indices(requests) -> list[int]:
@@ -108,7 +108,7 @@ def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 
 
 def _api_args(cfg: ModelAccess, base_url: str, model: str, tokenizer: str, seed: int) -> dict:
     """lm-eval's arguments for the server: lm-eval sends the generation requests itself (aiohttp,
-    its own retries, OPENAI_API_KEY); the questions before them go through rufus_data.openai_api."""
+    its own retries, OPENAI_API_KEY); the questions before them go through rufus_data.models.openai_api."""
     max_len = server_max_model_len(base_url, model) or cfg.max_model_len or 2048
     return {
         "model": model,

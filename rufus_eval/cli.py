@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import Field
 
-from rufus_data.cli_options import (
+from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     CliApp,
     Flag,
@@ -20,9 +20,9 @@ from rufus_data.cli_options import (
     flag_option,
     model_options,
 )
-from rufus_data.console import cli_errors, print_rows
-from rufus_data.env_report import env_command
-from rufus_data.yaml_config import StrictModel, model_from_options
+from rufus_data.base.console import cli_errors, print_rows
+from rufus_data.base.env_report import env_command
+from rufus_data.base.yaml_config import StrictModel, model_from_options
 from rufus_eval.compare import compare_runs
 from rufus_eval.request import EvalRequest, request_from_cli
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.console import console, print_result
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console, print_result
+from rufus_data.base.errors import RufusError
 from rufus_eval.data_check import flagged_notes
 from rufus_eval.paired import paired_rows, print_paired
 from rufus_eval.results import Cell, cell_text, read_results
@@ -144,7 +144,7 @@ def print_across_runs(records: list[dict], fmt: str) -> list[dict]:
     """Every task's metric across the runs: a table of run x task, or one CSV / JSON row per (run, task)."""
     tasks, rows = comparison_rows(records)
     if fmt != "table":
-        from rufus_data.console import rows_as_text
+        from rufus_data.base.console import rows_as_text
 
         columns = ["run", "checkpoint", "step", "task", "metric", "value", "stderr", "status"]
         flat = [(r["run"], r["checkpoint"], r["step"], t, c.metric, c.value, c.stderr, c.status)

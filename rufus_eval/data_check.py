@@ -1,6 +1,6 @@
 """Per task of an evaluation: was the model's training data checked against the task's benchmark?
 
-The model's run (rufus_data/run_folder.py `run_of`: a run folder, its checkpoint-N, staged or
+The model's run (rufus_data/folders/run_folder.py `run_of`: a run folder, its checkpoint-N, staged or
 merged copy) holds its data's lineage; a task scores the benchmark its suite names for it (the
 suite schema's `task_benchmark`). Each task gets a `data_check`: checked clean, checked with N
 rows removed, NOT CHECKED (with why: a step without decontam, a decontam step against other
@@ -16,8 +16,8 @@ from rich.text import Text
 
 from rufus_data.benchmarks.registry import load_registry
 from rufus_data.benchmarks.suite import Task, task_benchmark
-from rufus_data.lineage import NO_RUN, DataCheck, check_against
-from rufus_data.run_folder import run_of
+from rufus_data.folders.lineage import NO_RUN, DataCheck, check_against
+from rufus_data.folders.run_folder import run_of
 
 STYLES = {"clean": "green", "removed": "yellow", "not_checked": "bold red", "no_training_data": "dim"}
 

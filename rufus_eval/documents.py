@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from rufus_data.errors import RufusError
-from rufus_data.run_folder import RESULTS_JSON
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import RESULTS_JSON
 
 RUFUS_FILTER = "rufus"  # the one filter of a Rufus-defined task (tasks.py)
 

@@ -11,9 +11,9 @@ judged by exactly the model that was recorded."""
 
 from __future__ import annotations
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import Scorer
-from rufus_data.errors import RufusError
-from rufus_data.openai_api import served_models, server_version
+from rufus_data.models.openai_api import served_models, server_version
 from rufus_data.rewards.llm_judge import judge_connection
 
 

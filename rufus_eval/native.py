@@ -21,8 +21,8 @@ import lm_eval
 import yaml
 from lm_eval.tasks._yaml_loader import load_yaml
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import Suite, Task
-from rufus_data.errors import RufusError
 
 TASKS_ROOT = Path(lm_eval.__file__).resolve().parent / "tasks"
 GENERATIVE = "generate_until"

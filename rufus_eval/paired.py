@@ -18,8 +18,8 @@ from pathlib import Path
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.console import console, print_result
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console, print_result
+from rufus_data.base.errors import RufusError
 from rufus_eval.data_check import check_of
 from rufus_eval.documents import pass_counts, run_folder, task_documents
 from rufus_eval.stats import beyond_noise, mean_and_se, paired_difference, pass_at_k, pass_at_ks
@@ -138,7 +138,7 @@ def flat_rows(rows: list[dict]) -> tuple[list[str], list[tuple]]:
 def print_paired(rows: list[dict], a: dict, b: dict, fmt: str = "table") -> None:
     """The rows as a table (stdout), or CSV / JSON for files and pipes; notes on stderr."""
     if fmt != "table":
-        from rufus_data.console import rows_as_text
+        from rufus_data.base.console import rows_as_text
 
         text = json.dumps(rows, indent=2, default=str) + "\n" if fmt == "json" else rows_as_text(*flat_rows(rows), fmt)
         sys.stdout.write(text)

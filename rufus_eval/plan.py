@@ -10,7 +10,7 @@ it, decided by the run's own `task_data` (rufus_eval/tasks.py), so a skipped tas
 same reason and fetch command as in results.json. The hub is asked for no data: a task whose
 rows only the hub has is listed as downloaded when the run starts.
 
-One meaning of --dry-run everywhere (rufus_data/cli_options.py): no model loads, lm-eval
+One meaning of --dry-run everywhere (rufus_data/base/cli_options.py): no model loads, lm-eval
 evaluates nothing, and no run folder, work folder or lock is made."""
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+from rufus_data.base.console import console, print_result, print_rows
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
-from rufus_data.console import console, print_result, print_rows
-from rufus_data.errors import RufusError
+from rufus_data.folders.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.generate.backend_config import ModelAccess
-from rufus_data.hub import hub_unreachable, offline_mode
-from rufus_data.merged_model import is_adapter_folder
-from rufus_data.models import BUILTINS, builtin_path, is_cached, resolve_model
-from rufus_data.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
+from rufus_data.models.builtin import BUILTINS, builtin_path, is_cached, resolve_model
+from rufus_data.models.hub import hub_unreachable, offline_mode
+from rufus_data.models.merged_model import is_adapter_folder
 from rufus_eval.request import EvalRequest, apply_overrides
 from rufus_eval.results import default_runs_root
 from rufus_eval.suite_trackers import check_trackers

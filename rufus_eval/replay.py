@@ -20,8 +20,8 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 import rufus_eval.metrics  # noqa: F401 - registers the rufus filter and metrics with lm-eval
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import Suite, Task
-from rufus_data.errors import RufusError
 from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
 
 

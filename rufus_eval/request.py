@@ -5,7 +5,7 @@
   only its schedule to it; the pipeline's `eval:` block (rufus_train/pipeline.py) only changes
   its defaults.
 - `EvalRequest`: those settings for one model, with where the results go; `rufus-eval suite`
-  generates its options from it (rufus_data/cli_options.py), the checkpoint evaluation hands it
+  generates its options from it (rufus_data/base/cli_options.py), the checkpoint evaluation hands it
   to its process whole in job.json (`rufus-eval suite --request job.json`), the pipeline passes
   it to `run_suite`.
 - How the model is reached (backend, server URLs, launch settings) is rufus_data's `ModelAccess`,
@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from rufus_data import devices
-from rufus_data.cli_options import Flag, comma_list
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.cli_options import Flag, comma_list
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import config_source, model_from_options, renamed_key
 from rufus_data.generate.backend_config import FolderBackend, ModelAccess
-from rufus_data.yaml_config import config_source, model_from_options, renamed_key
+from rufus_data.models import devices
 
 if TYPE_CHECKING:
     from rufus_data.benchmarks.suite import Suite

@@ -22,10 +22,10 @@ from typing import NamedTuple
 
 from rich.table import Table
 
-from rufus_data.console import console, print_result, print_rows
-from rufus_data.errors import RufusError
-from rufus_data.lineage import DataCheck
-from rufus_data.run_folder import RESULTS_JSON
+from rufus_data.base.console import console, print_result, print_rows
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.lineage import DataCheck
+from rufus_data.folders.run_folder import RESULTS_JSON
 from rufus_eval.data_check import check_of, check_text, flagged_notes
 
 REPORT = "report.md"

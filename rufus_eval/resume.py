@@ -29,8 +29,8 @@ from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-from rufus_data.errors import RufusError
-from rufus_data.paths import atomic_file
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import atomic_file
 
 FORMAT = 1  # bump when the layout changes: older work folders then start afresh
 KEY_FILE = "key.json"

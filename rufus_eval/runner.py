@@ -23,14 +23,14 @@ from lm_eval.api.registry import get_model
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
 
+from rufus_data.base.console import console, progress
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task
-from rufus_data.console import console, progress
-from rufus_data.errors import RufusError
-from rufus_data.merged_model import is_adapter_folder, merged_model
-from rufus_data.models import resolve_model
-from rufus_data.output_lock import OutputLock
-from rufus_data.shards import package_versions
+from rufus_data.folders.output_lock import OutputLock
+from rufus_data.folders.shards import package_versions
+from rufus_data.models.builtin import resolve_model
+from rufus_data.models.merged_model import is_adapter_folder, merged_model
 from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge

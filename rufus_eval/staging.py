@@ -25,9 +25,9 @@ import sys
 import warnings
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.run_folder import (
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     FSDP_SHARDED_PREFIX,

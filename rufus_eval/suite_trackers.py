@@ -10,7 +10,7 @@ import importlib.util
 import os
 from collections.abc import Iterator
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 PROJECT = "rufus"
 TRACKERS = {"wandb": "WANDB_PROJECT", "trackio": "TRACKIO_PROJECT"}

@@ -19,12 +19,12 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
+from rufus_data.base.jsonl import read_jsonl
 from rufus_data.benchmarks.registry import BenchmarkSpec, benchmark_spec
 from rufus_data.benchmarks.rows import haystack_files, task_source_rows
 from rufus_data.benchmarks.suite import Task
-from rufus_data.dataset_source import DatasetUnavailable
-from rufus_data.hub import hub_unreachable, offline_mode
-from rufus_data.jsonl import read_jsonl
+from rufus_data.models.hub import hub_unreachable, offline_mode
+from rufus_data.sources.dataset_source import DatasetUnavailable
 
 
 class TaskDataMissing(DatasetUnavailable):

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import Suite, Task
-from rufus_data.errors import RufusError
 from rufus_eval.task_data import TaskDataMissing, check_native_ready, source_rows
 
 

@@ -20,9 +20,9 @@ from pydantic import Field, ValidationError, model_validator
 from rich.markup import escape
 from rich.table import Table
 
-from rufus_data.console import print_result
-from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel, read_yaml
+from rufus_data.base.console import print_result
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel, read_yaml
 from rufus_eval.runner import prepare_model
 from rufus_eval.vibe_page import write_vibe_page
 

@@ -1,13 +1,13 @@
 """vibe.html: the vibe test's answers in a browser, one card per prompt with each checkpoint's
-answer in a column beside the others (rufus_data/review_page.py writes the page), where a
+answer in a column beside the others (rufus_data/folders/review_page.py writes the page), where a
 terminal table wraps long answers out of sight."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rufus_data.console import print_result
-from rufus_data.review_page import card, escape, page
+from rufus_data.base.console import print_result
+from rufus_data.folders.review_page import card, escape, page
 
 
 def vibe_page(prompts: list[str], answers: dict[str, list[str]]) -> str:

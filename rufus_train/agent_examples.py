@@ -18,7 +18,7 @@ import json
 import random
 from pathlib import Path
 
-from rufus_data.jsonl import read_jsonl
+from rufus_data.base.jsonl import read_jsonl
 from rufus_train.examples import gsm8k_final, gsm8k_rows, write_rows
 from rufus_train.grpo.tools import CodingEnvironment, SearchEnvironment, calculator
 

@@ -26,10 +26,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.paths import atomic_file
-from rufus_data.run_folder import (
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import atomic_file
+from rufus_data.folders.run_folder import (
     COMPLETE_MARKER,
     FSDP_SHARDED_PREFIX,
     OPTIMIZER_PREFIX,

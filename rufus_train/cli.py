@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
-from rufus_data.cli_options import (
+from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     RENAMED_ATTRIBUTE,
     UNDERSCORES,
@@ -26,14 +26,14 @@ from rufus_data.cli_options import (
     flag_option,
     model_options,
 )
-from rufus_data.console import cli_errors, console, print_result, print_rows
-from rufus_data.env_report import env_command
-from rufus_data.errors import RufusError
+from rufus_data.base.console import cli_errors, console, print_result, print_rows
+from rufus_data.base.env_report import env_command
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import model_from_options
+from rufus_data.folders.output_lock import OutputLock
 from rufus_data.generate.vllm_command import SERVER_MODULE, format_command, module_command
-from rufus_data.inputs import is_catalog
-from rufus_data.merged_model import adapter_base
-from rufus_data.output_lock import OutputLock
-from rufus_data.yaml_config import model_from_options
+from rufus_data.models.merged_model import adapter_base
+from rufus_data.sources.inputs import is_catalog
 from rufus_train.data import check_columns, read_rows
 from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
 from rufus_train.mask import LOSS_STYLE, loss_mask, render

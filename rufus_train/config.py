@@ -20,11 +20,17 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rufus_data.catalog_files import catalog_file
-from rufus_data.console import console
-from rufus_data.devices import DeviceRoles
-from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel, format_validation_error, node_line, override_key, read_yaml
+from rufus_data.base.catalog_files import catalog_file
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import (
+    StrictModel,
+    format_validation_error,
+    node_line,
+    override_key,
+    read_yaml,
+)
+from rufus_data.models.devices import DeviceRoles
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 from rufus_train.trl_keys import (
     TakenKey,

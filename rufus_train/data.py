@@ -1,11 +1,11 @@
 """What a stage's `data:` names: shard folders written by rufus-data, or rufus-data mixture
 catalogs (`*.yaml`), which the run builds into RUN/data/NAME/ with `rufus_data.mix` first (both
-resolved by rufus_data.inputs). Every stage YAML names a default catalog under catalogs/data/
+resolved by rufus_data.sources.inputs). Every stage YAML names a default catalog under catalogs/data/
 (real data by hub id at a pinned revision, with offline fallbacks under $RUFUS_DATA_ROOT); a
 relative `catalogs/...` entry is read from the working directory when it is there, else from the
-catalogs Rufus ships (rufus_data/catalog_files.py, as catalogs/stages/ is).
+catalogs Rufus ships (rufus_data/base/catalog_files.py, as catalogs/stages/ is).
 
-When the data is ready its lineage (rufus_data/lineage.py) goes to RUN/lineage.json and, said
+When the data is ready its lineage (rufus_data/folders/lineage.py) goes to RUN/lineage.json and, said
 plainly on the console, what each entry was checked against: a catalog mixed at the start was
 never decontaminated, and the note gives the commands that check it.
 
@@ -20,16 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from rich.text import Text
 
-from rufus_data.builders import BUILDERS
-from rufus_data.catalog import load_catalog
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.inputs import data_input, data_inputs
-from rufus_data.lineage import chain_text, checked_benchmarks, folder_lineage, rows_text, run_lineage
-from rufus_data.mix import mix_inputs
-from rufus_data.rewards.data_rewards import REWARD_COLUMN
-from rufus_data.run_folder import mixed_data_dir, write_lineage
-from rufus_data.shards import (
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.lineage import chain_text, checked_benchmarks, folder_lineage, rows_text, run_lineage
+from rufus_data.folders.run_folder import mixed_data_dir, write_lineage
+from rufus_data.folders.shards import (
     KIND_COLUMNS,
     ROW_COLUMNS,
     kind_columns_hint,
@@ -37,6 +32,11 @@ from rufus_data.shards import (
     sample_indices,
     shard_files,
 )
+from rufus_data.mix import mix_inputs
+from rufus_data.rewards.data_rewards import REWARD_COLUMN
+from rufus_data.sources.builders import BUILDERS
+from rufus_data.sources.catalog import load_catalog
+from rufus_data.sources.inputs import data_input, data_inputs
 
 log = logging.getLogger("rufus_train")
 

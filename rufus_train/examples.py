@@ -1,6 +1,6 @@
 """Small shard folders built from the raw public files under $RUFUS_DATA_ROOT (GSM8K, Code
 Alpaca, MBPP, IFEval): real rows for the tests and the benches, so all of them run offline. Each
-builder writes canonical rows (see rufus_data/shards.py) with `write_shards` and returns the
+builder writes canonical rows (see rufus_data/folders/shards.py) with `write_shards` and returns the
 folder; the agent stages' tool-use traces are in agent_examples.py.
 
     sft          messages = [user question, assistant worked answer]
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl
-from rufus_data.perturb import perturb_final_answer
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import read_jsonl
+from rufus_data.folders.shards import write_manifest, write_shards
 from rufus_data.rewards.extract import extract_gsm8k
-from rufus_data.shards import write_manifest, write_shards
+from rufus_data.sources.perturb import perturb_final_answer
 
 
 def _read_rows(path: Path, start: int, limit: int) -> list[dict]:

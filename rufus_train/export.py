@@ -10,12 +10,18 @@ from typing import Annotated
 
 from pydantic import Field
 
-from rufus_data.cli_options import Flag
-from rufus_data.errors import RufusError
-from rufus_data.merged_model import ADAPTER_CONFIG, adapter_base, is_adapter_folder, is_current, merge_source
-from rufus_data.run_folder import MERGED_DIR
-from rufus_data.shards import refuse_existing_output
-from rufus_data.yaml_config import StrictModel
+from rufus_data.base.cli_options import Flag
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel
+from rufus_data.folders.run_folder import MERGED_DIR
+from rufus_data.folders.shards import refuse_existing_output
+from rufus_data.models.merged_model import (
+    ADAPTER_CONFIG,
+    adapter_base,
+    is_adapter_folder,
+    is_current,
+    merge_source,
+)
 
 MERGE_NOT_NEEDED = ("--merge is no longer needed: export always merges (the adapter alone is already in RUN); "
                     "--merge still works for now")

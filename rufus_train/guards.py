@@ -10,9 +10,9 @@ import re
 import warnings
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.output_lock import check_unlocked
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.output_lock import check_unlocked
 from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
 from rufus_train.launch import engine_keeps_fp32_masters, takes_output_lock

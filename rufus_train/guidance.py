@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import warnings
 
-from rufus_data.console import console
+from rufus_data.base.console import console
 
 PACKED_STAGES = ("sft", "sft_full")  # midtrain packs by definition (continued pretraining)
 SFT_STAGES = ("sft", "sft_full")

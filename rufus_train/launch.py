@@ -27,10 +27,10 @@ from pathlib import Path
 
 import yaml
 
-from rufus_data.catalog_files import catalog_file
-from rufus_data.console import console
-from rufus_data.devices import gpu_ids
-from rufus_data.errors import RufusError
+from rufus_data.base.catalog_files import catalog_file
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.models.devices import gpu_ids
 from rufus_train.config import StageConfig
 from rufus_train.modeling import precision
 
@@ -82,7 +82,7 @@ def in_launched_process() -> bool:
 
 
 def takes_output_lock() -> bool:
-    """Whether this process takes the run folder's lock (rufus_data/output_lock.py): not a process
+    """Whether this process takes the run folder's lock (rufus_data/folders/output_lock.py): not a process
     `rufus-train stage` launched (the launcher holds it for the run), and of the ranks torchrun or
     accelerate started otherwise only rank 0, so the ranks of one run never lock each other out."""
     return os.environ.get(LAUNCHED_ENV) != "1" and os.environ.get("RANK", "0") == "0"

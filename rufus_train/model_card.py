@@ -14,8 +14,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-from rufus_data.models import BUILTINS
-from rufus_data.run_folder import (
+from rufus_data.folders.run_folder import (
     ADAPTER_CONFIG,
     CONFIG_YAML,
     EVAL_LOGS,
@@ -29,6 +28,7 @@ from rufus_data.run_folder import (
     is_run_folder,
     read_run_json,
 )
+from rufus_data.models.builtin import BUILTINS
 
 
 def hub_base(reference: str) -> str | None:

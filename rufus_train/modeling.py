@@ -1,10 +1,10 @@
 """Loading policies once, putting LoRA on them, and merging adapters back.
 
-A model reference is what `rufus_data.models.resolve_model` takes (built-in name, folder, hub
+A model reference is what `rufus_data.models.builtin.resolve_model` takes (built-in name, folder, hub
 id) or a Rufus run folder. A run folder trained with LoRA holds only the adapter: loading it
 loads its base (recursively: the base can itself be a run folder) and merges the adapter in,
 so a pipeline stage starts from everything the previous stages learned (in memory; the one
-merged copy on disk, RUN/merged, is rufus_data.merged_model's)."""
+merged copy on disk, RUN/merged, is rufus_data.models.merged_model's)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from rufus_data.errors import RufusError
-from rufus_data.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
-from rufus_data.models import resolve_model
-from rufus_data.run_folder import TOKENIZER_CONFIG, read_run_json
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
+from rufus_data.models.builtin import resolve_model
+from rufus_data.models.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
 
 # TRL 1.16 switches checkpointing off and on around every GRPO generation with transformers 5's
 # deprecated gradient_checkpointing_disable/enable: two FutureWarnings per step that no Rufus

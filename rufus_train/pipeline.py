@@ -21,13 +21,13 @@ from typing import Any
 import yaml
 from pydantic import Field, ValidationError
 
+from rufus_data.base.catalog_files import resolve_entry
+from rufus_data.base.console import console, print_result
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel, format_validation_error, read_yaml
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.catalog_files import resolve_entry
-from rufus_data.console import console, print_result
-from rufus_data.errors import RufusError
-from rufus_data.output_lock import OutputLock
-from rufus_data.run_folder import MERGED_DIR
-from rufus_data.yaml_config import StrictModel, format_validation_error, read_yaml
+from rufus_data.folders.output_lock import OutputLock
+from rufus_data.folders.run_folder import MERGED_DIR
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
 from rufus_train import guidance
 from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stage_file

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel
 
 # Dense BF16 peak (no sparsity), TFLOP/s, from the vendors' data sheets.
 GPU_PEAK_TFLOPS = {

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rufus_data.hub_push import push_folder
-from rufus_data.run_folder import CHECKPOINT_GLOB, EVAL_LOGS, MERGED_DIR
+from rufus_data.folders.hub_push import push_folder
+from rufus_data.folders.run_folder import CHECKPOINT_GLOB, EVAL_LOGS, MERGED_DIR
 
 # What stays local: checkpoints (a resume's business), the merged copy, evaluations' logs, locks.
 RUN_IGNORE = [CHECKPOINT_GLOB, f"{CHECKPOINT_GLOB}/**", f"{MERGED_DIR}/**", f"{EVAL_LOGS}/**", "eval/**", ".*", "**/.*"]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
 from rufus_train.checkpoints import (
     LATEST,
     checkpoint_problem,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rufus_data.run_folder import TRAIN_CURVES
+from rufus_data.folders.run_folder import TRAIN_CURVES
 
 PROJECT = "rufus"
 PIPELINE_STAGE = re.compile(r"^\d{2}-")  # a pipeline's stage folder: runs/NAME/01-sft (rufus_train/pipeline.py)

@@ -3,14 +3,14 @@
     guards (no loading) -> run folder -> tokenizer + model (once) -> LoRA -> dataset
     -> TRL config -> stage's trainer -> train -> adapter/model + run.json
 
-The run folder (its names and run.json's reader and writer: rufus_data/run_folder.py):
+The run folder (its names and run.json's reader and writer: rufus_data/folders/run_folder.py):
 
     OUT/config.yaml      the resolved config (what --dry-run prints)
     OUT/train.log        the run's log: Rufus, transformers and TRL (INFO and up), Python warnings,
                          and one line per trainer log (loss, grad norm, ...)
     OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
     OUT/data/NAME/       the catalogs of `data:`, mixed when the run starts
-    OUT/lineage.json     the data's lineage (rufus_data/lineage.py): written once the data is ready
+    OUT/lineage.json     the data's lineage (rufus_data/folders/lineage.py): written once the data is ready
     OUT/checkpoint-N/    TRL/transformers checkpoints, rufus_complete.json written last (checkpoints.py);
                          `--resume_from_checkpoint latest` resumes from the newest complete one, and
                          `checkpoint_mirror` copies each to a second place (mirror.py)
@@ -37,13 +37,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rufus_data.console import console, print_result
-from rufus_data.errors import RufusError
-from rufus_data.merged_model import set_adapter_base
-from rufus_data.models import portable_reference
-from rufus_data.output_lock import OutputLock
-from rufus_data.run_folder import CONFIG_YAML, LINEAGE_JSON, METRICS, RUN_JSON, TRAIN_LOG, write_run_json
-from rufus_data.shards import package_versions
+from rufus_data.base.console import console, print_result
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.output_lock import OutputLock
+from rufus_data.folders.run_folder import (
+    CONFIG_YAML,
+    LINEAGE_JSON,
+    METRICS,
+    RUN_JSON,
+    TRAIN_LOG,
+    write_run_json,
+)
+from rufus_data.folders.shards import package_versions
+from rufus_data.models.builtin import portable_reference
+from rufus_data.models.merged_model import set_adapter_base
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
@@ -270,7 +277,7 @@ def checkpoint_eval_callback(config: StageConfig):
 def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
     """Save the adapter (or full model) and tokenizer; the adapter records its base model as a
     reference that loads anywhere (`smollm2-135m`, a hub id, an absolute folder), resolved when
-    the run is loaded (rufus_train.modeling, rufus_data.merged_model)."""
+    the run is loaded (rufus_train.modeling, rufus_data.models.merged_model)."""
     trainer.save_model(str(out))  # with the resolved base folder: peft reads its config, offline
     tokenizer.save_pretrained(str(out))
     if config.lora.enabled and trainer.is_world_process_zero():

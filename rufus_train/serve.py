@@ -23,14 +23,14 @@ from urllib.parse import urlparse
 
 from pydantic import Field
 
-from rufus_data.cli_options import Flag
-from rufus_data.console import console
-from rufus_data.devices import gpu_ids
-from rufus_data.errors import RufusError
+from rufus_data.base.cli_options import Flag
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import model_from_options
 from rufus_data.generate.backend_config import ServerLaunch
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, module_command, server_command
-from rufus_data.models import BUILTINS, builtin_path, resolve_model
-from rufus_data.yaml_config import model_from_options
+from rufus_data.models.builtin import BUILTINS, builtin_path, resolve_model
+from rufus_data.models.devices import gpu_ids
 
 DEFAULT_SERVER_DEVICES = "1"  # the recipe: trainer on GPU 0, server on GPU 1
 DEFAULT_PORT = 8000

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
-from rufus_data.shards import as_messages
+from rufus_data.folders.shards import as_messages
 from rufus_train.config import StageConfig, trl_config_class
 
 if TYPE_CHECKING:
@@ -70,6 +70,6 @@ class Stage:
 
 def conversational(rows: pa.Table, column: str) -> list:
     """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped);
-    a plain-string prompt becomes one user turn (rufus_data.shards.as_messages)."""
+    a plain-string prompt becomes one user turn (rufus_data.folders.shards.as_messages)."""
     return [[{k: v for k, v in m.items() if v is not None} for m in (as_messages(value) or [])]
             for value in rows.column(column).to_pylist()]

@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 NO_DESCRIPTION = "(no description)"
 # The TRL CLI command whose --help lists a config class's fields with their help (trl/cli/commands).

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import modeling
 from rufus_train.config import StageConfig, trl_config_class
 from rufus_train.run_summary import tracker_settings

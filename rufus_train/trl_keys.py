@@ -117,7 +117,7 @@ def is_trl_key(key: str, stage_keys: Iterable[str], fields: dict[str, dataclasse
 def take_from_mapping(data: dict, stage_keys: Iterable[str], fields: dict, where_of) -> tuple[dict, dict[str, TakenKey]]:
     """`data` (a stage YAML, a pipeline's stage entry) with each TRL key written at its top level
     moved into its `trainer:` mapping; `where_of(key)` names where the key was written."""
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     out, taken = dict(data), {}
     for key in [k for k in data if isinstance(k, str) and is_trl_key(k, stage_keys, fields)]:
@@ -135,7 +135,7 @@ def take_from_pairs(pairs: list[tuple[str, str | None]], stage_keys: Iterable[st
                     overrides_from: str) -> tuple[list[tuple[str, str | None]], dict[str, TakenKey]]:
     """Command-line `(key, raw value)` pairs with each TRL key written as `--key` taken as
     `--trainer.key` (`--no_key` as `--trainer.key false` for a boolean field)."""
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     stage_keys, fields = set(stage_keys), trl_fields(trl_class)
     out, taken, in_trainer = [], {}, set()
@@ -160,7 +160,7 @@ def take_from_overrides(overrides: dict[str, Any], stage_keys: Iterable[str], fi
                         overrides_from: str) -> tuple[dict[str, Any], dict[str, TakenKey]]:
     """Dotted overrides (a pipeline's stage entry) with each TRL key taken as `trainer.key`, set
     after any `trainer` mapping among them (which would replace it otherwise)."""
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     kept = {k: v for k, v in overrides.items() if not is_trl_key(k, stage_keys, fields)}
     taken = {}

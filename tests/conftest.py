@@ -12,7 +12,7 @@ import pytest
 import shared_vllm
 from openai_stub import OpenAIStub
 
-from rufus_data import jsonl
+from rufus_data.base import jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 # Before torch loads anywhere in the session: the suite shares 2 cores with a vLLM server, and
@@ -124,7 +124,7 @@ def openai_stub():
 @pytest.fixture(scope="session")
 def builtin_model() -> str:
     """Folder of the converted built-in SmolLM2-135M (converted once, cached in $RUFUS_CACHE)."""
-    from rufus_data.models import pull
+    from rufus_data.models.builtin import pull
 
     return str(pull("smollm2-135m"))
 
@@ -136,7 +136,7 @@ def tiny_model() -> str:
     staging, callbacks, resume, launch, wiring. Tests that judge behaviour use `builtin_model`.
     (Building it converts smollm2-135m first, for its tokenizer; it does not depend on the
     `builtin_model` fixture, so its tests are not marked `model`.)"""
-    from rufus_data.models import pull
+    from rufus_data.models.builtin import pull
 
     return str(pull("tiny-random"))
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 from conftest import read_jsonl
 
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 
 # the answer is the last number of the completion, compared with the row's expected_output
 NUMBER_REWARD = {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members
 from rufus_data.generate.vllm_command import cpu_command
-from rufus_data.models import file_lock
+from rufus_data.models.builtin import file_lock
 
 RECORD = "vllm_server.json"
 

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from rufus_data.base.paths import cache_dir
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.cli import app
 from rufus_data.decontam import index as eval_index
 from rufus_data.decontam.config import DecontamConfig
-from rufus_data.paths import cache_dir
 
 
 def test_cache_dir_is_rufus_cache_else_xdg_cache_home_else_home(tmp_path, monkeypatch):

@@ -1,6 +1,6 @@
-"""Where catalogs are (rufus_data/catalog_files.py): the user's own catalogs/ first, then the
+"""Where catalogs are (rufus_data/base/catalog_files.py): the user's own catalogs/ first, then the
 shipped ones; a missing catalog names both places; `rufus-data catalogs list / copy`; and the
-version every output records (rufus_data/version.py), on the three CLIs with `env` beside it.
+version every output records (rufus_data/base/version.py), on the three CLIs with `env` beside it.
 The installed wheel is tests/test_wheel.py's."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rufus_data.benchmarks.suite import known_suites, suite_path
-from rufus_data.catalog_files import (
+from rufus_data.base.catalog_files import (
     catalog_file,
     copy_shipped,
     is_shipped,
@@ -21,11 +20,12 @@ from rufus_data.catalog_files import (
     shipped_catalogs,
     shipped_root,
 )
+from rufus_data.base.errors import RufusError
+from rufus_data.base.version import CodeVersion, code_version, rufus_version
+from rufus_data.benchmarks.suite import known_suites, suite_path
 from rufus_data.cli import app as data_app
-from rufus_data.errors import RufusError
-from rufus_data.inputs import data_input
-from rufus_data.shards import package_versions
-from rufus_data.version import CodeVersion, code_version, rufus_version
+from rufus_data.folders.shards import package_versions
+from rufus_data.sources.inputs import data_input
 from rufus_eval.cli import app as eval_app
 from rufus_train.cli import app as train_app
 from rufus_train.launch import accelerate_config_path

@@ -1,4 +1,4 @@
-"""mix renders many conversations per template call (rufus_data/chat_render.py): the texts and
+"""mix renders many conversations per template call (rufus_data/sources/chat_render.py): the texts and
 the `{% generation %}` spans must be transformers' own, one call per conversation, for every
 kind of row; where the loop would change the output it renders one conversation at a time."""
 
@@ -9,8 +9,8 @@ import json
 import pytest
 from jinja2.exceptions import TemplateError
 
-from rufus_data.chat_render import ROWS_PER_CALL, SEPARATOR, ChatRenderer, is_plain, render_each
-from rufus_data.tokens import TokenCounter
+from rufus_data.sources.chat_render import ROWS_PER_CALL, SEPARATOR, ChatRenderer, is_plain, render_each
+from rufus_data.sources.tokens import TokenCounter
 
 
 def rows(data_root) -> list[list[dict]]:

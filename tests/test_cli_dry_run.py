@@ -19,10 +19,10 @@ from typer.testing import CliRunner
 
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.cli import app
+from rufus_data.folders.shards import write_shards
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.mix import mix
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs
-from rufus_data.shards import write_shards
 
 SFT_SOURCES = ("arithmetic", "chats", "coding", "long_reasoning")
 

@@ -1,4 +1,4 @@
-"""Options generated from pydantic config models (rufus_data/cli_options.py): every field of the
+"""Options generated from pydantic config models (rufus_data/base/cli_options.py): every field of the
 shared generation settings is a flag of both `filter` and `pairs`, with its description as help;
 booleans are bare flags; required fields are required options. Nothing here generates."""
 
@@ -12,8 +12,7 @@ from pydantic import BaseModel, Field
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from rufus_data.cli import app
-from rufus_data.cli_options import (
+from rufus_data.base.cli_options import (
     HYPHENS,
     UNDERSCORES,
     CliApp,
@@ -22,6 +21,7 @@ from rufus_data.cli_options import (
     model_options,
     respell,
 )
+from rufus_data.cli import app
 from rufus_data.rollouts.filter import FilterConfig
 from rufus_data.rollouts.options import GenerationOptions
 from rufus_data.rollouts.pairs import PairsConfig

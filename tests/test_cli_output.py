@@ -18,7 +18,7 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from rufus_data.cli import app as data_app
-from rufus_data.shards import write_manifest, write_shards
+from rufus_data.folders.shards import write_manifest, write_shards
 from rufus_eval.cli import app as eval_app
 from rufus_train.cli import app as train_app
 

@@ -15,8 +15,8 @@ from typer.core import TyperGroup
 from typer.main import get_command
 from typer.testing import CliRunner
 
+from rufus_data.base.cli_options import HYPHENS, UNDERSCORES, respell
 from rufus_data.cli import app as data_app
-from rufus_data.cli_options import HYPHENS, UNDERSCORES, respell
 from rufus_eval.cli import app as eval_app
 from rufus_train.cli import app as train_app
 

@@ -19,8 +19,8 @@ HEAVY = ("torch", "trl", "lm_eval", "transformers", "peft", "vllm")
 # the modules whose job is a config model; the stages' own (each stage's config class, what it
 # inherits and the models its fields hold) are found from the registry below
 CONFIG_MODULES = (
-    "rufus_data.yaml_config", "rufus_data.cli_options", "rufus_data.devices", "rufus_data.generate.backend_config",
-    "rufus_data.catalog", "rufus_data.dataset_source", "rufus_data.benchmarks.suite", "rufus_data.benchmarks.registry",
+    "rufus_data.base.yaml_config", "rufus_data.base.cli_options", "rufus_data.models.devices", "rufus_data.generate.backend_config",
+    "rufus_data.sources.catalog", "rufus_data.sources.dataset_source", "rufus_data.benchmarks.suite", "rufus_data.benchmarks.registry",
     "rufus_data.rollouts.options", "rufus_data.decontam.config", "rufus_data.dedup.config",
     "rufus_eval.request", "rufus_eval.checkpoint_eval.config",
     "rufus_train.config", "rufus_train.grpo.config", "rufus_train.stages",

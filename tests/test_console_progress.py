@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_filter import RUFUS_DATA
 
-from rufus_data.console import ProgressLines, progress_line
+from rufus_data.base.console import ProgressLines, progress_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_a_long_job_without_a_terminal_prints_progress_lines(tmp_path):
 def test_a_progress_line_says_count_share_rates_and_time():
     from rich.console import Console
 
-    from rufus_data.console import RateColumn
+    from rufus_data.base.console import RateColumn
 
     bar = ProgressLines(console=Console(file=open(os.devnull, "w")), unit="prompts", interval=60)  # noqa: SIM115
     task = bar.add_task("filter k=8", total=384)

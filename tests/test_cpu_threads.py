@@ -1,4 +1,4 @@
-"""The CLIs' OpenMP defaults on a CPU machine (rufus_data/cpu_threads.py): passive waiting and no
+"""The CLIs' OpenMP defaults on a CPU machine (rufus_data/base/cpu_threads.py): passive waiting and no
 more threads than the usable cores, set when the program starts and before torch loads, and
 never over what the user set. Their effect is measured in bench/cpu_threads_bench.py."""
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from rufus_data import cpu_threads
-from rufus_data.cpu_threads import cpu_thread_defaults, usable_cores
+from rufus_data.base import cpu_threads
+from rufus_data.base.cpu_threads import cpu_thread_defaults, usable_cores
 
 CLIS = ("rufus_data.cli", "rufus_train.cli", "rufus_eval.cli")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rufus_data.catalog import load_catalog
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import read_shards
 from rufus_data.mix import mix
 from rufus_data.rewards.data_rewards import (
     REWARD_COLUMN,
@@ -23,7 +23,7 @@ from rufus_data.rewards.data_rewards import (
     specs_by_label,
 )
 from rufus_data.rollouts.scoring import Scorer
-from rufus_data.shards import read_shards
+from rufus_data.sources.catalog import load_catalog
 
 REPO = Path(__file__).resolve().parents[1]
 NUMBER = {"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}

@@ -18,13 +18,13 @@ from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shar
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
-from rufus_data.dataset_card import write_dataset_card
 from rufus_data.decontam import decontaminate
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.dedup import deduplicate
+from rufus_data.folders.dataset_card import write_dataset_card
+from rufus_data.folders.shards import read_manifest, write_shards
 from rufus_data.mix import mix
 from rufus_data.rollouts.filter import FilterConfig, filter_prompts, rebucket
-from rufus_data.shards import read_manifest, write_shards
 
 datasets.disable_progress_bars()
 

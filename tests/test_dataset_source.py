@@ -1,4 +1,4 @@
-"""The one loader of catalog sources and benchmarks (rufus_data/dataset_source.py): path, then
+"""The one loader of catalog sources and benchmarks (rufus_data/sources/dataset_source.py): path, then
 local, then hub; provenance; id ranges; the error when nothing loads; and the catalog side:
 fallbacks and builder steps, as the mix manifest records them."""
 
@@ -12,12 +12,18 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import read_jsonl
 
-from rufus_data.catalog import load_catalog
-from rufus_data.dataset_source import DatasetSource, DatasetUnavailable, HubDataset, IdRange, load_rows
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import read_shards
 from rufus_data.mix import mix
-from rufus_data.shards import read_shards
-from rufus_data.sources import open_source
+from rufus_data.sources.canonical import open_source
+from rufus_data.sources.catalog import load_catalog
+from rufus_data.sources.dataset_source import (
+    DatasetSource,
+    DatasetUnavailable,
+    HubDataset,
+    IdRange,
+    load_rows,
+)
 
 
 def hub_shaped_folder(root: Path) -> Path:
@@ -83,8 +89,7 @@ def test_a_dead_network_is_found_at_once(monkeypatch):
     import socket
     import time
 
-    from rufus_data import hub
-
+    from rufus_data.models import hub
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     for proxy in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "https_proxy", "http_proxy", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)
@@ -138,8 +143,7 @@ def test_transformers_offline_is_offline_as_huggingface_hub_reads_it(monkeypatch
     the network; HF_HUB_OFFLINE, when set, wins over it, as in huggingface_hub."""
     import socket
 
-    from rufus_data import hub
-
+    from rufus_data.models import hub
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(socket, "create_connection", lambda *a, **k: pytest.fail("the network was probed"))

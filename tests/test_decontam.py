@@ -17,11 +17,11 @@ import yaml
 from conftest import read_jsonl
 from decontam_planting import KINDS, no_ngram_survives, shared_ngrams
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.benchmarks.against import resolve_against
 from rufus_data.decontam import DecontamConfig, decontaminate
-from rufus_data.errors import RufusError
-from rufus_data.shards import read_shards, write_shards
+from rufus_data.folders.shards import read_shards, write_shards
 from rufus_data.similarity.minhash_lsh import BatchMinHasher, signatures
 from rufus_data.similarity.textnorm import words
 

@@ -17,15 +17,15 @@ from conftest import read_jsonl
 from decontam_planting import no_ngram_survives, shared_ngrams
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.cli import app
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.dedup import deduplicate
-from rufus_data.errors import RufusError
+from rufus_data.folders.shards import read_shards, write_shards
 from rufus_data.rewards.bfcl import BFCL_WHEEL
-from rufus_data.shards import read_shards, write_shards
 from rufus_data.similarity.textnorm import words
 
 REGISTRY = Path(__file__).resolve().parents[1] / "catalogs" / "benchmarks.yaml"

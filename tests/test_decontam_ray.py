@@ -7,7 +7,7 @@ import pytest
 from conftest import read_jsonl
 
 from rufus_data.decontam import DecontamConfig, decontaminate
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 
 
 @pytest.mark.spawn

@@ -17,12 +17,12 @@ from conftest import read_jsonl
 from decontam_planting import paraphrased, shared_ngrams
 from openai_stub import Reply, Request
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam.semantic_stage import eval_side, spans
-from rufus_data.errors import RufusError
+from rufus_data.folders.shards import write_shards
 from rufus_data.rewards.llm_judge import LLMJudgeReward
-from rufus_data.shards import write_shards
 from rufus_data.similarity.ngram_hash import TokenHasher, tokenize_batch
 from rufus_data.similarity.semantic_evidence import (
     NUMBER_WORDS,

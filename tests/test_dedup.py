@@ -11,9 +11,9 @@ import pytest
 from conftest import read_jsonl
 from decontam_planting import recased_respaced
 
+from rufus_data.base.errors import RufusError
 from rufus_data.dedup import DedupConfig, deduplicate
-from rufus_data.errors import RufusError
-from rufus_data.shards import read_shards, write_shards
+from rufus_data.folders.shards import read_shards, write_shards
 
 
 def test_near_duplicates_are_dropped_keeping_the_first(data_root, tmp_path):

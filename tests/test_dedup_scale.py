@@ -19,7 +19,7 @@ from conftest import REPO, read_jsonl
 from decontam_planting import recased_respaced
 
 from rufus_data.dedup import DedupConfig, deduplicate
-from rufus_data.shards import read_shards, write_shards
+from rufus_data.folders.shards import read_shards, write_shards
 
 
 def chat(rid: str, question: str, answer: str | None, source: str = "gsm8k", origin: str | None = None) -> dict:

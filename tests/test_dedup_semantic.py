@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.dedup import DedupConfig, deduplicate
-from rufus_data.shards import read_shards, write_shards
+from rufus_data.folders.shards import read_shards, write_shards
 
 PAIRS = 40
 

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import guards, modeling
 from rufus_train.config import load_stage_config
 from rufus_train.grpo import async_checks, length_checks

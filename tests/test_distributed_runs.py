@@ -27,7 +27,7 @@ from rl_prompts import arithmetic_rows, write_rl_shards
 from safetensors.torch import load_file
 from train_helpers import one_torch_thread
 
-from rufus_data.models import resolve_model
+from rufus_data.models.builtin import resolve_model
 from rufus_eval.request import EvalRequest
 from rufus_eval.runner import run_suite
 from rufus_train import examples

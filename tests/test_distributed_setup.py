@@ -18,7 +18,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import launch, modeling, serve
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config
@@ -167,7 +167,7 @@ def test_default_eval_gpus_are_checked_against_the_server_and_trainer(monkeypatc
     """With checkpoint evaluation on and no eval GPUs given, the evaluation runs on devices.eval's
     default (0,1): resolved once into devices.eval, it is checked against the server's GPU and the
     trainer's (the trainer role given, not the GPUs this process happens to see)."""
-    from rufus_data import devices
+    from rufus_data.models import devices
     from rufus_train.runner import checkpoint_eval_callback
     from rufus_train.serve import config_for_stage
 
@@ -205,7 +205,7 @@ STUB_INTERPRETER = """#!/bin/sh
 def write_rl_shards(folder: Path) -> None:
     import pyarrow as pa
 
-    from rufus_data.shards import write_shards
+    from rufus_data.folders.shards import write_shards
 
     rows = [{"id": f"add-{a}", "source": "generated", "label": "arithmetic", "expected_output": str(a + 1),
              "prompt": [{"role": "user", "content": f"What is {a} + 1?"}]} for a in range(8)]

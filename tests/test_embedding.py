@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rufus_data.paths import atomic_file, data_root
+from rufus_data.base.paths import atomic_file, data_root
 from rufus_data.similarity.embedding import (
     WORDLLAMA_CONFIG,
     WORDLLAMA_DIM,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate import ModelAccess
 from rufus_eval.backends import open_backend
 from rufus_eval.cli import app

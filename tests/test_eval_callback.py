@@ -22,9 +22,9 @@ from eval_callback_run import build_trainer, tiny_suite
 from train_helpers import WaitForBaseline
 from transformers import TrainerCallback
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import STAGING, STAGING_LOG
 from rufus_data.generate.launcher import group_members
-from rufus_data.run_folder import STAGING, STAGING_LOG
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.staging import consolidate, sharded_kind, stage_checkpoint, write_model_files
 

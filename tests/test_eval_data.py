@@ -18,14 +18,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import read_jsonl
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.benchmarks import registry as benchmark_registry
 from rufus_data.benchmarks.convert import LCB_PRELUDE, convert_rows, decode_test_cases
 from rufus_data.benchmarks.pull import PULL_MANIFEST, pull_suite
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl
-from rufus_data.shards import file_sha256
+from rufus_data.folders.shards import file_sha256
 from rufus_eval.cli import app
 from rufus_eval.metrics import score_answers
 from rufus_eval.task_data import TaskDataMissing, check_native_ready

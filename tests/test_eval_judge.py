@@ -16,7 +16,7 @@ import pytest
 import yaml
 from conftest import read_jsonl
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_eval.metrics import rufus_avg
 from rufus_eval.request import EvalRequest
 from rufus_eval.results import query_results

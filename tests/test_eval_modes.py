@@ -12,7 +12,7 @@ import pytest
 from transformers import AutoTokenizer
 from typer.testing import CliRunner
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_eval.cli import app
 from rufus_eval.request import EvalRequest
 from rufus_eval.runner import run_suite

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rufus_data import devices
+from rufus_data.models import devices
 from rufus_eval.cli import app
 from rufus_eval.request import EvalRequest
 

@@ -10,8 +10,8 @@ import importlib.util
 import pytest
 from conftest import REPO
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
 from rufus_eval.replay import score_responses
 
 

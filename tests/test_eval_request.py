@@ -15,10 +15,10 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner
 
-from rufus_data import devices
-from rufus_data.cli_options import RENAMED_ATTRIBUTE
-from rufus_data.errors import RufusError
+from rufus_data.base.cli_options import RENAMED_ATTRIBUTE
+from rufus_data.base.errors import RufusError
 from rufus_data.generate import backend_config
+from rufus_data.models import devices
 from rufus_eval import runner
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_eval.cli import app

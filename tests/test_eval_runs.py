@@ -14,10 +14,10 @@ from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 from typer.testing import CliRunner
 
-from rufus_data import devices
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
 from rufus_data.generate import backend_config
+from rufus_data.models import devices
 from rufus_eval.cli import app
 from rufus_eval.compare import load_runs, plot_metric_vs_step
 from rufus_eval.native import write_native

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
 from rufus_data.rewards.extract import strip_reasoning
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_eval.compare import compare_runs, comparison_rows, load_runs

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.benchmarks.convert import convert_rows
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
 from rufus_data.rewards import build_reward
 from rufus_data.rewards.bfcl import parse_calls, score_bfcl
 from rufus_eval.metrics import rufus_maj, score_answers

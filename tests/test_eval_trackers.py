@@ -16,7 +16,7 @@ import pytest
 from eval_callback_run import tiny_suite
 from test_trackers import REPO, tracker_env, wandb_records
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_eval.request import EvalRequest
 from rufus_eval.suite_trackers import check_trackers
 

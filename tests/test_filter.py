@@ -18,10 +18,10 @@ import pytest
 from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shards
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.cli import app
-from rufus_data.errors import RufusError
+from rufus_data.folders.shards import read_manifest, read_shards
 from rufus_data.rollouts.filter import BUCKETS, FilterConfig, filter_prompts, parse_band, partial_dir
-from rufus_data.shards import read_manifest, read_shards
 
 RUFUS_DATA = str(Path(sys.executable).parent / "rufus-data")
 HF_SETTINGS = {"k": 4, "max_tokens": 16, "temperature": 0.7, "seed": 0}

@@ -18,10 +18,10 @@ from test_filter import RUFUS_DATA
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
+from rufus_data.folders.shards import read_manifest, read_shards
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.rewards.overlong import overlong_penalty
 from rufus_data.rollouts.filter import BUCKETS, FilterConfig, filter_prompts, partial_dir
-from rufus_data.shards import read_manifest, read_shards
 from rufus_train.cli import app as train_app
 
 HEADLINE = ["filter", "--policy", "smollm2-135m", "--limit", "6", "--k", "2", "--max-tokens", "12"]

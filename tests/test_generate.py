@@ -16,7 +16,7 @@ import httpx
 import pytest
 from openai_stub import OpenAIStub, Reply, Request, Traffic
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate import Prompt, SamplingParams, prompt_seed, sample_seed
 from rufus_data.generate.backends import check_prompts_fit
 from rufus_data.generate.context import check_context_fits

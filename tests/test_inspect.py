@@ -8,8 +8,8 @@ import pyarrow as pa
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
+from rufus_data.folders.shards import write_manifest, write_shards
 from rufus_data.shard_inspect import inspect_shards, run_sql
-from rufus_data.shards import write_manifest, write_shards
 
 
 def msgs(*pairs):

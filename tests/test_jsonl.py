@@ -1,4 +1,4 @@
-"""The one JSONL reader (rufus_data/jsonl.py): its errors name the file and the line, and every reader of
+"""The one JSONL reader (rufus_data/base/jsonl.py): its errors name the file and the line, and every reader of
 JSONL in Rufus (sources, benchmark files, eval tasks, the example shards) goes through it."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import parse_jsonl, read_jsonl
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.dataset_source import read_file_rows
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import parse_jsonl, read_jsonl
+from rufus_data.sources.dataset_source import read_file_rows
 from rufus_eval.task_data import source_rows
 
 

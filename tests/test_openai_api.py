@@ -1,4 +1,4 @@
-"""The one client for OpenAI-compatible servers (rufus_data/openai_api.py), against the stand-in
+"""The one client for OpenAI-compatible servers (rufus_data/models/openai_api.py), against the stand-in
 server (tests/openai_stub.py): which failures are retried and how long that may take, and which
 hosts go through a proxy. The generation client and the reward judge are driven through it too."""
 
@@ -11,11 +11,11 @@ import time
 import pytest
 from openai_stub import Reply
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate import Prompt, SamplingParams
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.server import ServerConfig, ServerGenerator
-from rufus_data.openai_api import (
+from rufus_data.models.openai_api import (
     GaveUp,
     RetryPolicy,
     ServerRefused,
@@ -129,7 +129,7 @@ def proxy_env(monkeypatch):
     """`proxy_env(url)`: every proxy variable cleared, then HTTP_PROXY (and HTTPS_PROXY) set to `url`."""
     for name in PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr("rufus_data.openai_api._STARTED_HOSTS", set())
+    monkeypatch.setattr("rufus_data.models.openai_api._STARTED_HOSTS", set())
 
     def use(url: str) -> None:
         monkeypatch.setenv("HTTP_PROXY", url)

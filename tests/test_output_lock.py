@@ -1,4 +1,4 @@
-"""One writer per output (rufus_data/output_lock.py): every command that writes an output folder
+"""One writer per output (rufus_data/folders/output_lock.py): every command that writes an output folder
 or a run folder stops at once, told who writes it, when another live process holds the output's
 lock; --overwrite does not get past it; a killed holder's lock and leftovers are taken over, so
 its re-run is not blocked; no temporary folder remains.
@@ -27,16 +27,16 @@ from test_train_export_mask import adapter_run
 from train_helpers import one_torch_thread
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.cli import app as data_app
-from rufus_data.errors import RufusError
-from rufus_data.output_lock import (
+from rufus_data.folders.output_lock import (
     OutputLock,
     check_unlocked,
     holder_path,
     lock_path,
     remove_stale_temporaries,
 )
-from rufus_data.shards import atomic_output_dir
+from rufus_data.folders.shards import atomic_output_dir
 from rufus_eval.cli import app as eval_app
 from rufus_train import examples
 from rufus_train.cli import app as train_app
@@ -47,7 +47,7 @@ CATALOG = str(REPO / "catalogs" / "sft.yaml")
 HOLDER = """
 import os, sys
 from pathlib import Path
-from rufus_data.output_lock import OutputLock
+from rufus_data.folders.output_lock import OutputLock
 out = Path(sys.argv[1])
 held = OutputLock(out, "the test's holder").acquire()  # kept: a dropped lock is released
 (out.parent / f".{out.name}.tmp-{os.getpid()}").mkdir()  # what a writer killed mid-write leaves

@@ -14,12 +14,12 @@ from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shar
 from test_filter import RUFUS_DATA, _kill_midway
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.cli import app
-from rufus_data.errors import RufusError
+from rufus_data.folders.shards import read_manifest, read_shards
 from rufus_data.rollouts.pairs import PairsConfig, build_pairs, make_pairs, perturb_final_answer
 from rufus_data.rollouts.prompts import read_prompt_rows
 from rufus_data.rollouts.scoring import Scorer
-from rufus_data.shards import read_manifest, read_shards
 
 GSM8K_REWARD = {"name": "string_match", "extractor": "gsm8k", "answer_column": "expected_output"}
 

@@ -12,12 +12,12 @@ import pytest
 import yaml
 from conftest import REPO
 
-from rufus_data.builders import IFTHINK_REWRITES, build_rows
-from rufus_data.catalog import SourceRows
-from rufus_data.dataset_source import load_rows
 from rufus_data.mix import mix
 from rufus_data.rewards.ifeval import IFEvalReward
 from rufus_data.shard_inspect import inspect_shards
+from rufus_data.sources.builders import IFTHINK_REWRITES, build_rows
+from rufus_data.sources.catalog import SourceRows
+from rufus_data.sources.dataset_source import load_rows
 
 ROWS = 24
 SOURCES = ("gsm8k/train.jsonl", "code_alpaca_2k/code_alpaca_2k.jsonl", "alpaca_seed_tasks/seed_tasks.jsonl")

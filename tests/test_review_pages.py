@@ -22,7 +22,7 @@ from PIL import Image
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam import DecontamConfig, decontaminate
 from rufus_data.decontam.hits_page import HITS_PAGE
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 from rufus_eval.vibe_page import write_vibe_page
 
 pytestmark = pytest.mark.browser

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards import (
     OverlongPenalty,
     add_response_fields,

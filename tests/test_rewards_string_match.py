@@ -10,7 +10,7 @@ import warnings
 import pytest
 from conftest import read_jsonl
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards import (
     REWARDS,
     CodeExecutionReward,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rufus_data.models import portable_reference
+from rufus_data.models.builtin import portable_reference
 from rufus_train import modeling, weight_update
 from rufus_train.config import LoraSettings
 from rufus_train.model_card import model_card
@@ -102,7 +102,7 @@ def test_full_fine_tuning_update_is_measured_on_a_sample(builtin_model):
 def test_run_folder_base_reference_and_card_after_a_real_save(lora_model, builtin_model, tmp_path):
     """save_final's order: the adapter is saved with the resolved base (peft reads its config
     offline), then adapter_config.json gets the portable reference."""
-    from rufus_data.merged_model import adapter_base, set_adapter_base
+    from rufus_data.models.merged_model import adapter_base, set_adapter_base
 
     lora_model.save_pretrained(tmp_path / "run")
     assert Path(adapter_base(tmp_path / "run")).exists()

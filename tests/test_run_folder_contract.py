@@ -1,4 +1,4 @@
-"""The run folder's contract (rufus_data/run_folder.py): which run a model reference belongs to,
+"""The run folder's contract (rufus_data/folders/run_folder.py): which run a model reference belongs to,
 checkpoint names, run.json written whole, the lineage a run in training already has, and the
 names of a run folder's and a checkpoint's files spelled in that one module only."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from test_layering import REPO
 
-from rufus_data import run_folder
-from rufus_data.errors import RufusError
-from rufus_data.run_folder import (
+from rufus_data.base.errors import RufusError
+from rufus_data.folders import run_folder
+from rufus_data.folders.run_folder import (
     checkpoint_dir,
     checkpoint_step_of,
     eval_step_dir,
@@ -28,7 +28,7 @@ from rufus_data.run_folder import (
     write_run_json,
 )
 
-CONTRACT = REPO / "rufus_data" / "run_folder.py"
+CONTRACT = REPO / "rufus_data" / "folders" / "run_folder.py"
 # names of the contract that are ordinary words elsewhere too, so a literal of them proves nothing:
 # a JSON key (run.json's `data`, trainer state's `global_step`), a config value
 # (`resume_from_checkpoint: latest`), a word (`optimizer`), a shard folder's card (README.md)

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
-from rufus_data.run_folder import TRAIN_CURVES
+from rufus_data.folders.run_folder import TRAIN_CURVES
 from rufus_train import examples
 from rufus_train.run_summary import run_name
 from rufus_train.trl_args import build_trl_args

@@ -10,7 +10,7 @@ import pyarrow as pa
 from conftest import REPO
 
 from rufus_data.dedup import deduplicate
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 
 
 def scale_bench():

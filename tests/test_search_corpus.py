@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train.config import load_stage_config
 from rufus_train.grpo.search_index import SearchIndex, build_index, read_corpus
 from rufus_train.grpo.stage import search_index_path

@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks, load_registry
-from rufus_data.builders import BUILDERS, SEED_CONSTRAINTS, build_rows
-from rufus_data.catalog import SourceRows, load_catalog
-from rufus_data.dataset_source import load_rows
-from rufus_data.errors import RufusError
-from rufus_data.inputs import data_input
 from rufus_data.rewards.ifeval import IFEvalReward
-from rufus_data.sources import open_source
+from rufus_data.sources.builders import BUILDERS, SEED_CONSTRAINTS, build_rows
+from rufus_data.sources.canonical import open_source
+from rufus_data.sources.catalog import SourceRows, load_catalog
+from rufus_data.sources.dataset_source import load_rows
+from rufus_data.sources.inputs import data_input
 from rufus_train.data import check_columns
 from rufus_train.stages import all_stages
 

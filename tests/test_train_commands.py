@@ -148,8 +148,8 @@ def test_export_dry_run_says_what_it_would_merge_and_loads_nothing(tmp_path, no_
 
 
 def test_serve_dry_run_prints_the_server_command_and_starts_nothing(tmp_path, monkeypatch, no_model_loads):
-    from rufus_data import models
     from rufus_data.generate.backend_config import ServerLaunch
+    from rufus_data.models import builtin as models
     from rufus_train.cli import serve_cmd
 
     def no_pull(name):

@@ -8,7 +8,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import guards
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config, parse_cli_overrides

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import examples, modeling
 from rufus_train.cli import app
 from rufus_train.config import LoraSettings
@@ -30,7 +30,7 @@ def sft_shards(tmp_path_factory, data_root):
 
 
 def test_highlighted_tokens_are_the_assistant_reply(sft_shards, tiny_tokenizer):
-    from rufus_data.shards import read_shards
+    from rufus_data.folders.shards import read_shards
 
     messages = conversational(read_shards(sft_shards["gsm8k"]), "messages")[0]
     example = loss_mask(tiny_tokenizer, messages, assistant_only=True, max_length=None)
@@ -47,7 +47,7 @@ def test_trainable_tokens_equal_trl_assistant_masks(sft_shards, tiny_model, tiny
     from datasets import Dataset
     from trl import SFTConfig, SFTTrainer
 
-    from rufus_data.shards import read_shards
+    from rufus_data.folders.shards import read_shards
 
     conversations = conversational(read_shards(sft_shards["gsm8k"]), "messages") + conversational(
         read_shards(sft_shards["code"]), "messages"

@@ -143,7 +143,7 @@ def test_mask_warns_for_beta_but_not_when_gradient_is_untouched(tiny_model, tmp_
 
 
 def test_refusals(tiny_model, tmp_path):
-    from rufus_data.errors import RufusError
+    from rufus_data.base.errors import RufusError
 
     dataset = prompts_dataset(flat=2, live=2)
     streaming = dataset.to_iterable_dataset()

@@ -16,8 +16,8 @@ from conftest import REPO
 from trl import GRPOConfig
 from typer.testing import CliRunner
 
-from rufus_data.devices import DeviceRoles
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.models.devices import DeviceRoles
 from rufus_data.rewards import AGGREGATIONS, build_rewards, combine_rewards, teaches_nothing
 from rufus_data.rollouts.filter import FilterConfig, bucket_prompts
 from rufus_train import serve

@@ -17,8 +17,8 @@ from train_helpers import one_torch_thread
 from transformers import AutoModelForCausalLM
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.errors import RufusError
 from rufus_eval.request import apply_overrides
 from rufus_train import examples
 from rufus_train.cli import app

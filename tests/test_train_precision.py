@@ -21,7 +21,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from rufus_data.shards import write_shards
+from rufus_data.folders.shards import write_shards
 from rufus_train import guards, launch, modeling
 from rufus_train.cli import app
 from rufus_train.config import load_stage_config

@@ -12,7 +12,7 @@ from hub_stub import hub
 from huggingface_hub import ModelCard, constants
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import examples
 from rufus_train.config import load_stage_config
 from rufus_train.guards import check_push_token

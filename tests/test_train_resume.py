@@ -27,8 +27,8 @@ import pytest
 from resume_hooks import HOLD_AT, RECORD
 from train_helpers import one_torch_thread, tiny_config
 
-from rufus_data.errors import RufusError
-from rufus_data.run_folder import COMPLETE_MARKER
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import COMPLETE_MARKER
 from rufus_train import examples, guards
 from rufus_train.checkpoints import (
     LATEST,

@@ -12,7 +12,7 @@ import pytest
 import torch
 from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, tiny_config
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train import examples, modeling
 from rufus_train.mask import loss_mask
 from rufus_train.stages import get_stage

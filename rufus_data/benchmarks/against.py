@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.registry import ALL, Registry, default_registry, nearest
 from rufus_data.benchmarks.suite import find_suite, known_suites, load_suite, task_benchmark
-from rufus_data.errors import RufusError
 
 
 @dataclass

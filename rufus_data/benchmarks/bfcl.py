@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import zipfile
 
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import parse_jsonl
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import parse_jsonl
 from rufus_data.rewards.bfcl import wheel_path
 
 SYSTEM_PROMPT = (

@@ -29,7 +29,7 @@ import random
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 LCB_STDIN_FORMAT = (
     "Read the inputs from stdin solve the problem and write the answer to stdout (do not directly test on the "

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.registry import BenchmarkSpec, load_registry
 from rufus_data.benchmarks.rows import benchmark_rows, row_ids
-from rufus_data.dataset_source import DatasetUnavailable
-from rufus_data.errors import RufusError
+from rufus_data.sources.dataset_source import DatasetUnavailable
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import httpx
 
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import data_root
 from rufus_data.benchmarks.registry import BenchmarkSpec, Haystack, load_registry
 from rufus_data.benchmarks.rows import benchmark_rows
 from rufus_data.benchmarks.suite import load_suite
-from rufus_data.console import console
-from rufus_data.dataset_source import DatasetSource, DatasetUnavailable, load_rows
-from rufus_data.errors import RufusError
-from rufus_data.paths import data_root
+from rufus_data.folders.shards import file_sha256
 from rufus_data.rewards.bfcl import wheel_path
-from rufus_data.shards import file_sha256
+from rufus_data.sources.dataset_source import DatasetSource, DatasetUnavailable, load_rows
 
 PULL_MANIFEST = "pulled.json"
 

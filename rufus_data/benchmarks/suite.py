@@ -24,14 +24,14 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_serializer, model_validator
 
+from rufus_data.base.catalog_files import catalog_names, find_catalog_file, looked_in
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
 from rufus_data.benchmarks.registry import Registry, load_registry
-from rufus_data.catalog_files import catalog_names, find_catalog_file, looked_in
-from rufus_data.console import console
-from rufus_data.dataset_source import DatasetSource
-from rufus_data.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
-from rufus_data.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
+from rufus_data.sources.dataset_source import DatasetSource
 
 METRIC_RE = re.compile(r"^(avg|pass|maj)@(k|\d+)$")
 REPEATS_RENAMED = ("lm-eval's `samples` picks documents; `repeats` is its name for the answers sampled per document, "

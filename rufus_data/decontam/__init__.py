@@ -30,7 +30,7 @@ start, and this file must not load arrow or numpy for it."""
 
 from __future__ import annotations
 
-from rufus_data.lazy_exports import lazy_exports
+from rufus_data.base.lazy_exports import lazy_exports
 
 __all__ = [
     "HIT_SCHEMA", "Candidate", "DecontamCommand", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",

@@ -1,5 +1,5 @@
 """Running the scan over a shard folder: the input is cut into tasks (one parquet row group
-each), and the shared engines (rufus_data/engines.py) run `scan_table` over every task: in
+each), and the shared engines (rufus_data/base/engines.py) run `scan_table` over every task: in
 this process, in a local process pool (workers inherit the index by fork), or as Ray Data
 tasks on a cluster. Every engine calls the same per-task function, so they find the same
 candidates."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from rufus_data.base.engines import RowGroupTask, TaskWorker, plan_row_groups, run_tasks
 from rufus_data.decontam.candidates import Candidate
 from rufus_data.decontam.index import EvalIndex
 from rufus_data.decontam.scan import scan_table
-from rufus_data.engines import RowGroupTask, TaskWorker, plan_row_groups, run_tasks
 from rufus_data.similarity.ngram_hash import TokenHasher
 
 ScanTask = RowGroupTask  # one parquet row group of one shard, scanned in batches of `batch_rows`

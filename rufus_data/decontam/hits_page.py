@@ -1,6 +1,6 @@
 """hits.html: every decontam hit as a card, the training text beside the benchmark item it
 matched, the words they share marked, the stage that caught it and its score, filterable by
-benchmark and stage (rufus_data/review_page.py writes the page). What marks a span follows the
+benchmark and stage (rufus_data/folders/review_page.py writes the page). What marks a span follows the
 stage: the exact stage's n-gram length for exact hits, runs of `MINHASH_RUN` words for MinHash
 hits (whose shingles are too short to mark alone), the shared words for semantic hits."""
 
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from rufus_data.benchmarks import EvalItem
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.report import SEMANTIC, STAGES, evidence_text
-from rufus_data.review_page import card, escape, highlight_shared, page
+from rufus_data.folders.review_page import card, escape, highlight_shared, page
 from rufus_data.similarity.text_fields import text_fields
 
 HITS_PAGE = "hits.html"

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from importlib.metadata import version
 
+from rufus_data.base.paths import cached_pickle
 from rufus_data.benchmarks import EvalItem, LoadedBenchmarks
 from rufus_data.decontam import exact_stage, minhash_stage, texts
 from rufus_data.decontam.config import RUN_ONLY, SEMANTIC_ONLY, DecontamConfig
@@ -17,7 +18,6 @@ from rufus_data.decontam.exact_stage import ExactIndex, build_exact_index
 from rufus_data.decontam.minhash_stage import MinHashIndex, build_minhash_index
 from rufus_data.decontam.semantic_stage import SemanticIndex, build_semantic_index
 from rufus_data.decontam.texts import EvalTexts
-from rufus_data.paths import cached_pickle
 from rufus_data.similarity import minhash_lsh, ngram_hash, textnorm
 from rufus_data.similarity.ngram_hash import TokenHasher
 

@@ -9,8 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from rufus_data.base.console import print_result, progress
+from rufus_data.base.engines import auto_workers
+from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.console import print_result, progress
 from rufus_data.decontam.config import DecontamConfig, check_judge
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
 from rufus_data.decontam.hits_page import HITS_PAGE, hits_page
@@ -23,11 +25,9 @@ from rufus_data.decontam.report import (
 )
 from rufus_data.decontam.rules import finalise
 from rufus_data.decontam.semantic_judge import judge_candidates
-from rufus_data.engines import auto_workers
-from rufus_data.errors import RufusError
-from rufus_data.inputs import shard_folder
-from rufus_data.output_step import OutputStep
-from rufus_data.shards import shard_row_counts, split_files
+from rufus_data.folders.output_step import OutputStep
+from rufus_data.folders.shards import shard_row_counts, split_files
+from rufus_data.sources.inputs import shard_folder
 
 
 def decontaminate(shards: str | Path, against: list[str], out: str | Path | None = None, *,

@@ -26,11 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from rufus_data.base.paths import cached_pickle
 from rufus_data.benchmarks import EvalItem
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.texts import FieldBatch
-from rufus_data.paths import cached_pickle
 from rufus_data.similarity import embedding, ngram_hash, semantic_evidence, textnorm
 from rufus_data.similarity.embedding import Embedder, load_embedder
 from rufus_data.similarity.ngram_hash import TokenHasher

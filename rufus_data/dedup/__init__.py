@@ -24,7 +24,7 @@ and the work spreads over processes or a Ray cluster; the package is a pipeline 
     candidates.py  stage 2: keys grouped by sorting: repeats, exact copies, candidate pairs
     verify.py      stage 3: each candidate pair's exact Jaccard, from a spill of the rows' shingles
     clusters.py    stage 4: union-find over the verified pairs; the first row of each cluster stays
-    pipeline.py    stages 1-4 as tasks over the shared engines (rufus_data/engines.py)
+    pipeline.py    stages 1-4 as tasks over the shared engines (rufus_data/base/engines.py)
     work.py        the work folder every stage writes to, so a killed run resumes
     semantic.py    the optional second stage (--semantic): rows that restate an earlier row
     rows.py        reading some rows again (ids, texts) by row number
@@ -39,7 +39,7 @@ start, and this file must not load arrow or numpy for it."""
 
 from __future__ import annotations
 
-from rufus_data.lazy_exports import lazy_exports
+from rufus_data.base.lazy_exports import lazy_exports
 
 __all__ = ["CLUSTER_SCHEMA", "SHARE_SHIFT_PP", "DedupCommand", "DedupConfig", "DedupResult", "dedup_plan", "deduplicate",
            "share_shifts"]

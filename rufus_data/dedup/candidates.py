@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from rufus_data.base.engines import TaskWorker
 from rufus_data.dedup.shuffle import KEYED, PAIRS, pair_partition, partitioned_file, read_partition
 from rufus_data.dedup.work import save_arrays
-from rufus_data.engines import TaskWorker
 from rufus_data.similarity.ngram_hash import distinct, sorted_member
 
 # A bucket of up to this many rows gives every pair of them. A larger one (a row and its copies, or

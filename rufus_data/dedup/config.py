@@ -1,7 +1,7 @@
 """Every knob of dedup in one model, DedupConfig: the stages read their settings from here,
 `--config FILE.yaml` and the options on top of it fill it, and the manifest records it. Beside
 it, DedupCommand: what one `rufus-data dedup` reads and writes. Both are the command's options
-(rufus_data/cli_options.py), so this module loads nothing heavy."""
+(rufus_data/base/cli_options.py), so this module loads nothing heavy."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
+from rufus_data.base.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
+from rufus_data.base.yaml_config import StrictModel
 from rufus_data.similarity import DEFAULT_EMBEDDER
-from rufus_data.yaml_config import StrictModel
 
 
 class DedupConfig(StrictModel):

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rufus_data.console import console, progress
+from rufus_data.base.console import console, progress
+from rufus_data.base.engines import RowGroupTask, TaskWorker, run_tasks
 from rufus_data.dedup.candidates import GroupPlan, GroupWorker, group_file, pairs_file
 from rufus_data.dedup.clusters import Drops, minhash_drops, with_repeats
 from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
@@ -36,7 +37,6 @@ from rufus_data.dedup.verify import (
     shingle_files,
 )
 from rufus_data.dedup.work import load_arrays, write_atomic
-from rufus_data.engines import RowGroupTask, TaskWorker, run_tasks
 from rufus_data.similarity.minhash_lsh import band_params
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.console import print_result, print_rows
+from rufus_data.base.console import print_result, print_rows
+from rufus_data.base.engines import auto_workers, describe_engine, plan_row_groups
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.dedup.run import token_column
-from rufus_data.engines import auto_workers, describe_engine, plan_row_groups
-from rufus_data.inputs import shard_folder
-from rufus_data.output_step import check_output
-from rufus_data.shards import shard_row_counts, split_files
+from rufus_data.folders.output_step import check_output
+from rufus_data.folders.shards import shard_row_counts, split_files
+from rufus_data.sources.inputs import shard_folder
 
 
 @dataclass

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from rufus_data.base.report import markdown_table
 from rufus_data.dedup.config import DedupConfig
-from rufus_data.report import markdown_table
 
 if TYPE_CHECKING:
     from rufus_data.dedup.semantic import SemanticPair

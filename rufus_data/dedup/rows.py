@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.engines import RowGroupTask, TaskWorker, run_tasks
-from rufus_data.shards import write_without_rows
+from rufus_data.base.engines import RowGroupTask, TaskWorker, run_tasks
+from rufus_data.folders.shards import write_without_rows
 from rufus_data.similarity.ngram_hash import distinct
 
 

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from rufus_data.console import console, print_result
+from rufus_data.base.console import console, print_result
+from rufus_data.base.engines import RowGroupTask, auto_workers, plan_row_groups
 from rufus_data.dedup.clusters import Drops
 from rufus_data.dedup.config import RUN_ONLY, DedupConfig
 from rufus_data.dedup.pipeline import MinHashOutcome, MinHashStages
@@ -24,11 +25,10 @@ from rufus_data.dedup.report import (
 )
 from rufus_data.dedup.rows import ids_at, rows_at, shard_copier, task_of
 from rufus_data.dedup.work import remove_work, work_folder, work_key
-from rufus_data.engines import RowGroupTask, auto_workers, plan_row_groups
-from rufus_data.inputs import shard_folder
-from rufus_data.output_step import OutputStep
-from rufus_data.shards import read_manifest, shard_row_counts, split_files
+from rufus_data.folders.output_step import OutputStep
+from rufus_data.folders.shards import read_manifest, shard_row_counts, split_files
 from rufus_data.similarity.ngram_hash import distinct
+from rufus_data.sources.inputs import shard_folder
 
 if TYPE_CHECKING:
     from rufus_data.dedup.semantic import SemanticPair

@@ -30,8 +30,8 @@ from functools import cached_property
 import numpy as np
 import pyarrow as pa
 
+from rufus_data.base.engines import RowGroupTask
 from rufus_data.dedup.rows import rows_at
-from rufus_data.engines import RowGroupTask
 from rufus_data.similarity.embedding import load_embedder
 from rufus_data.similarity.ngram_hash import distinct
 from rufus_data.similarity.semantic_evidence import content_words, item_quantities, normalised_words

@@ -16,12 +16,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rufus_data.base.engines import RowGroupTask, TaskWorker
 from rufus_data.dedup.config import LSH_WEIGHTS, DedupConfig
 from rufus_data.dedup.report import source_tokens
 from rufus_data.dedup.shuffle import KEYED, key_partition, partitioned_file
 from rufus_data.dedup.work import save_arrays
-from rufus_data.engines import RowGroupTask, TaskWorker
-from rufus_data.shards import ORIGIN_COLUMN
+from rufus_data.folders.shards import ORIGIN_COLUMN
 from rufus_data.similarity.minhash_lsh import BatchMinHasher, band_keys, band_params
 from rufus_data.similarity.ngram_hash import (
     TokenHasher,

@@ -30,11 +30,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rufus_data.base.engines import RowGroupTask, TaskWorker
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.dedup.shuffle import PAIRS, read_partition
 from rufus_data.dedup.signatures import field_shingles, per_row, row_words
 from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_atomic
-from rufus_data.engines import RowGroupTask, TaskWorker
 from rufus_data.similarity.ngram_hash import TokenHasher, distinct, fold32, sorted_member
 
 EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("value", pa.float64()), ("jaccard", pa.float64())])

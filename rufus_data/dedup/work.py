@@ -1,7 +1,7 @@
 """The work folder of a dedup run: every stage's output, one file per task, so a killed run
 resumes where it stopped. It sits beside the output folder (`.OUT.dedup-work`; a dry run uses a
 temporary folder), is keyed by the inputs and the settings that shape the result (a run with
-other inputs or settings starts afresh), used under the output's lock (rufus_data/output_lock.py,
+other inputs or settings starts afresh), used under the output's lock (rufus_data/folders/output_lock.py,
 which also removes a killed run's half-written output), and removed once the output folder is
 in place. Every file is written under a temporary name and renamed, so a file
 under its real name is always whole; a task is done when its last file exists."""

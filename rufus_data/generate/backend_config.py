@@ -17,12 +17,12 @@ from typing import Annotated, Literal, Self
 
 from pydantic import Field, model_validator
 
-from rufus_data import devices
-from rufus_data.cli_options import Flag
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.cli_options import Flag
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import StrictModel, model_from_options
 from rufus_data.generate.vllm_command import LaunchConfig, default_command
-from rufus_data.yaml_config import StrictModel, model_from_options
+from rufus_data.models import devices
 
 Backend = Literal["auto", "hf", "vllm", "server"]
 # the backends of an evaluation that loads or serves a model folder itself (a checkpoint): no `server`

@@ -8,8 +8,8 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.base import Generator, Prompt
 from rufus_data.generate.context import check_context_fits
@@ -17,8 +17,8 @@ from rufus_data.generate.hf import HFGenerator
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
-from rufus_data.hub import model_unavailable
-from rufus_data.models import BUILTINS, resolve_model
+from rufus_data.models.builtin import BUILTINS, resolve_model
+from rufus_data.models.hub import model_unavailable
 
 
 def check_model(model: str, config: ModelAccess) -> None:

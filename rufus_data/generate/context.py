@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rufus_data.errors import RufusError
-from rufus_data.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models
+from rufus_data.base.errors import RufusError
+from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models
 
 
 def server_max_model_len(base_url: str, model: str | None = None, retries: int = 3, delay_s: float = 0.5) -> int | None:

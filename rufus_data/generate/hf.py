@@ -18,10 +18,10 @@ from collections.abc import Iterable, Iterator
 # cores are shared with a vLLM server or other jobs; libgomp reads this when torch first loads.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
-from rufus_data.models import resolve_model
+from rufus_data.models.builtin import resolve_model
 
 
 class HFGenerator(Generator):

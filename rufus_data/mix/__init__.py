@@ -12,7 +12,7 @@ start, and this file must not load arrow or a tokenizer for it."""
 
 from __future__ import annotations
 
-from rufus_data.lazy_exports import lazy_exports
+from rufus_data.base.lazy_exports import lazy_exports
 
 __all__ = ["MixOptions", "MixPlan", "MixResult", "MixedInput", "SourceCounts", "mix", "mix_inputs", "mix_plan",
            "select_rows"]

@@ -1,5 +1,5 @@
 """The settings of one `rufus-data mix` run beside its catalog: the command's options are built
-from `MixOptions` (rufus_data/cli_options.py) and `mix()` validates its arguments with it, so
+from `MixOptions` (rufus_data/base/cli_options.py) and `mix()` validates its arguments with it, so
 the two cannot drift. This module loads nothing heavy: `rufus-data` reads it when it starts."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from rufus_data.cli_options import DRY_RUN_HELP, Flag
-from rufus_data.yaml_config import StrictModel
+from rufus_data.base.cli_options import DRY_RUN_HELP, Flag
+from rufus_data.base.yaml_config import StrictModel
 
 OnBadRow = Literal["error", "skip"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rufus_data.catalog import MixtureCatalog
-from rufus_data.console import print_result
+from rufus_data.base.console import print_result
+from rufus_data.folders.output_step import check_output
 from rufus_data.mix.config import MixOptions, default_out
 from rufus_data.mix.selection import (
     count_and_select,
@@ -19,7 +19,7 @@ from rufus_data.mix.selection import (
     share_notes,
     source_summaries,
 )
-from rufus_data.output_step import check_output
+from rufus_data.sources.catalog import MixtureCatalog
 
 
 @dataclass

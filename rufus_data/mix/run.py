@@ -16,8 +16,10 @@ from pathlib import Path
 
 import yaml
 
-from rufus_data.catalog import MixtureCatalog, catalog_hash
-from rufus_data.inputs import DataInput
+from rufus_data.base.report import bar_chart, markdown_table
+from rufus_data.base.yaml_config import model_from_options
+from rufus_data.folders.output_step import OutputStep
+from rufus_data.folders.shards import write_shards
 from rufus_data.mix.config import MixOptions, OnBadRow, default_out
 from rufus_data.mix.selection import (
     count_and_select,
@@ -28,10 +30,8 @@ from rufus_data.mix.selection import (
     source_summaries,
 )
 from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
-from rufus_data.output_step import OutputStep
-from rufus_data.report import bar_chart, markdown_table
-from rufus_data.shards import write_shards
-from rufus_data.yaml_config import model_from_options
+from rufus_data.sources.catalog import MixtureCatalog, catalog_hash
+from rufus_data.sources.inputs import DataInput
 
 
 @dataclass
@@ -81,7 +81,7 @@ def mix(
 
 @dataclass
 class MixedInput:
-    """A command's input (rufus_data.inputs) as a shard folder: the folder given, or the one its
+    """A command's input (rufus_data.sources.inputs) as a shard folder: the folder given, or the one its
     catalog was mixed into (`manifest`: that mix's manifest)."""
 
     input: DataInput

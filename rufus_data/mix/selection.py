@@ -14,15 +14,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.catalog import MixtureCatalog, SourceSpec, load_catalog
-from rufus_data.catalog_files import resolve_entry
-from rufus_data.console import RateColumn, console, print_rows, progress
-from rufus_data.errors import RufusError
+from rufus_data.base.catalog_files import resolve_entry
+from rufus_data.base.console import RateColumn, console, print_rows, progress
+from rufus_data.base.errors import RufusError
 from rufus_data.mix.config import OnBadRow
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
-from rufus_data.source_formats import BadRow, detect_format, resolve_columns
-from rufus_data.sources import Canonicaliser, OpenedSource, open_source
-from rufus_data.tokens import TokenCounter
+from rufus_data.sources.canonical import Canonicaliser, OpenedSource, open_source
+from rufus_data.sources.catalog import MixtureCatalog, SourceSpec, load_catalog
+from rufus_data.sources.source_formats import BadRow, detect_format, resolve_columns
+from rufus_data.sources.tokens import TokenCounter
 
 BATCH_ROWS = 1024
 SHARE_TOLERANCE_PP = 1.0
@@ -105,7 +105,7 @@ def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> No
     if counter.has_generation_markers or catalog.kind == "rl":
         return
     fix = ("use a template with {% generation %} ... {% endgeneration %} around assistant replies (the built-in "
-           "'smollm2-135m' ships one: rufus_data/templates/rufus_chatml.jinja) via `chat_template:`")
+           "'smollm2-135m' ships one: rufus_data/models/templates/rufus_chatml.jinja) via `chat_template:`")
     if catalog.kind == "sft" and catalog.basis == "trainable":
         raise RufusError(f"the chat template of {catalog.tokenizer!r} has no {{% generation %}} markers, but the catalog "
                          f"sets `basis: trainable`: {fix}, or set `basis: total`")

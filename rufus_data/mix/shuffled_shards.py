@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.shards import write_shard
+from rufus_data.folders.shards import write_shard
 
 POSITION = "__rufus_position"
 

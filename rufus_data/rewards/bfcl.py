@@ -22,8 +22,8 @@ from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
-from rufus_data.errors import RufusError
-from rufus_data.paths import cache_dir, data_root
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import cache_dir, data_root
 from rufus_data.rewards.contract import RewardFunction, is_missing
 
 BFCL_WHEEL = "bfcl-eval==2026.3.23"

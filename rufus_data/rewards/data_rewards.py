@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards.registry import parse_spec
 
 REWARD_COLUMN = "reward_spec"

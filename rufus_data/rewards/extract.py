@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 # TRL's GRPOConfig.multi_objective_aggregation: weight and sum the rewards, then normalise in the
 # group (the default); or normalise each reward in the group, then weight and sum

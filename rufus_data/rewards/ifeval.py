@@ -19,8 +19,8 @@ import random
 import threading
 from pathlib import Path
 
-from rufus_data.errors import RufusError
-from rufus_data.paths import cache_dir
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import cache_dir
 from rufus_data.rewards.contract import RewardFunction, is_missing
 
 log = logging.getLogger(__name__)

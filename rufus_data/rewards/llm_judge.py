@@ -4,7 +4,7 @@ The connection is `base_url` and `model` when given (an evaluation suite pins it
 it comes from the environment, read when the reward runs (so a pickled reward follows the worker's
 environment): JUDGE_BASE_URL (default http://localhost:8001/v1), JUDGE_MODEL (default: the first model the
 server lists). The key is always JUDGE_API_KEY (default EMPTY), never a constructor argument, so it never
-lands in a config or a results file. Requests go through the shared client (rufus_data/openai_api.py: its
+lands in a config or a results file. Requests go through the shared client (rufus_data/models/openai_api.py: its
 proxy rule, retry policy and errors). Everything else is a fixed default that tests may override: 16
 requests in flight, 120 s timeout, 2 retries after about 1 s then 2 s (jittered; at most 300 s per
 answer in all), 2048 generated tokens, and a parsed 1-10 score >= 7 gives 1.0. A request that still
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from rufus_data.console import console
-from rufus_data.openai_api import (
+from rufus_data.base.console import console
+from rufus_data.models.openai_api import (
     JUDGE_KEY_VARIABLE,
     GaveUp,
     RetryPolicy,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction, rows_from_kwargs
 
 

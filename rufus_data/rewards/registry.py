@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards.bfcl import BFCLASTReward
 from rufus_data.rewards.code_execution import CodeExecutionReward
 from rufus_data.rewards.contract import RewardFunction

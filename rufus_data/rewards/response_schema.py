@@ -61,7 +61,7 @@ def parse_response(completion) -> ParsedResponse:
     return ParsedResponse(reasoning=reasoning, content=content, tool_calls=tool_calls, errors=errors, reasoning_closed=closed)
 
 
-# transformers >= 5.13 response template for rufus_data/templates/rufus_chatml.jinja (the same shape as the
+# transformers >= 5.13 response template for rufus_data/models/templates/rufus_chatml.jinja (the same shape as the
 # ChatML/Qwen3 template TRL ships): optional <think> block, content, then <tool_call>{json}</tool_call> blocks.
 RUFUS_RESPONSE_TEMPLATE = {
     "defaults": {"role": "assistant"},

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 SANDBOX_UID_BASE = 200000  # uids nobody owns: uid = base + (pid % 2048) * 64 + slot
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from functools import lru_cache
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards.contract import RewardFunction, Row, is_missing
 from rufus_data.rewards.extract import get_extractor, normalise_answer
 

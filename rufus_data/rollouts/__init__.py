@@ -10,4 +10,4 @@
     plan.py      --dry-run: the generation a run would do (prompts x samples x tokens, backend, rewards)
 
 They stand on the floors below: the generation engine (rufus_data/generate/), the rewards
-(rufus_data/rewards/) and the shard folder (rufus_data/shards.py)."""
+(rufus_data/rewards/) and the shard folder (rufus_data/folders/shards.py)."""

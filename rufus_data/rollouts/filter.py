@@ -30,13 +30,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.report import markdown_table, pyplot
+from rufus_data.folders.output_step import OutputStep
+from rufus_data.folders.shards import DATA_DIR, MANIFEST, read_shards, write_shards
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import SamplingParams
-from rufus_data.inputs import data_inputs
-from rufus_data.output_step import OutputStep
-from rufus_data.report import markdown_table, pyplot
 from rufus_data.rewards.data_rewards import scoring_specs
 from rufus_data.rewards.groups import group_outcomes
 from rufus_data.rollouts.journal import Journal, run_journaled
@@ -49,7 +49,7 @@ from rufus_data.rollouts.prompts import (
     read_prompt_rows,
 )
 from rufus_data.rollouts.scoring import Scorer, known_token_ids
-from rufus_data.shards import DATA_DIR, MANIFEST, read_shards, write_shards
+from rufus_data.sources.inputs import data_inputs
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
 EXTRA_BUCKETS = ("constant", "outside_band")

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.progress import ProgressColumn
 from rich.text import Text
 
-from rufus_data.console import progress
+from rufus_data.base.console import progress
 from rufus_data.generate.base import Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
 

@@ -4,7 +4,7 @@ and reaches both, as a field and as a command-line option; the `--reward` specs 
 each command's own model, `FilterConfig` and `PairsConfig`.
 
 This module loads no arrow, HTTP client or model library: `rufus-data` builds its command-line
-options from these models when it starts, for every command (rufus_data/cli_options.py)."""
+options from these models when it starts, for every command (rufus_data/base/cli_options.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
-from rufus_data.cli_options import Flag
-from rufus_data.errors import RufusError
+from rufus_data.base.cli_options import Flag
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.sampling import SamplingParams
 
@@ -53,7 +53,7 @@ RewardSpecs = Annotated[
 class GenerationOptions(ModelAccess):
     """How the commands that sample reach their model (ModelAccess: backend, servers, launch
     settings) and how they sample. Each field is also a `rufus-data filter/pairs` option
-    (rufus_data/cli_options.py), its description the option's help."""
+    (rufus_data/base/cli_options.py), its description the option's help."""
 
     max_tokens: int = Field(512, ge=1, description="tokens per sample")
     temperature: float = Field(1.0, ge=0, description="sampling temperature; 1.0 = the model's own distribution, as in RL")

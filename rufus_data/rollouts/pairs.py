@@ -39,14 +39,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.base.report import markdown_table
+from rufus_data.folders.output_step import OutputStep
+from rufus_data.folders.shards import read_manifest, write_shards
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import prompt_seed
-from rufus_data.inputs import data_inputs
-from rufus_data.models import DEFAULT_MODEL
-from rufus_data.output_step import OutputStep
-from rufus_data.perturb import perturb_final_answer
-from rufus_data.report import markdown_table
+from rufus_data.models.builtin import DEFAULT_MODEL
 from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
 from rufus_data.rollouts.journal import Journal, run_journaled
 from rufus_data.rollouts.options import PairsConfig
@@ -58,8 +57,9 @@ from rufus_data.rollouts.prompts import (
     read_prompt_rows,
 )
 from rufus_data.rollouts.scoring import Scorer, known_token_ids
-from rufus_data.shards import read_manifest, write_shards
-from rufus_data.tokens import TokenCounter
+from rufus_data.sources.inputs import data_inputs
+from rufus_data.sources.perturb import perturb_final_answer
+from rufus_data.sources.tokens import TokenCounter
 
 
 # --- the run --------------------------------------------------------------------------------

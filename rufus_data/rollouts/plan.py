@@ -17,19 +17,19 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from rufus_data.console import print_result, print_rows
-from rufus_data.errors import RufusError
+from rufus_data.base.console import print_result, print_rows
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.output_step import check_output
+from rufus_data.folders.shards import shard_files, shard_row_counts
 from rufus_data.generate.backends import check_model
-from rufus_data.inputs import DataInput, data_inputs
 from rufus_data.mix.config import MixOptions
 from rufus_data.mix.plan import mix_plan
-from rufus_data.output_step import check_output
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, declares_rewards, encode_specs, scoring_specs
 from rufus_data.rollouts.filter import ROLLOUTS, parse_band
 from rufus_data.rollouts.options import FilterConfig, GenerationOptions, PairsConfig
 from rufus_data.rollouts.prompts import DEFAULT_RL_CATALOG, check_prompt_columns, default_out
 from rufus_data.rollouts.scoring import Scorer
-from rufus_data.shards import shard_files, shard_row_counts
+from rufus_data.sources.inputs import DataInput, data_inputs
 
 
 @dataclass

@@ -2,7 +2,7 @@
 or from catalogs mixed on the fly, into generation prompts.
 
 With no input the commands read the default RL mixture, `catalogs/rl.yaml`; inputs resolve
-through rufus_data.inputs, and a catalog is mixed into the run's working folder first,
+through rufus_data.sources.inputs, and a catalog is mixed into the run's working folder first,
 deterministically, so a resumed run finds the same shards and the same journal."""
 
 from __future__ import annotations
@@ -12,11 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from rufus_data.errors import RufusError
-from rufus_data.generate.base import Prompt
-from rufus_data.inputs import DataInput
-from rufus_data.mix import mix_inputs
-from rufus_data.shards import (
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import (
     DATA_DIR,
     as_messages,
     folder_fingerprint,
@@ -24,6 +21,9 @@ from rufus_data.shards import (
     sample_indices,
     shard_files,
 )
+from rufus_data.generate.base import Prompt
+from rufus_data.mix import mix_inputs
+from rufus_data.sources.inputs import DataInput
 
 DEFAULT_RL_CATALOG = "catalogs/rl.yaml"
 

@@ -29,8 +29,8 @@ from safetensors import safe_open
 from scipy import sparse
 from tokenizers import Tokenizer
 
-from rufus_data.errors import RufusError
-from rufus_data.paths import atomic_file, cache_dir
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import atomic_file, cache_dir
 from rufus_data.similarity import DEFAULT_EMBEDDER
 from rufus_data.similarity.ngram_hash import TokenHasher
 from rufus_data.similarity.textnorm import tokenize_array

@@ -21,7 +21,7 @@
   `eval_logs/metrics.jsonl`, a resumed run's curve.
 - trackers.py: the same into W&B (`define_metric`) and trackio (`eval/step` in every record).
 
-The evaluation's GPUs are the stage's `devices.eval` role (rufus_data/devices.py), physical ids
+The evaluation's GPUs are the stage's `devices.eval` role (rufus_data/models/devices.py), physical ids
 given verbatim to its CUDA_VISIBLE_DEVICES.
 
 Nothing is imported here: a stage config reads config.py without loading transformers, which

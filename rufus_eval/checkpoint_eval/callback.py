@@ -10,10 +10,10 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from rufus_data import devices as gpus
-from rufus_data.console import console
-from rufus_data.devices import DeviceRoles
-from rufus_data.run_folder import EVAL_JOB, EVAL_LOG, RESULTS_JSON, checkpoint_dir, eval_step_dir
+from rufus_data.base.console import console
+from rufus_data.folders.run_folder import EVAL_JOB, EVAL_LOG, RESULTS_JSON, checkpoint_dir, eval_step_dir
+from rufus_data.models import devices as gpus
+from rufus_data.models.devices import DeviceRoles
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
 from rufus_eval.checkpoint_eval.curve import EvalCurve
 from rufus_eval.checkpoint_eval.process import EvaluationProcess, evaluation_command
@@ -36,7 +36,7 @@ class CheckpointEvalCallback(TrainerCallback):
                  devices: DeviceRoles | dict | None = None):
         """`starting_model`: the model folder (or hub id) training starts from, evaluated as the
         step-0 baseline; default: the trained model's `name_or_path`. `devices`: the stage's GPU
-        roles (rufus_data/devices.py): the evaluation runs on `eval` (default 0,1), checked
+        roles (rufus_data/models/devices.py): the evaluation runs on `eval` (default 0,1), checked
         against the trainer's GPUs (`trainer`, default: this process's)."""
         self.config = config if isinstance(config, CheckpointEvalConfig) else CheckpointEvalConfig(**(config or {}))
         self.starting_model = starting_model

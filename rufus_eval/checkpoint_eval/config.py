@@ -1,5 +1,5 @@
 """The `eval` block of a stage config: the evaluation request's settings (rufus_eval/request.py),
-and when to evaluate. Its GPUs are the stage's `devices.eval` role (rufus_data/devices.py)."""
+and when to evaluate. Its GPUs are the stage's `devices.eval` role (rufus_data/models/devices.py)."""
 
 from __future__ import annotations
 

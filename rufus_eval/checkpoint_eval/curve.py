@@ -17,10 +17,10 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.paths import atomic_file
-from rufus_data.run_folder import EVAL_LOG, EVAL_LOGS, METRICS, RESULTS_JSON, eval_step_dirs
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import atomic_file
+from rufus_data.folders.run_folder import EVAL_LOG, EVAL_LOGS, METRICS, RESULTS_JSON, eval_step_dirs
 from rufus_eval.checkpoint_eval.trackers import Trackers
 from rufus_eval.paired import number_text, paired_rows, verdict
 

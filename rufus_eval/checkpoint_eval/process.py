@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from rufus_data.base.paths import atomic_file
+from rufus_data.folders.run_folder import EVAL_JOB, EVAL_LOG
 from rufus_data.generate.launcher import die_with_parent
-from rufus_data.paths import atomic_file
-from rufus_data.run_folder import EVAL_JOB, EVAL_LOG
 from rufus_eval.staging import sharded_kind
 
 # the trainer's launcher (torchrun, accelerate) describes ITS process group in these; an evaluation

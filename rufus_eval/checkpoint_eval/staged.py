@@ -14,8 +14,8 @@ import json
 import shutil
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.run_folder import STAGING, STAGING_LOG, checkpoint_dir
+from rufus_data.base.console import console
+from rufus_data.folders.run_folder import STAGING, STAGING_LOG, checkpoint_dir
 from rufus_eval.staging import sharded_kind, stage_checkpoint, staging_usage, write_model_files
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import warnings
 
-from rufus_data.console import console
+from rufus_data.base.console import console
 
 TRACKERS = ("wandb", "trackio")
 

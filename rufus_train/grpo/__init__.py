@@ -17,6 +17,6 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - tools.py, search_index.py: the agent stages' tools and environments, and the offline BM25 index.
 
 The vLLM server GRPO trains against is started by `rufus-train serve` (rufus_train/serve.py), on
-the stage's `devices.server` (every role's GPUs: rufus_data/devices.py).
+the stage's `devices.server` (every role's GPUs: rufus_data/models/devices.py).
 Nothing is imported here: torch and TRL load only with dynamic_sampling.py and async_trainer.py, when a
 run starts."""

@@ -27,7 +27,7 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
 
 The checks every GRPO run shares sit beside this module: length_checks.py (completion length
 against the server's `max_model_len`) and rollout_state.py (the async resume position); the
-GPU roles are every stage's (rufus_data/devices.py). The vLLM server async GRPO needs is started by `rufus-train serve`
+GPU roles are every stage's (rufus_data/models/devices.py). The vLLM server async GRPO needs is started by `rufus-train serve`
 (rufus_train/serve.py)."""
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import sys
 
 import yaml
 
-from rufus_data.errors import RufusError
-from rufus_data.models import read_model_config
+from rufus_data.base.errors import RufusError
+from rufus_data.models.builtin import read_model_config
 from rufus_train.grpo.async_config import async_setting_problems
 from rufus_train.grpo.attention_kernel import CUDA_KERNEL, cached_kernel, kernels_missing
 from rufus_train.launch import accelerate_config_path

@@ -8,8 +8,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from rufus_data.errors import RufusError
-from rufus_data.hub import offline_variable
+from rufus_data.base.errors import RufusError
+from rufus_data.models.hub import offline_variable
 
 # (repo, version) as TRL 1.16's packing._flash_attn asks for them
 CUDA_KERNEL = ("kernels-community/flash-attn3", 1)

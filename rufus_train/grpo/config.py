@@ -1,6 +1,6 @@
 """The keys every GRPO stage shares (`GRPOStageConfig`). The `trainer:` block of a GRPO stage is
 checked against `RufusGRPOConfig` (TRL's GRPOConfig plus the dynamic-sampling settings). The GPU
-ids of each role (`devices:`, with the server's) are every stage's (rufus_data/devices.py)."""
+ids of each role (`devices:`, with the server's) are every stage's (rufus_data/models/devices.py)."""
 
 from __future__ import annotations
 

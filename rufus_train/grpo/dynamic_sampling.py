@@ -37,9 +37,9 @@ from transformers import ProcessorMixin
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import DYNAMIC_SAMPLING_STATE, checkpoint_dir
 from rufus_data.rewards.groups import teaches_nothing
-from rufus_data.run_folder import DYNAMIC_SAMPLING_STATE, checkpoint_dir
 
 DYNAMIC_SAMPLING_MODES = ("mask", "resample")
 # Output keys of GRPOTrainer._generate_and_score_completions that carry images or token types:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 
 if TYPE_CHECKING:
     import torch

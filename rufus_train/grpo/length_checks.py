@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import warnings
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.context import check_fits, server_max_model_len
-from rufus_data.models import read_model_config
-from rufus_data.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models, v1_url
+from rufus_data.models.builtin import read_model_config
+from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, RetryPolicy, api_key, served_models, v1_url
 from rufus_train.grpo.config import GRPOStageConfig
 
 

@@ -14,7 +14,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.generate.context import server_max_model_len
 
 WORKER_DIED = ("Rollout worker child has failed", "AsyncRolloutWorker child exited during init")

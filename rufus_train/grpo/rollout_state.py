@@ -8,9 +8,9 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.run_folder import ROLLOUT_STATE
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.run_folder import ROLLOUT_STATE
 
 
 @dataclass

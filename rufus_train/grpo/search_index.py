@@ -24,8 +24,8 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.errors import RufusError
-from rufus_data.jsonl import read_jsonl
+from rufus_data.base.errors import RufusError
+from rufus_data.base.jsonl import read_jsonl
 
 STOPWORDS = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his", "i", "in", "is", "it", "its", "of", "on", "or", "she", "that", "the", "their", "them", "there", "these", "they", "this", "to", "was", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your"]

@@ -19,9 +19,9 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.models import read_model_config, resolve_model
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.models.builtin import read_model_config, resolve_model
 from rufus_data.rewards import build_rewards, parse_spec
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, data_reward_specs
 from rufus_train.config import StageConfig

@@ -22,7 +22,7 @@ import ast
 import functools
 import operator
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards.code_execution import TEST_COLUMNS, CodeExecutionReward
 from rufus_data.rewards.response_schema import RUFUS_RESPONSE_TEMPLATE
 from rufus_data.rewards.sandbox import SandboxConfig, run_program

@@ -17,7 +17,7 @@ import importlib
 import pkgutil
 from functools import cache
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train.stage_base import Stage, StageContext
 
 __all__ = ["Stage", "StageContext", "all_stages", "get_stage"]

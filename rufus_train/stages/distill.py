@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pyarrow as pa
 from pydantic import Field
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train.config import StageConfig
 from rufus_train.stage_base import Stage, StageContext, conversational
 
@@ -62,7 +62,7 @@ class DistillStage(Stage):
         """Teacher differs from the student and shares its vocabulary (config.json only, no weights)."""
         from transformers import AutoConfig
 
-        from rufus_data.models import resolve_model
+        from rufus_data.models.builtin import resolve_model
         from rufus_train.modeling import adapter_base, is_adapter_folder
 
         def config_of(ref: str):

@@ -10,7 +10,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from rufus_data.shards import KIND_COLUMNS
+from rufus_data.folders.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
 from rufus_train.stage_base import Stage, StageContext, conversational
 

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_train.config import StageConfig
 from rufus_train.stage_base import Stage, StageContext, conversational
 from rufus_train.stages.dpo import preference_dataset

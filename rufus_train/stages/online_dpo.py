@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from rufus_data.errors import RufusError
+from rufus_data.base.errors import RufusError
 from rufus_data.rewards import parse_spec
 from rufus_train.config import StageConfig
 from rufus_train.grpo.stage import stage_rewards

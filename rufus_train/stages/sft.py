@@ -15,10 +15,10 @@ from typing import Any, ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from rufus_data.console import console
-from rufus_data.errors import RufusError
-from rufus_data.shards import KIND_COLUMNS
-from rufus_data.tokens import TokenCounter
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import KIND_COLUMNS
+from rufus_data.sources.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
 from rufus_train.stage_base import Stage, StageContext, conversational
 
