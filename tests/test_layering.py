@@ -11,14 +11,15 @@ it reads the suite or registry YAML or loads rows for eval; it builds on the rew
 scorers), never the reverse.
 
 Inside rufus_data the floors show: the data steps are folders (mix/, decontam/, dedup/, rollouts/);
-the services they share (the generation engine in generate/, the rewards, the similarity kit, the
-benchmarks, and the root modules: CLI machinery, console, errors, paths, models, shards, sources)
-import no data step, and a data step builds on another only where STEP_ON_STEP says why. Every
-folder of rufus_data is one or the other."""
+the services they share are floor folders in an order (base, similarity, folders, models, rewards,
+generate, sources, benchmarks), each importing only itself and the floors below, none a data step;
+a data step builds on another only where STEP_ON_STEP says why. The root holds only the map and
+the commands. rufus_eval imports no data step, and rufus_train only where STEPS_ABOVE says why."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -111,7 +112,7 @@ def benchmark_code_outside(paths: list[Path]) -> list[str]:
         for line, module, name in imported_names(path):
             if module in INNER_READERS or f"{module}.{name}" in INNER_READERS:
                 found.append(f"{where}:{line} imports {module}.{name}")
-            if "rufus_eval" in path.parts and module == "rufus_data.dataset_source" and name != "DatasetUnavailable":
+            if "rufus_eval" in path.parts and module == "rufus_data.sources.dataset_source" and name != "DatasetUnavailable":
                 found.append(f"{where}:{line} loads rows itself ({name})")
     return found
 
@@ -132,7 +133,7 @@ def test_the_benchmark_check_sees_each_kind(tmp_path):
     module.parent.mkdir()
     module.write_text('''"""A module."""
 from rufus_data.benchmarks.convert import convert_rows
-from rufus_data.dataset_source import DatasetUnavailable, load_rows
+from rufus_data.sources.dataset_source import DatasetUnavailable, load_rows
 
 SUITES = CATALOGS / "suites"
 
@@ -255,27 +256,33 @@ def test_the_floor_checks_see_lazy_imports_and_cycles(tmp_path):
 
 
 def test_the_cycle_check_sees_every_package_and_type_checking_imports(tmp_path):
-    for folder in ("rufus_data", "rufus_eval"):
+    for folder in ("rufus_data", "rufus_data/sources", "rufus_data/models", "rufus_eval"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "__init__.py").write_text("")
-    (tmp_path / "rufus_data" / "catalog.py").write_text("from rufus_data.source_formats import DECLARED\n")
-    (tmp_path / "rufus_data" / "source_formats.py").write_text(
-        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rufus_data.catalog import SourceSpec\n")
-    (tmp_path / "rufus_data" / "models.py").write_text("from rufus_eval import staging\n")
-    (tmp_path / "rufus_eval" / "staging.py").write_text("def f():\n    import rufus_data.models\n")
+    (tmp_path / "rufus_data/sources/catalog.py").write_text("from rufus_data.sources.source_formats import DECLARED\n")
+    (tmp_path / "rufus_data/sources/source_formats.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from rufus_data.sources.catalog import SourceSpec\n")
+    (tmp_path / "rufus_data/models/builtin.py").write_text("from rufus_eval import staging\n")
+    (tmp_path / "rufus_eval" / "staging.py").write_text("def f():\n    import rufus_data.models.builtin\n")
     assert import_cycles(package_modules(tmp_path), tmp_path) == [
-        ["rufus_data.catalog", "rufus_data.source_formats"], ["rufus_data.models", "rufus_eval.staging"]]
+        ["rufus_data.models.builtin", "rufus_eval.staging"],
+        ["rufus_data.sources.catalog", "rufus_data.sources.source_formats"]]
 
 
 DATA = REPO / "rufus_data"
 # rufus_data's data steps, each a folder
 DATA_STEPS = ("mix", "decontam", "dedup", "rollouts")
+# the modules at rufus_data's root: the map and the commands, nothing shared
+ROOT_MODULES = ("__init__.py", "cli.py", "shard_inspect.py")
 # the one module that runs them all: the `rufus-data` command line
 STEP_RUNNERS = ("rufus_data/cli.py",)
 # (step, step it imports): why
 STEP_ON_STEP = {("rollouts", "mix"): "filter and pairs mix a catalog given as input before reading its prompts"}
-FLOORS = {"generate": DATA / "generate", "rewards": DATA / "rewards", "similarity": DATA / "similarity",
-          "benchmarks": DATA / "benchmarks", "root modules": DATA}
+# rufus_data's floors, lowest first: a floor imports only itself and the floors below it, never a
+# data step or the root's commands
+DATA_FLOORS = ("base", "similarity", "folders", "models", "rewards", "generate", "sources", "benchmarks")
+# what the packages above may take of rufus_data's steps: (package, step): why
+STEPS_ABOVE = {("rufus_train", "mix"): "a stage's `data:` may name a catalog, mixed into shards before training"}
 
 
 def data_step(module: str) -> str | None:
@@ -284,9 +291,30 @@ def data_step(module: str) -> str | None:
     return parts[1] if len(parts) > 1 and parts[0] == "rufus_data" and parts[1] in DATA_STEPS else None
 
 
-def floor_files(floor: str) -> list[Path]:
-    folder = FLOORS[floor]
-    return sorted(folder.glob("*.py")) if floor == "root modules" else sorted(folder.rglob("*.py"))
+def data_part(module: str) -> str | None:
+    """The folder of rufus_data a dotted module belongs to; "root" for the root's modules."""
+    parts = module.split(".")
+    if parts[0] != "rufus_data":
+        return None
+    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in DATA_STEPS + DATA_FLOORS) else "root"
+
+
+def data_modules(root: Path = REPO) -> list[Path]:
+    return sorted((root / "rufus_data").rglob("*.py"))
+
+
+def floor_violations(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Imports of a floor by a lower floor, or of a data step or root module by any floor."""
+    found = []
+    for path in paths:
+        own = data_part(module_of(path, root))
+        if own not in DATA_FLOORS:
+            continue
+        for line, module in package_imports(path, root, ("rufus_data",)):
+            used = data_part(module)
+            if used not in DATA_FLOORS or DATA_FLOORS.index(used) > DATA_FLOORS.index(own):
+                found.append(f"{path.relative_to(root)}:{line} ({own}) imports {module} ({used})")
+    return found
 
 
 def step_imports(paths: list[Path], root: Path = REPO) -> list[str]:
@@ -301,10 +329,31 @@ def step_imports(paths: list[Path], root: Path = REPO) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("floor", list(FLOORS))
-def test_the_floors_import_no_data_step(floor):
-    paths = [p for p in floor_files(floor) if str(p.relative_to(REPO)) not in STEP_RUNNERS]
-    assert paths and step_imports(paths) == []
+def test_the_floors_of_rufus_data_run_down():
+    assert floor_violations(data_modules()) == []
+
+
+def test_the_floor_order_check_sees_each_kind(tmp_path):
+    files = {"rufus_data/__init__.py": "", "rufus_data/cli.py": "",
+             "rufus_data/base/__init__.py": "", "rufus_data/base/console.py": "from rufus_data.models import hub\n",
+             "rufus_data/models/__init__.py": "", "rufus_data/models/hub.py": "from rufus_data.base import console\n",
+             "rufus_data/sources/__init__.py": "",
+             "rufus_data/sources/catalog.py": "def f():\n    from rufus_data.mix import plan\n    import rufus_data.cli\n"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert floor_violations(data_modules(tmp_path), tmp_path) == [
+        "rufus_data/base/console.py:1 (base) imports rufus_data.models.hub (models)",
+        "rufus_data/sources/catalog.py:2 (sources) imports rufus_data.mix (mix)",
+        "rufus_data/sources/catalog.py:3 (sources) imports rufus_data.cli (root)"]
+
+
+def test_the_root_of_rufus_data_holds_only_the_map_and_the_commands():
+    assert sorted(path.name for path in DATA.glob("*.py")) == sorted(ROOT_MODULES)
+
+
+def test_every_floor_is_a_folder_with_a_map():
+    assert [floor for floor in DATA_FLOORS if not docstring(DATA / floor / "__init__.py")] == []
 
 
 def test_data_steps_build_on_each_other_only_where_documented():
@@ -317,17 +366,36 @@ def test_data_steps_build_on_each_other_only_where_documented():
     assert found == []
 
 
-def test_every_data_step_is_a_folder():
-    """A module at rufus_data's root is a floor: no step hides among them."""
-    assert [step for step in DATA_STEPS if not (DATA / step / "__init__.py").exists()] == []
+def steps_used_above(paths: list[Path], root: Path = REPO) -> list[str]:
+    """Imports of a data step from rufus_eval or rufus_train, beyond what STEPS_ABOVE allows."""
+    found = []
+    for path in paths:
+        package = path.relative_to(root).parts[0]
+        for hit in step_imports([path], root):
+            if (package, data_step(hit.rsplit(" imports ", 1)[1])) not in STEPS_ABOVE:
+                found.append(hit)
+    return found
+
+
+def test_eval_imports_no_data_step_and_train_only_mix():
+    assert steps_used_above([p for package in ("rufus_eval", "rufus_train")
+                             for p in sorted((REPO / package).rglob("*.py"))]) == []
+
+
+def test_the_steps_above_check_sees_a_step_import(tmp_path):
+    for name, text in {"rufus_eval/m.py": "from rufus_data.mix import mix_inputs\n",
+                       "rufus_train/m.py": "from rufus_data.mix import mix_inputs\nimport rufus_data.dedup\n"}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert steps_used_above(sorted(tmp_path.rglob("*.py")), tmp_path) == [
+        "rufus_eval/m.py:1 imports rufus_data.mix", "rufus_train/m.py:2 imports rufus_data.dedup"]
 
 
 def unclassified_folders(root: Path = DATA) -> list[str]:
     """rufus_data's folders of .py files that are neither a data step nor a floor (a folder
     inside one belongs to it)."""
-    known = set(DATA_STEPS) | {folder.name for folder in FLOORS.values() if folder != DATA}
     tops = {path.relative_to(root).parts[0] for path in root.rglob("*.py") if len(path.relative_to(root).parts) > 1}
-    return sorted(tops - known)
+    return sorted(tops - set(DATA_STEPS) - set(DATA_FLOORS))
 
 
 def test_every_folder_of_rufus_data_is_a_step_or_a_floor():
@@ -343,7 +411,7 @@ def test_the_folder_check_sees_a_new_folder(tmp_path):
     assert unclassified_folders(tmp_path) == ["cleanup"]
 
 
-def test_the_floor_check_sees_a_step_import(tmp_path):
+def test_the_step_check_sees_a_step_import(tmp_path):
     module = tmp_path / "rufus_data" / "dedup" / "m.py"
     module.parent.mkdir(parents=True)
     module.write_text("import rufus_data.dedup.rows\n\n\ndef f():\n    from rufus_data.mix import mix\n")
@@ -395,3 +463,31 @@ def test_the_map_check_sees_an_unnamed_module(tmp_path):
         (base / name).write_text(text)
     assert unmapped_modules("rufus_eval", tmp_path) == [
         "rufus_eval/checkpoint_eval/curve.py", "rufus_eval/extra/", "rufus_eval/request.py"]
+
+
+# ------------------------------------------------------------------ the move of the floors
+def load_move_script():
+    spec = importlib.util.spec_from_file_location("move_floors", REPO / "scripts" / "move_floors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_file_names_a_floor_module_by_its_old_path():
+    """The floors moved into folders (scripts/move_floors.py): no code, test, doc or catalog names
+    an old path; the CHANGELOG, the script and this test name them on purpose."""
+    move = load_move_script()
+    exempt = {REPO / "CHANGELOG.md", REPO / "scripts" / "move_floors.py", Path(__file__).resolve()}
+    assert [str(path.relative_to(REPO)) for path in move.tracked_text_files()
+            if path not in exempt and path.exists() and move.rewrite(path.read_text()) != path.read_text()] == []
+
+
+def test_the_old_path_check_sees_each_form():
+    move = load_move_script()
+    text = ("from rufus_data import models\nfrom rufus_data.console import console\n"
+            'patch("rufus_data.openai_api._HOSTS")\nsee rufus_data/sources.py and rufus_data/templates/x.jinja\n')
+    assert move.rewrite(text) == (
+        "from rufus_data.models import builtin as models\nfrom rufus_data.base.console import console\n"
+        'patch("rufus_data.models.openai_api._HOSTS")\nsee rufus_data/sources/canonical.py and '
+        "rufus_data/models/templates/x.jinja\n")
+    assert move.rewrite(move.rewrite(text)) == move.rewrite(text)

@@ -1,0 +1,13 @@
+"""base/: what every command of the three CLIs stands on. Imports nothing of rufus_data above it.
+
+- errors.py: `RufusError` (bad input: one paragraph, exit 2) and the warnings the CLIs handle.
+- console.py: the one rich console, errors as one paragraph, progress bars with rate and ETA.
+- cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`).
+- yaml_config.py: strict YAML configs whose errors name the file, line and key.
+- cpu_threads.py: OpenMP defaults set before torch loads.
+- paths.py: where Rufus keeps things (the data root); cache.py: what `$RUFUS_CACHE` holds.
+- catalog_files.py: where catalogs are (the user's own, then the shipped ones).
+- version.py: the version every output records; env_report.py: `rufus-data env`.
+- engines.py: independent tasks over a shard folder (in process, a process pool, Ray).
+- report.py: markdown tables and figures; jsonl.py: JSON Lines, read once.
+- lazy_exports.py: a data step's package names its entry points without loading them."""
