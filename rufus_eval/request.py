@@ -127,7 +127,7 @@ class EvalRequest(EvalSettings):
         return report_to
 
     def access(self, base_urls: list[str] | None = None) -> ModelAccess:
-        """How to reach the model, for a resolved request (rufus_eval/backends.py): a vLLM server
+        """How to reach the model, for a resolved request (rufus_eval/lm_eval_models.py): a vLLM server
         Rufus starts carries the run's name and one replica per GPU of --devices by default."""
         if self.backend == "auto":
             raise ValueError("resolve the request first: `auto` is decided where the evaluation runs")

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import lm_eval  # the backends below register lm-eval model classes: this module is lm-eval's caller
+import lm_eval  # lm_eval_models below registers lm-eval model classes: this module is lm-eval's caller
 from lm_eval import evaluator as lm_eval_evaluator
 from lm_eval.api.registry import get_model
 from lm_eval.tasks import TaskManager
@@ -31,9 +31,9 @@ from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.shards import package_versions
 from rufus_data.models.builtin import resolve_model
 from rufus_data.models.merged_model import is_adapter_folder, merged_model
-from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
+from rufus_eval.lm_eval_models import open_backend
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.plan import model_source, refuse_unrunnable, resolve
