@@ -180,14 +180,15 @@ def _run_tasks(suite: Suite, tasks: list[Task], model: str, req: EvalRequest, re
         (work.run / "lm_eval").mkdir(exist_ok=True)
         with suite_trackers(req.report_to, record["run"], {"suite": suite.name, "checkpoint": str(req.checkpoint),
                                                           "step": record["step"]}) as trackers:
-            _evaluate(suite, to_run, lm_names, model, req, record, work, out, trackers)
+            _run_through_lm_eval(suite, to_run, lm_names, model, req, record, work, out, trackers)
     for task in tasks:
         if task.name in skipped:
             record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
 
 
-def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: EvalRequest,
-              record: dict, work: SuiteWork, out: Path, trackers: SuiteTrackers) -> None:
+def _run_through_lm_eval(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str,
+                         req: EvalRequest, record: dict, work: SuiteWork, out: Path,
+                         trackers: SuiteTrackers) -> None:
     """Create the model once and run each task through lm-eval, writing into the work folder's run
     (paths recorded under `out`); each task is marked done there as it finishes."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
