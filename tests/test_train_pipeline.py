@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import example_shards
 import pytest
 import yaml
 from conftest import REPO
@@ -20,7 +21,6 @@ from typer.testing import CliRunner
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
 from rufus_eval.request import apply_sampling_overrides
-from rufus_train import examples
 from rufus_train.cli import app
 from rufus_train.pipeline import StageEval, load_pipeline, stage_configs, stage_request
 
@@ -31,8 +31,8 @@ _ = one_torch_thread
 
 def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tmp_path):
     shards = tmp_path / "shards"
-    examples.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
-    examples.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
+    example_shards.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
+    example_shards.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
     tiny = {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 160, "gradient_checkpointing": False,
             "save_steps": 1, "logging_steps": 1}
     spec = {
