@@ -28,14 +28,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from statistics import mean
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the tests' shard builders
+import example_shards
+
 from rufus_data.rewards import build_reward
-from rufus_train import examples, modeling
+from rufus_train import modeling
 from rufus_train.config import load_stage_config
 from rufus_train.mask import loss_mask
 from rufus_train.runner import run_stage
@@ -64,7 +68,7 @@ def stage_run(stage: str, data: Path, out: Path, **settings) -> dict:
 
 
 def chat(question: str, answer: str | None = None) -> list[dict]:
-    turns = [{"role": "user", "content": examples.calculation_question(question)}]
+    turns = [{"role": "user", "content": example_shards.calculation_question(question)}]
     return turns + ([{"role": "assistant", "content": answer}] if answer is not None else [])
 
 
@@ -139,12 +143,12 @@ def main() -> None:
     work = Path(args.work)
     started = time.time()
 
-    items = examples.gsm8k_calculations(data_root, HELD_OUT + 128 + 128 + 256, max_operand=args.max_operand)
+    items = example_shards.gsm8k_calculations(data_root, HELD_OUT + 128 + 128 + 256, max_operand=args.max_operand)
     held_out, sft_items, dpo_items, rl_items = items[:64], items[64:192], items[192:320], items[320:]
-    sft_data = examples.calculation_sft(sft_items, work / "shards" / "sft")
-    dpo_data = examples.calculation_preference(dpo_items, work / "shards" / "dpo")
-    rl_data = examples.calculation_rl(rl_items, work / "shards" / "rl")
-    pairs = [(e, *examples.calculation_pair(e, v, f"held-{i}")) for i, (e, v) in enumerate(held_out)]
+    sft_data = example_shards.calculation_sft(sft_items, work / "shards" / "sft")
+    dpo_data = example_shards.calculation_preference(dpo_items, work / "shards" / "dpo")
+    rl_data = example_shards.calculation_rl(rl_items, work / "shards" / "rl")
+    pairs = [(e, *example_shards.calculation_pair(e, v, f"held-{i}")) for i, (e, v) in enumerate(held_out)]
 
     tokenizer = modeling.load_tokenizer(MODEL)
     base = loaded(MODEL)

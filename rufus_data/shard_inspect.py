@@ -74,7 +74,8 @@ def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:
     histogram = _histogram(con, bins) if "num_tokens" in columns else []
     conversation = _conversation_column(columns)
     modes: dict[str, dict] = {}
-    warnings = _warnings(con, Path(folder), conversation, columns, modes)
+    warnings = _row_warnings(con, Path(folder), conversation, columns, modes)
+    warnings += _duplicate_warnings(con, conversation, columns)
     return Inspection(per_source, histogram, warnings, [{"mode": mode, **counts} for mode, counts in modes.items()])
 
 
@@ -96,7 +97,9 @@ def _histogram(con, bins: int) -> list[tuple[int, int, int]]:
     return [(low + b * width, low + (b + 1) * width - 1, n) for b, n in rows]
 
 
-def _warnings(con, folder: Path, conversation: str, columns: set[str], modes: dict[str, dict]) -> list[str]:
+def _row_warnings(con, folder: Path, conversation: str, columns: set[str], modes: dict[str, dict]) -> list[str]:
+    """What one pass over the rows finds: a source's system prompt missing, reasoning-mode tags and
+    <think> blocks at odds with the mode, empty assistant turns; `modes` counts the rows by mode."""
     warnings = []
     manifest = read_manifest(folder)
     systems = {s["name"]: s.get("system") for s in manifest.get("sources", []) if s.get("system")}
@@ -146,18 +149,24 @@ def _warnings(con, folder: Path, conversation: str, columns: set[str], modes: di
                         f"(e.g. {', '.join(no_think_reasons[:EXAMPLES])}): give them /think or strip the block")
     if empty_assistant:
         warnings.append(f"{len(empty_assistant)} rows have an empty assistant turn (e.g. {', '.join(empty_assistant[:EXAMPLES])})")
+    return warnings
+
+
+def _duplicate_warnings(con, conversation: str, columns: set[str]) -> list[str]:
+    """Rows whose content (conversation, expected output, replies) is the same to the letter, the
+    upsampled repeats mix writes on purpose (`#rep` ids) not counted."""
     content = [c for c in (conversation, "expected_output", "chosen", "rejected") if c in columns]
     key = " || '\x1f' || ".join(f"coalesce(to_json({c})::VARCHAR, '')" for c in content)
     dupes = con.execute(
         f"SELECT count(*) - count(DISTINCT {key}) FROM (SELECT * FROM train WHERE id NOT LIKE '%#rep%')"
     ).fetchone()[0]
-    if dupes:
-        example = con.execute(
-            f"SELECT list(id ORDER BY id)[1:{EXAMPLES}] FROM train WHERE id NOT LIKE '%#rep%' "
-            f"GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
-        ).fetchone()[0]
-        warnings.append(f"{dupes} exact duplicate rows (upsampled repeats not counted), e.g. {', '.join(example)}")
-    return warnings
+    if not dupes:
+        return []
+    example = con.execute(
+        f"SELECT list(id ORDER BY id)[1:{EXAMPLES}] FROM train WHERE id NOT LIKE '%#rep%' "
+        f"GROUP BY {key} HAVING count(*) > 1 LIMIT 1"
+    ).fetchone()[0]
+    return [f"{dupes} exact duplicate rows (upsampled repeats not counted), e.g. {', '.join(example)}"]
 
 
 def _stream(cursor, batch: int = 4096):

@@ -11,7 +11,7 @@ A suite run (`rufus-eval suite`):
 - task_data.py: where a task's rows come from (rufus_data.benchmarks), and what to do when they
   are not here; tasks.py: a task as an lm-eval config over local JSON; native.py: lm-eval's own
   tasks under Rufus's scoring.
-- backends.py: hf, vllm or server, as lm-eval model classes that seed every sample.
+- lm_eval_models.py: hf, vllm or server, as lm-eval model classes that seed every sample.
 - metrics.py: every one of the k samples scored by the suite's reward; judge.py: a judged task's
   judge pinned before anything is generated.
 - suite_trackers.py: `--report_to wandb|trackio`, through lm-eval's own loggers.

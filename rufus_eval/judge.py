@@ -12,12 +12,12 @@ judged by exactly the model that was recorded."""
 from __future__ import annotations
 
 from rufus_data.base.errors import RufusError
-from rufus_data.benchmarks.suite import Scorer
+from rufus_data.benchmarks.suite import ScorerSpec
 from rufus_data.models.openai_api import served_models, server_version
 from rufus_data.rewards.llm_judge import judge_connection
 
 
-def pin_judge(scorer: Scorer, where: str) -> tuple[Scorer, dict]:
+def pin_judge(scorer: ScorerSpec, where: str) -> tuple[ScorerSpec, dict]:
     """(the `llm_judge` scorer with the judge's endpoint and model id filled in, the record for results.json).
 
     `where` names the suite and task in error messages."""

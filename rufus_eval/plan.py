@@ -31,7 +31,7 @@ from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.models.builtin import BUILTINS, builtin_path, is_cached, resolve_model
 from rufus_data.models.hub import hub_unreachable, offline_mode
 from rufus_data.models.merged_model import is_adapter_folder
-from rufus_eval.request import EvalRequest, apply_overrides
+from rufus_eval.request import EvalRequest, apply_sampling_overrides
 from rufus_eval.results import default_runs_root
 from rufus_eval.suite_trackers import check_trackers
 from rufus_eval.tasks import metric_name, task_data
@@ -84,7 +84,7 @@ def resolve(req: EvalRequest, say: bool = True) -> Resolved:
     req = req.resolved(say)  # `auto` decided here, for every caller (rufus_eval/request.py)
     check_trackers(req.report_to)
     suite = load_suite(req.suite)
-    apply_overrides(suite, req)
+    apply_sampling_overrides(suite, req)
     tasks = selected_tasks(suite, req)
     step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
     return Resolved(req, suite, tasks, step, step_from)

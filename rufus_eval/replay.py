@@ -15,14 +15,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import lm_eval
 from lm_eval.api.model import LM
 from lm_eval.tasks import TaskManager
 
 import rufus_eval.metrics  # noqa: F401 - registers the rufus filter and metrics with lm-eval
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import Suite, Task
-from rufus_eval.tasks import lm_eval_task_name, metric_name, write_task
+from rufus_eval.tasks import evaluate_task, lm_eval_task_name, metric_name, write_task
 
 
 class ReplayLM(LM):
@@ -75,17 +74,8 @@ def score_responses(suite: Suite, task: Task, responses: Mapping[object, str | S
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="rufus-replay-") as folder:
         write_task(suite, task, Path(folder))
-        output = lm_eval.simple_evaluate(
-            model=ReplayLM(responses),
-            tasks=[name],
-            task_manager=TaskManager(include_path=folder, include_defaults=False),
-            log_samples=True,
-            random_seed=suite.seed,
-            numpy_random_seed=suite.seed,
-            torch_random_seed=suite.seed,
-            bootstrap_iters=0,
-            confirm_run_unsafe_code=True,
-        )
+        output = evaluate_task(ReplayLM(responses), name, TaskManager(include_path=folder, include_defaults=False),
+                               suite.seed, bootstrap_iters=0)
     results = output["results"][name]
     value, stderr = results.get(f"{metric},rufus"), results.get(f"{metric}_stderr,rufus")
     return ReplayResult(

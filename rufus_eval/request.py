@@ -36,7 +36,7 @@ from rufus_data.models import devices
 if TYPE_CHECKING:
     from rufus_data.benchmarks.suite import Suite
 
-__all__ = ["EvalRequest", "EvalSettings", "FolderBackend", "apply_overrides", "request_from_cli"]
+__all__ = ["EvalRequest", "EvalSettings", "FolderBackend", "apply_sampling_overrides", "request_from_cli"]
 CONCURRENCY = 8  # requests in flight against a vllm/server backend
 Tracker = Literal["wandb", "trackio"]  # lm-eval's loggers that the suite logs to
 TRACKERS: tuple[str, ...] = Tracker.__args__  # type: ignore[attr-defined]
@@ -127,7 +127,7 @@ class EvalRequest(EvalSettings):
         return report_to
 
     def access(self, base_urls: list[str] | None = None) -> ModelAccess:
-        """How to reach the model, for a resolved request (rufus_eval/backends.py): a vLLM server
+        """How to reach the model, for a resolved request (rufus_eval/lm_eval_models.py): a vLLM server
         Rufus starts carries the run's name and one replica per GPU of --devices by default."""
         if self.backend == "auto":
             raise ValueError("resolve the request first: `auto` is decided where the evaluation runs")
@@ -144,7 +144,7 @@ def say_repeats_renamed(where: str) -> None:
                   style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
-def apply_overrides(suite: Suite, request: EvalSettings) -> None:
+def apply_sampling_overrides(suite: Suite, request: EvalSettings) -> None:
     """repeats, max_tokens and temperature for every task of `suite` (a metric at more samples
     than k falls back to @k)."""
     for task in suite.tasks:

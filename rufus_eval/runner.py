@@ -17,9 +17,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import lm_eval  # the backends below register lm-eval model classes: this module is lm-eval's caller
 from lm_eval import evaluator as lm_eval_evaluator
-from lm_eval.api.registry import get_model
+from lm_eval.api.registry import get_model  # finds the model classes lm_eval_models registers
 from lm_eval.tasks import TaskManager
 from lm_eval.utils import handle_non_serializable
 
@@ -31,9 +30,9 @@ from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.shards import package_versions
 from rufus_data.models.builtin import resolve_model
 from rufus_data.models.merged_model import is_adapter_folder, merged_model
-from rufus_eval.backends import open_backend
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
+from rufus_eval.lm_eval_models import open_backend
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.plan import model_source, refuse_unrunnable, resolve
@@ -42,7 +41,7 @@ from rufus_eval.results import default_runs_root, print_summary, write_report, w
 from rufus_eval.resume import SuiteWork, request_key, suite_work
 from rufus_eval.suite_trackers import SuiteTrackers, suite_trackers
 from rufus_eval.task_data import local_haystacks
-from rufus_eval.tasks import lm_eval_task_name, metric_name, task_data, write_task
+from rufus_eval.tasks import evaluate_task, lm_eval_task_name, metric_name, task_data, write_task
 
 
 def git_describe_quietly() -> str | None:
@@ -180,14 +179,15 @@ def _run_tasks(suite: Suite, tasks: list[Task], model: str, req: EvalRequest, re
         (work.run / "lm_eval").mkdir(exist_ok=True)
         with suite_trackers(req.report_to, record["run"], {"suite": suite.name, "checkpoint": str(req.checkpoint),
                                                           "step": record["step"]}) as trackers:
-            _evaluate(suite, to_run, lm_names, model, req, record, work, out, trackers)
+            _run_through_lm_eval(suite, to_run, lm_names, model, req, record, work, out, trackers)
     for task in tasks:
         if task.name in skipped:
             record["tasks"][task.name] = _skipped_record(suite, task, skipped[task.name])
 
 
-def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str, req: EvalRequest,
-              record: dict, work: SuiteWork, out: Path, trackers: SuiteTrackers) -> None:
+def _run_through_lm_eval(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: str,
+                         req: EvalRequest, record: dict, work: SuiteWork, out: Path,
+                         trackers: SuiteTrackers) -> None:
     """Create the model once and run each task through lm-eval, writing into the work folder's run
     (paths recorded under `out`); each task is marked done there as it finishes."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
@@ -207,20 +207,9 @@ def _evaluate(suite: Suite, tasks: list[Task], lm_names: dict[str, str], model: 
             for task in tasks:
                 bar.update(job, description=f"{suite.name}: {task.name}")
                 with _task_context(task):
-                    output = lm_eval.simple_evaluate(
-                        model=lm,
-                        tasks=[lm_names[task.name]],
-                        task_manager=manager,
-                        limit=req.limit,
-                        apply_chat_template=True,
-                        system_instruction=suite.system_prompt,
-                        log_samples=True,
-                        random_seed=suite.seed,
-                        numpy_random_seed=suite.seed,
-                        torch_random_seed=suite.seed,
-                        bootstrap_iters=1000,
-                        confirm_run_unsafe_code=True,
-                    )
+                    output = evaluate_task(lm, lm_names[task.name], manager, suite.seed, limit=req.limit,
+                                           apply_chat_template=True, system_instruction=suite.system_prompt,
+                                           bootstrap_iters=1000)
                 record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work.run, out)
                 work.task_done(task.name, record["tasks"][task.name], record["judges"].get(task.name))
                 trackers.log(output)

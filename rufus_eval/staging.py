@@ -27,6 +27,7 @@ from pathlib import Path
 
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import link_or_copy
 from rufus_data.folders.run_folder import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
@@ -53,17 +54,6 @@ def sharded_kind(folder: Path) -> str | None:
     if any(p.is_dir() for p in folder.glob(f"{ZERO_PREFIX}*")):
         return "deepspeed"
     return None
-
-
-def link_or_copy(src: Path, dst: Path) -> str:
-    """Hard-link `src` as `dst` (a snapshot that outlives the deletion of `src`), or copy it
-    across file systems; "link" or "copy"."""
-    try:
-        os.link(src, dst)
-        return "link"
-    except OSError:
-        shutil.copy2(src, dst)
-        return "copy"
 
 
 def stage_checkpoint(src: Path, dst: Path) -> str:

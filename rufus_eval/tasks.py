@@ -4,7 +4,8 @@ For each task Rufus reads the source rows (rufus_eval/task_data.py: the registry
 names, or its inline data), drops the rows the task skips, renders the prompt and packs the gold
 fields (the scorer reward's dataset columns) into one JSON string (`gold`), and writes
 `data.jsonl` plus an lm-eval YAML config that reads it with `dataset_path: json`. The config names
-Rufus's filter and metric (rufus_eval/metrics.py)."""
+Rufus's filter and metric (rufus_eval/metrics.py). `evaluate_task` runs one such config through
+`lm_eval.simple_evaluate` as every caller does (a suite run, a replay)."""
 
 from __future__ import annotations
 
@@ -120,3 +121,14 @@ def metric_name(suite: Suite, task: Task) -> str:
         return task.metric_key
     kind, at = suite.metric_at(task)
     return f"{kind}@{at}"
+
+
+def evaluate_task(model, task_name: str, manager, seed: int, **options) -> dict:
+    """`lm_eval.simple_evaluate` of one task, its samples logged, lm-eval's three seeds all the
+    suite's one: a suite run and a replay of the task seed it alike. `options`: the rest of
+    simple_evaluate's arguments (limit, chat template, bootstrap_iters)."""
+    import lm_eval  # heavy: only when a task runs, not for `--dry-run`'s plan
+
+    return lm_eval.simple_evaluate(model=model, tasks=[task_name], task_manager=manager, log_samples=True,
+                                   random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+                                   confirm_run_unsafe_code=True, **options)

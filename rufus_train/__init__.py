@@ -29,5 +29,4 @@ Around the run:
 - mask.py: `--show-mask`: which tokens carry loss.
 - serve.py: `rufus-train serve`, the vLLM server GRPO trains against.
 - plan.py: `rufus-train plan`: how many GPUs a pretraining run needs.
-- export.py: `rufus-train export RUN`: the adapter merged into a copy of its base.
-- examples.py, agent_examples.py: small real shard folders for the tests and benches."""
+- export.py: `rufus-train export RUN`: the adapter merged into a copy of its base."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ import yaml
 from rufus_data.base.catalog_files import catalog_file
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
+from rufus_data.base.ports import free_port
 from rufus_data.models.devices import gpu_ids
 from rufus_train.config import StageConfig
 from rufus_train.modeling import precision
@@ -160,12 +160,6 @@ def run_launch(launch: Launch) -> int:
     """Run the launch in the foreground; its exit code."""
     console.print(f"[bold]launching:[/] {launch.shell()}", highlight=False, soft_wrap=True)
     return subprocess.run(launch.argv, env={**os.environ, **launch.env}, check=False).returncode
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def on_main_process(fn, *args):

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
+from rufus_data.base.paths import link_or_copy
 from rufus_data.folders.run_folder import COMPLETE_MARKER, MIRROR_STAGING, checkpoint_name, checkpoint_step_of
-from rufus_eval.staging import link_or_copy
 from rufus_train.checkpoints import (
     checkpoint_problem,
     checkpoint_steps,

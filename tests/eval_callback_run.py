@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from datasets import Dataset
+from ifeval_suites import ifeval_task, no_comma_rows, write_rows, write_suite
 from peft import LoraConfig
 from transformers import TrainerCallback
 from trl import SFTConfig, SFTTrainer
@@ -24,26 +25,8 @@ ANSWERS = ["2 + 3 = 5.", "Blue.", "Hello!", "Paris."]
 
 def tiny_suite(folder: Path) -> Path:
     """One IFEval-scored task on two local rows: cheap enough to evaluate inside a test."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = [
-        {"key": 1, "prompt": "Say hi without commas.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
-        {"key": 2, "prompt": "Name a fruit.", "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]},
-    ]
-    (folder / "tiny.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    suite = folder / "tiny_suite.yaml"
-    suite.write_text(f"""name: tiny
-repeats: 1
-sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 4}}
-tasks:
-  - name: nocomma
-    kind: rufus
-    role: validation
-    data: {{path: {folder / 'tiny.jsonl'}}}
-    prompt: "{{prompt}}"
-    gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval}}
-""")
-    return suite
+    rows = write_rows(folder / "tiny.jsonl", no_comma_rows(["Say hi without commas.", "Name a fruit."]))
+    return write_suite(folder / "tiny.yaml", [ifeval_task("nocomma", rows)], repeats=1, max_tokens=4)
 
 
 class RaiseAt(TrainerCallback):

@@ -13,23 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from typer.main import get_command
+from cli_commands import leaf_commands
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
 from rufus_data.mix.config import MixOptions
-
-
-def commands(group=None, path=()):
-    """(command path, click command) of every rufus-data command, groups' subcommands included."""
-    group = group or get_command(app)
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            yield from commands(command, (*path, name))
-        else:
-            yield (*path, name), command
 
 
 def help_text(*path: str) -> str:
@@ -48,7 +38,7 @@ def test_root_help_names_what_rufus_data_does():
                                                   ("dedup", (DedupCommand, DedupConfig))])
 def test_decontam_dedup_and_mix_options_are_their_models_fields(command, models):
     """One option per field, its help the field's description: a setting added to the model is an option."""
-    params = {p.name: p for p in dict(commands())[(command,)].params}
+    params = {p.name: p for p in dict(leaf_commands(app))[(command,)].params}
     fields = {name: info for model in models for name, info in model.model_fields.items()}
     assert set(params) == set(fields)
     for name, info in fields.items():

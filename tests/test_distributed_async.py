@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import pickle
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ import pytest
 from trl.experimental.async_grpo import AsyncGRPOConfig
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.ports import free_port
 from rufus_train import guards, modeling
 from rufus_train.config import load_stage_config
 from rufus_train.grpo import async_checks, length_checks
@@ -140,12 +140,6 @@ def test_token_budget_must_hold_the_longest_prompt_plus_the_completion(openai_st
 
 
 # ------------------------------------------------------------------ the server, before async GRPO starts
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_async_grpo_waits_for_its_server_then_runs_both_length_checks(openai_stub, tiny_tokenizer, tmp_path):

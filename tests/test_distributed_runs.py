@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import example_shards
 import pytest
 import torch
 from eval_callback_run import tiny_suite
@@ -30,7 +31,6 @@ from train_helpers import one_torch_thread
 from rufus_data.models.builtin import resolve_model
 from rufus_eval.request import EvalRequest
 from rufus_eval.runner import run_suite
-from rufus_train import examples
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.spawn, pytest.mark.distributed]
 _ = one_torch_thread
@@ -107,7 +107,7 @@ def check_two_process_run(out: Path, last: int, suite: str, tmp_path: Path, star
 
 
 def test_sft_in_two_processes_with_checkpoint_evaluation(data_root, suite, tiny_model, tmp_path):
-    shards = examples.gsm8k_sft(data_root, tmp_path / "sft", limit=4, max_chars=200)
+    shards = example_shards.gsm8k_sft(data_root, tmp_path / "sft", limit=4, max_chars=200)
     out = tmp_path / "run"
     run_stage_in_two_processes("sft", 2, suite, ["--data", str(shards), "--output_dir", str(out), "--per_device_train_batch_size",
                                           "1", "--max_length", "96"])

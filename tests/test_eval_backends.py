@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from rufus_data.base.errors import RufusError
 from rufus_data.generate import ModelAccess
-from rufus_eval.backends import open_backend
 from rufus_eval.cli import app
+from rufus_eval.lm_eval_models import open_backend
 from rufus_eval.request import CONCURRENCY, EvalRequest
 
 NOBODY = "http://127.0.0.1:9"  # nothing listens: the server reports no max_model_len and no version

@@ -9,32 +9,22 @@ import subprocess
 import sys
 
 import pytest
-from typer.main import get_command
+from cli_commands import leaf_commands
 from typer.testing import CliRunner
 
 from rufus_eval import runner
 from rufus_eval.cli import app
 
 
-def commands(group=None, prefix=()):
-    """(name path, click command) of every rufus-eval command, the `data` group's too."""
-    group = group or get_command(app)
-    for name, command in group.commands.items():
-        if hasattr(command, "commands"):
-            yield from commands(command, (*prefix, name))
-        else:
-            yield (*prefix, name), command
-
-
 def test_choices_are_shown_and_repeatable_options_read_value_dots():
     shown = {}
-    for path, command in commands():
+    for path, command in leaf_commands(app):
         for param in command.params:
             if param.param_type_name == "option" and param.name != "help":
                 shown[(path, param.opts[0])] = param.metavar or ""
                 if param.multiple:
                     assert param.metavar and param.metavar.endswith("..."), (path, param.opts, param.metavar)
-    help_of = {path: CliRunner().invoke(app, [*path, "--help"], terminal_width=200).output for path, _ in commands()}
+    help_of = {path: CliRunner().invoke(app, [*path, "--help"], terminal_width=200).output for path, _ in leaf_commands(app)}
     for path in (("compare",), ("results",), ("suite",)):
         assert "<table|csv|json>" in help_of[path], path
     assert "<wandb|trackio>..." in help_of[("suite",)] and "<auto|hf|vllm|server>" in help_of[("suite",)]

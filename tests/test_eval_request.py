@@ -126,14 +126,14 @@ def test_a_request_that_cannot_run_is_refused_before_anything_loads(requests_run
 
 def test_temperature_is_an_override_like_repeats_and_max_tokens():
     from rufus_data.benchmarks.suite import load_suite
-    from rufus_eval.request import apply_overrides
+    from rufus_eval.request import apply_sampling_overrides
 
     suite = load_suite("quick")
-    apply_overrides(suite, EvalRequest(suite="quick", checkpoint="m", repeats=1, max_tokens=8, temperature=0.0))
+    apply_sampling_overrides(suite, EvalRequest(suite="quick", checkpoint="m", repeats=1, max_tokens=8, temperature=0.0))
     assert {(suite.k(t), suite.sampling_for(t).temperature, suite.sampling_for(t).max_tokens) for t in suite.tasks} == {
         (1, 0.0, 8)}
     untouched = load_suite("quick")
-    apply_overrides(untouched, EvalRequest(suite="quick", checkpoint="m"))
+    apply_sampling_overrides(untouched, EvalRequest(suite="quick", checkpoint="m"))
     assert [untouched.sampling_for(t) for t in untouched.tasks] == [load_suite("quick").sampling_for(t)
                                                                     for t in load_suite("quick").tasks]
 

@@ -14,39 +14,19 @@ import time
 from pathlib import Path
 
 import pytest
+from ifeval_suites import ifeval_task, no_comma_rows, write_rows, write_suite
 
 from rufus_eval.results import connect_results
 
-ROWS = [{"key": i, "prompt": p, "instruction_id_list": ["punctuation:no_comma"], "kwargs": [{}]}
-        for i, p in enumerate(["Say yes.", "Say no.", "Name a colour.", "Name a city.", "Count to three.", "Greet me."])]
-SUITE = """name: survive
-repeats: 2
-sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: {max_tokens}}}
-tasks:
-  - name: first
-    kind: rufus
-    role: validation
-    data: {{path: {short}}}
-    prompt: "{{prompt}}"
-    gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval}}
-  - name: second
-    kind: rufus
-    role: validation
-    data: {{path: {long}}}
-    prompt: "{{prompt}}"
-    gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval}}
-"""
+ROWS = no_comma_rows(["Say yes.", "Say no.", "Name a colour.", "Name a city.", "Count to three.", "Greet me."])
 CLI = str(Path(sys.executable).with_name("rufus-eval"))
 
 
-def write_suite(folder: Path, max_tokens: int = 24) -> Path:
-    (folder / "short.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS[:2]))
-    (folder / "long.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    suite = folder / "survive.yaml"
-    suite.write_text(SUITE.format(max_tokens=max_tokens, short=folder / "short.jsonl", long=folder / "long.jsonl"))
-    return suite
+def write_survive_suite(folder: Path, max_tokens: int = 24) -> Path:
+    """Two tasks: `first` over 2 rows, `second` over 6 (a run killed in it has finished `first`)."""
+    short, long = write_rows(folder / "short.jsonl", ROWS[:2]), write_rows(folder / "long.jsonl", ROWS)
+    return write_suite(folder / "survive.yaml", [ifeval_task("first", short), ifeval_task("second", long)],
+                       repeats=2, max_tokens=max_tokens)
 
 
 def suite_command(suite: Path, *options: str) -> list[str]:
@@ -74,7 +54,7 @@ def task_results(out: Path) -> dict:
 
 @pytest.mark.spawn
 def test_a_suite_killed_mid_task_resumes_to_the_uninterrupted_results(tmp_path, env, tiny_model):
-    suite = write_suite(tmp_path)
+    suite = write_survive_suite(tmp_path)
     killed = tmp_path / "killed"
     command = suite_command(suite, "--out", str(killed))
     proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -104,7 +84,7 @@ def test_a_suite_killed_mid_task_resumes_to_the_uninterrupted_results(tmp_path, 
 
 @pytest.mark.spawn
 def test_two_runs_finishing_together_both_record_beside_an_open_notebook(tmp_path, env, tiny_model):
-    suite = write_suite(tmp_path, max_tokens=4)
+    suite = write_survive_suite(tmp_path, max_tokens=4)
     root = tmp_path / "outputs" / "eval"
     root.mkdir(parents=True)
     notebook = connect_results([root])  # held open across both runs, as a notebook would

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from ifeval_suites import ifeval_task, write_rows, write_suite
 
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
@@ -34,30 +35,9 @@ VARY_ROWS = [
 
 
 def vary_suite(tmp: Path) -> Path:
-    data = tmp / "vary.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in VARY_ROWS))
-    suite = tmp / "vary.yaml"
-    suite.write_text(f"""name: vary
-repeats: 6
-sampling: {{temperature: 1.0, top_p: 1.0, max_tokens: 12}}
-tasks:
-  - name: follow
-    kind: rufus
-    role: validation
-    data: {{path: {data}}}
-    prompt: "{{prompt}}"
-    gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval}}
-    metric: avg@k
-  - name: held_out
-    kind: rufus
-    role: test
-    data: {{path: {data}}}
-    prompt: "{{prompt}}"
-    gold_fields: [instruction_id_list, kwargs]
-    scorer: {{name: ifeval}}
-""")
-    return suite
+    data = write_rows(tmp / "vary.jsonl", VARY_ROWS)
+    return write_suite(tmp / "vary.yaml", [ifeval_task("follow", data, metric="avg@k"),
+                                            ifeval_task("held_out", data, role="test")], repeats=6, max_tokens=12)
 
 
 @pytest.fixture(scope="module")

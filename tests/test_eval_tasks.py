@@ -54,13 +54,13 @@ def test_small_benchmarks_are_averaged_over_several_samples(data_root):
     """The playbook's rule: a set under about 2,000 items is averaged over k > 1 samples (one sample
     of a few hundred items is too noisy to compare checkpoints); larger sets take one. --repeats
     still sets every task's k."""
-    from rufus_eval.request import EvalRequest, apply_overrides
+    from rufus_eval.request import EvalRequest, apply_sampling_overrides
 
     suite = load_suite("smollm3")
     for task in (t for t in suite.tasks if t.kind == "rufus"):
         size = HUB_ONLY_SIZES.get(task.name) or len(task_rows(task, "smollm3"))
         assert (suite.k(task) > 1) == (size < 2000), (task.name, size, suite.k(task))
-    apply_overrides(suite, EvalRequest(suite="smollm3", checkpoint="m", repeats=1))
+    apply_sampling_overrides(suite, EvalRequest(suite="smollm3", checkpoint="m", repeats=1))
     assert {suite.k(t) for t in suite.tasks} == {1}
     assert all(suite.metric_at(t) == (t.metric.split("@")[0], 1) for t in suite.tasks if t.kind == "rufus")
 

@@ -17,10 +17,11 @@ import pytest
 from openai_stub import OpenAIStub, Reply, Request, Traffic
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.ports import free_port
 from rufus_data.generate import Prompt, SamplingParams, prompt_seed, sample_seed
 from rufus_data.generate.backends import check_prompts_fit
 from rufus_data.generate.context import check_context_fits
-from rufus_data.generate.launcher import LaunchConfig, VLLMServer, free_port, group_members, launch
+from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members, launch
 from rufus_data.generate.server import ServerConfig, ServerGenerator
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, server_command
 

@@ -154,8 +154,7 @@ TRAIN_FLOORS = (
     ("grpo", ("rufus_train.grpo",)),  # what the GRPO stages share; what a stage is sits below it (stage_base.py)
     ("stages", ("rufus_train.stages",)),
     ("one run", ("rufus_train.runner",)),
-    ("commands and examples", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.stage_help", "rufus_train.serve",
-                               "rufus_train.examples", "rufus_train.agent_examples")),
+    ("commands", ("rufus_train.pipeline", "rufus_train.cli", "rufus_train.stage_help", "rufus_train.serve")),
 )
 
 

@@ -98,28 +98,19 @@ def test_rows_missing_fields_reported_then_skippable(tmp_path, data_root):
     assert manifest["sources"][0]["rows_dropped"]["bad_row"] == 2
 
 
-def test_empty_source(tmp_path):
-    src = tmp_path / "empty.jsonl"
-    src.write_text("")
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.jsonl", b"", "is empty"),
+    ("latin1.jsonl", json.dumps({"instruction": "x", "output": "y"}).encode() + b'\n{"instruction": "caf\xe9", "output": "y"}\n',
+     "line 2 is not valid UTF-8"),
+    ("broken.jsonl", b'{"instruction": "x", "output": "y"}\n{"instruction": \n', "line 2 is not valid JSON"),
+])
+def test_unreadable_source_is_refused(tmp_path, name, content, message):
+    """An empty file, a line that is not UTF-8, a line that is not JSON: refused, naming the line."""
+    src = tmp_path / name
+    src.write_bytes(content)
     result, text, left = run_mix(tmp_path, catalog(src))
     assert_refused(result, left)
-    assert "is empty" in text
-
-
-def test_undecodable_text(tmp_path):
-    src = tmp_path / "latin1.jsonl"
-    src.write_bytes(json.dumps({"instruction": "x", "output": "y"}).encode() + b"\n" + b'{"instruction": "caf\xe9", "output": "y"}\n')
-    result, text, left = run_mix(tmp_path, catalog(src))
-    assert_refused(result, left)
-    assert "line 2 is not valid UTF-8" in text
-
-
-def test_invalid_json_line(tmp_path):
-    src = tmp_path / "broken.jsonl"
-    src.write_text('{"instruction": "x", "output": "y"}\n{"instruction": \n')
-    result, text, left = run_mix(tmp_path, catalog(src))
-    assert_refused(result, left)
-    assert "line 2 is not valid JSON" in text
+    assert message in text
 
 
 def test_existing_output_needs_overwrite(tmp_path):

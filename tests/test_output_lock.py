@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+import example_shards
 import pytest
 import yaml
 from conftest import REPO
@@ -38,7 +39,6 @@ from rufus_data.folders.output_lock import (
 )
 from rufus_data.folders.shards import atomic_output_dir
 from rufus_eval.cli import app as eval_app
-from rufus_train import examples
 from rufus_train.cli import app as train_app
 from rufus_train.launch import LAUNCHED_ENV, takes_output_lock
 
@@ -77,7 +77,7 @@ def flat(text: str) -> str:
 def inputs(tmp_path_factory, data_root, tiny_model, adapter_run) -> dict:
     root = tmp_path_factory.mktemp("lock-inputs")
     sft = root / "sft"
-    examples.gsm8k_sft(data_root, sft, limit=8, max_chars=350)
+    example_shards.gsm8k_sft(data_root, sft, limit=8, max_chars=350)
     return {"sft": str(sft), "rl": str(write_rl_shards(root / "rl", arithmetic_rows(4))),
             "gsm8k": str(write_rl_shards(root / "gsm8k", gsm8k_rows(data_root, 4))), "run": str(adapter_run[0])}
 

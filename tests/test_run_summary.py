@@ -8,12 +8,12 @@ import json
 import os
 from pathlib import Path
 
+import example_shards
 import pytest
 from PIL import Image
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
 from rufus_data.folders.run_folder import TRAIN_CURVES
-from rufus_train import examples
 from rufus_train.run_summary import run_name
 from rufus_train.trl_args import build_trl_args
 
@@ -22,7 +22,7 @@ _ = one_torch_thread
 
 
 def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_path, capsys):
-    shards = examples.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
+    shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
     result = run_tiny("sft", shards, tmp_path / "sft", model="tiny-random")
     shown = capsys.readouterr().out
     print(shown)

@@ -72,11 +72,11 @@ def wandb_service_processes(marker: str) -> list[int]:
 @pytest.mark.spawn
 def test_wandb_and_trackio_record_training_loss_and_checkpoint_evals_on_the_eval_step_axis(
         tmp_path, tiny_model, data_root):
-    from rufus_train import examples
+    import example_shards
 
     spec = {
         "model": tiny_model,
-        "data": str(examples.gsm8k_sft(data_root, tmp_path / "shards", limit=4, max_chars=350)),
+        "data": str(example_shards.gsm8k_sft(data_root, tmp_path / "shards", limit=4, max_chars=350)),
         "out": str(tmp_path / "run"),
         "eval": {"eval_on_checkpoint": True, "suite": str(tiny_suite(tmp_path / "suite")), "tag": "tiny",
                  "backend": "hf", "limit": 1, "repeats": 1, "max_tokens": 4},

@@ -21,13 +21,13 @@ MY_STAGES = ("sft", "midtrain", "dpo", "kto", "orpo", "distill")
 
 @pytest.fixture(scope="module")
 def sft_shards(tmp_path_factory, data_root):
-    from rufus_train import examples
+    import example_shards
 
     root = tmp_path_factory.mktemp("cfg_shards")
     return {
-        "sft": examples.gsm8k_sft(data_root, root / "sft", limit=4),
-        "pref": examples.gsm8k_preference(data_root, root / "pref", limit=4),
-        "rl": examples.gsm8k_rl(data_root, root / "rl", limit=4),
+        "sft": example_shards.gsm8k_sft(data_root, root / "sft", limit=4),
+        "pref": example_shards.gsm8k_preference(data_root, root / "pref", limit=4),
+        "rl": example_shards.gsm8k_rl(data_root, root / "rl", limit=4),
     }
 
 

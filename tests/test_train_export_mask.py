@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 
+import example_shards
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from rufus_data.base.errors import RufusError
-from rufus_train import examples, modeling
+from rufus_train import modeling
 from rufus_train.cli import app
 from rufus_train.config import LoraSettings
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
@@ -24,8 +25,8 @@ from rufus_train.stage_base import conversational
 def sft_shards(tmp_path_factory, data_root):
     root = tmp_path_factory.mktemp("mask_shards")
     return {
-        "gsm8k": examples.gsm8k_sft(data_root, root / "gsm8k", limit=6),
-        "code": examples.code_alpaca_sft(data_root, root / "code", limit=6),
+        "gsm8k": example_shards.gsm8k_sft(data_root, root / "gsm8k", limit=6),
+        "code": example_shards.code_alpaca_sft(data_root, root / "code", limit=6),
     }
 
 

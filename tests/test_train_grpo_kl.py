@@ -8,12 +8,13 @@ rewards must differ inside a group, which random weights never make them."""
 
 from __future__ import annotations
 
+import example_shards
 import pytest
 import torch
 from datasets import Dataset
 from train_helpers import one_torch_thread, run_tiny
 
-from rufus_train import examples, modeling
+from rufus_train import modeling
 from rufus_train.config import LoraSettings
 from rufus_train.grpo.dynamic_sampling import RufusGRPOConfig
 from rufus_train.grpo.kl_penalty import aggregate_per_token, importance_weights, per_token_kl
@@ -128,7 +129,7 @@ def test_kl_estimator_2_carries_a_gradient_to_the_adapter(trainer):
 @pytest.mark.model
 def test_recipe_grpo_settings_train_two_steps(data_root, tmp_path):
     """Tulu 3's GRPO keys end to end: two inner epochs, k2 with beta 0.02, clip 0.2/0.272, centred advantages."""
-    shards = examples.calculation_rl(examples.gsm8k_calculations(data_root, 4), tmp_path / "rl")
+    shards = example_shards.calculation_rl(example_shards.gsm8k_calculations(data_root, 4), tmp_path / "rl")
     result = run_tiny(  # the length penalty's soft part (4 to 12 tokens) makes rewards differ inside a group
         "reasoning_rl", shards, tmp_path / "run", per_device_train_batch_size=4, num_generations=2, max_rows=None,
         max_completion_length=12, overlong_cache=8, learning_rate=1e-3, beta=0.02, kl_estimator=2,

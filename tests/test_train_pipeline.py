@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 
+import example_shards
 import pytest
 import yaml
 from conftest import REPO
@@ -19,8 +20,7 @@ from typer.testing import CliRunner
 
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
-from rufus_eval.request import apply_overrides
-from rufus_train import examples
+from rufus_eval.request import apply_sampling_overrides
 from rufus_train.cli import app
 from rufus_train.pipeline import StageEval, load_pipeline, stage_configs, stage_request
 
@@ -31,8 +31,8 @@ _ = one_torch_thread
 
 def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tmp_path):
     shards = tmp_path / "shards"
-    examples.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
-    examples.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
+    example_shards.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
+    example_shards.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
     tiny = {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 160, "gradient_checkpointing": False,
             "save_steps": 1, "logging_steps": 1}
     spec = {
@@ -163,7 +163,7 @@ def test_greedy_evaluation_is_one_sample_per_item(tmp_path):
     request = stage_request("tiny-random", StageEval(suite="quick", tasks=["gsm8k"], limit=4), tmp_path, "00-base")
     assert (request.tasks, request.temperature, request.repeats) == (["gsm8k"], 0.0, 1)
     suite = load_suite(request.suite)
-    apply_overrides(suite, request)  # as the run applies them: temperature is an override like repeats
+    apply_sampling_overrides(suite, request)  # as the run applies them: temperature is an override like repeats
     gsm8k = next(t for t in suite.tasks if t.name == "gsm8k")
     assert suite.sampling_for(gsm8k).temperature == 0.0 and suite.k(gsm8k) == 1
     with pytest.raises(ValueError, match=r"greedy decoding \(temperature 0\) gives 4 copies of one answer"):

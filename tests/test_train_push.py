@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 
+import example_shards
 import pytest
 from hub_stub import hub
 from huggingface_hub import ModelCard, constants
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
 from rufus_data.base.errors import RufusError
-from rufus_train import examples
 from rufus_train.config import load_stage_config
 from rufus_train.guards import check_push_token
 from rufus_train.push import push_run
@@ -28,7 +28,7 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # tiny-random's upstream, as th
 
 
 def test_stage_pushes_the_adapter_after_its_card_then_the_merged_copy(hub, data_root, tiny_model, tmp_path):
-    shards = examples.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
+    shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
     result = run_tiny("sft", shards, tmp_path / "run", model="tiny-random",
                       trainer={"push_to_hub": True, "hub_model_id": "my-org/tiny-sft"})  # TRL's flags, routed
     assert result.trainer.args.push_to_hub is False  # TRL never pushed from save_model

@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+import example_shards
 import fsspec
 import pytest
 from resume_hooks import HOLD_AT, RECORD
@@ -29,7 +30,7 @@ from train_helpers import one_torch_thread, tiny_config
 
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import COMPLETE_MARKER
-from rufus_train import examples, guards
+from rufus_train import guards
 from rufus_train.checkpoints import (
     LATEST,
     checkpoint_problem,
@@ -49,7 +50,7 @@ KEEP = 2  # save_total_limit, in output_dir and in the mirror
 
 @pytest.fixture(scope="module")
 def shards(data_root, tmp_path_factory) -> Path:
-    return examples.gsm8k_sft(data_root, tmp_path_factory.mktemp("sft"), limit=12, max_chars=200)
+    return example_shards.gsm8k_sft(data_root, tmp_path_factory.mktemp("sft"), limit=12, max_chars=200)
 
 
 def stage_args(shards: Path, out: Path, mirror: str | None, processes: int) -> list[str]:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import logging
 
+import example_shards
 import pyarrow as pa
 import pytest
 import torch
 from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, tiny_config
 
 from rufus_data.base.errors import RufusError
-from rufus_train import examples, modeling
+from rufus_train import modeling
 from rufus_train.mask import loss_mask
 from rufus_train.stages import get_stage
 from rufus_train.trl_args import build_trl_args
@@ -26,11 +27,11 @@ _ = one_torch_thread  # the fixture is used through pytestmark
 def train_shards(tmp_path_factory, data_root):
     root = tmp_path_factory.mktemp("train_shards")
     return {
-        "gsm8k_sft": examples.gsm8k_sft(data_root, root / "gsm8k_sft", limit=16, max_chars=350),
-        "code_sft": examples.code_alpaca_sft(data_root, root / "code_sft", limit=16),
-        "gsm8k_pref": examples.gsm8k_preference(data_root, root / "gsm8k_pref", limit=16, max_chars=350),
-        "gsm8k_kto": examples.gsm8k_kto(data_root, root / "gsm8k_kto", limit=16, max_chars=350),
-        "gsm8k_rl": examples.gsm8k_rl(data_root, root / "gsm8k_rl", limit=16, max_chars=350),
+        "gsm8k_sft": example_shards.gsm8k_sft(data_root, root / "gsm8k_sft", limit=16, max_chars=350),
+        "code_sft": example_shards.code_alpaca_sft(data_root, root / "code_sft", limit=16),
+        "gsm8k_pref": example_shards.gsm8k_preference(data_root, root / "gsm8k_pref", limit=16, max_chars=350),
+        "gsm8k_kto": example_shards.gsm8k_kto(data_root, root / "gsm8k_kto", limit=16, max_chars=350),
+        "gsm8k_rl": example_shards.gsm8k_rl(data_root, root / "gsm8k_rl", limit=16, max_chars=350),
     }
 
 
@@ -143,7 +144,8 @@ def test_sft_drop_is_batched_and_keeps_the_rows_trl_masks_keep(tiny_tokenizer, d
     """The drop reads mix's batched counter (rows rendered and tokenised a batch at a time, never
     apply_chat_template row by row) and keeps exactly the rows whose TRL assistant mask has a 1
     within max_length: GSM8K chats and calculator tool-use traces (schemas in the system turn)."""
-    from rufus_train.agent_examples import tool_call, tool_schemas, trace
+    from agent_traces import tool_call, tool_schemas, trace
+
     from rufus_train.grpo.tools import calculator
     from rufus_train.stages.sft import rows_with_loss
 
@@ -181,21 +183,21 @@ def test_dpo_apo_zero_trains_chosen_up(train_shards, tiny_model, tmp_path):
 def test_gsm8k_calculations_on_small_numbers(data_root):
     """The learning check's task: GSM8K's one-operation calculations whose numbers are at most
     `max_operand`, each expression once, the same on every call; too few is a clear error."""
-    items = examples.gsm8k_calculations(data_root, 576, max_operand=25)
+    items = example_shards.gsm8k_calculations(data_root, 576, max_operand=25)
     assert len({e for e, _ in items}) == 576
     for expression, value in items:
         a, op, b = expression.split(" ")
         assert max(int(a), int(b)) <= 25 and op in "+-*/" and int(value) == eval(expression)
-    assert items == examples.gsm8k_calculations(data_root, 576, max_operand=25)
+    assert items == example_shards.gsm8k_calculations(data_root, 576, max_operand=25)
     with pytest.raises(RufusError, match="with operands up to 3"):
-        examples.gsm8k_calculations(data_root, 1000, max_operand=3)
+        example_shards.gsm8k_calculations(data_root, 1000, max_operand=3)
 
 
 def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tiny_model, tmp_path):
     """Online DPO (TRL's experimental OnlineDPOTrainer): two sampled answers per prompt, the
     string-match verifier picks the chosen one, the reference is the policy with its adapter off."""
-    items = examples.gsm8k_calculations(data_root, 4)
-    shards = examples.calculation_rl(items, tmp_path / "rl")
+    items = example_shards.gsm8k_calculations(data_root, 4)
+    shards = example_shards.calculation_rl(items, tmp_path / "rl")
     result = run_tiny("online_dpo", shards, tmp_path / "odpo", max_completion_length=12, temperature=1.0, model=tiny_model,
                       learning_rate=1e-3, gradient_checkpointing=True,  # the stage default
                       rewards=[{"name": "string_match", "extractor": "last_number", "answer_column": "expected_output"}])

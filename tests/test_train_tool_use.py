@@ -20,11 +20,12 @@ import json
 import re
 import statistics
 
+import agent_traces
+import example_shards
 import pytest
 from safetensors.torch import load_file
 from train_helpers import run_tiny
 
-from rufus_train import agent_examples, examples
 from rufus_train.grpo.search_index import build_index, read_corpus
 
 # opt-in and run alone: both cores' threads (one thread made a warm-up step take 37 s, not 20)
@@ -39,9 +40,9 @@ def warm_start(tmp_path_factory, data_root):
     root = tmp_path_factory.mktemp("agents")
     index = build_index(read_corpus(data_root / "gsm8k" / "train.jsonl"), root / "index.duckdb")
     traces = [
-        agent_examples.calculator_tool_sft(root / "calculator_sft", limit=TRACES, seed=0),
-        agent_examples.coding_tool_sft(data_root, root / "coding_sft", limit=TRACES),
-        agent_examples.search_tool_sft(data_root, index, root / "search_sft", limit=TRACES),
+        agent_traces.calculator_tool_sft(root / "calculator_sft", limit=TRACES, seed=0),
+        agent_traces.coding_tool_sft(data_root, root / "coding_sft", limit=TRACES),
+        agent_traces.search_tool_sft(data_root, index, root / "search_sft", limit=TRACES),
     ]
     sft = run_tiny("sft", traces, root / "sft", max_steps=SFT_STEPS, per_device_train_batch_size=4, max_length=640,
                    learning_rate=1e-3, save_steps=SFT_STEPS, max_rows=None)
@@ -52,7 +53,7 @@ def warm_start(tmp_path_factory, data_root):
 
 def test_sft_on_tool_traces_then_general_agent_executes_model_written_calls(warm_start, tmp_path):
     sft = warm_start["sft"]
-    rl_data = agent_examples.calculator_rl(tmp_path / "tool_rl", limit=8, seed=1)  # other products than the SFT ones
+    rl_data = agent_traces.calculator_rl(tmp_path / "tool_rl", limit=8, seed=1)  # other products than the SFT ones
     agent = run_tiny(
         "general_agent", rl_data, tmp_path / "agent", model=str(sft.output_dir), tools=["calculator"],
         per_device_train_batch_size=8, num_generations=4, max_completion_length=96, max_rows=None,
@@ -114,7 +115,7 @@ def assert_calls_ran(result, tools: set[str]) -> list[tuple[dict, dict]]:
 def test_coding_agent_runs_model_written_code_in_the_sandbox(warm_start, data_root, tmp_path):
     """MBPP tasks after the traces' ones: the model's `run_tests`/`run_python` calls run in the
     sandbox against each row's own tests, and the verdict comes back as the tool turn."""
-    rl_data = agent_examples.coding_rl(data_root, tmp_path / "coding_rl", limit=8, start=TRACES)
+    rl_data = agent_traces.coding_rl(data_root, tmp_path / "coding_rl", limit=8, start=TRACES)
     # 4 prompts a step: about one run_tests call in three parses (the code inside the JSON string is
     # where the model slips), and one step of 8 samples held a single executed call. Accumulated:
     # one micro-batch of 16 sequences of ~560 tokens (the schemas' system turn) took over 24 GB in
@@ -131,7 +132,7 @@ def test_coding_agent_runs_model_written_code_in_the_sandbox(warm_start, data_ro
 def test_search_agent_searches_the_duckdb_index(warm_start, data_root, tmp_path):
     """GSM8K train problems far from the traces' ones: the model's `search` calls query the BM25
     index (GSM8K train's worked solutions) and the documents found come back as the tool turn."""
-    rl_data = examples.gsm8k_rl(data_root, tmp_path / "search_rl", limit=8, start=2000, max_chars=300)
+    rl_data = example_shards.gsm8k_rl(data_root, tmp_path / "search_rl", limit=8, start=2000, max_chars=300)
     # a hit is a problem with its worked solution (up to about 250 tokens): room for it and the answer
     result = agent_run("search_agent", rl_data, tmp_path / "search_agent", warm_start, max_completion_length=400,
                        search_index=str(warm_start["index"]), search_top_k=1)

@@ -5,7 +5,9 @@
 - cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`).
 - yaml_config.py: strict YAML configs whose errors name the file, line and key.
 - cpu_threads.py: OpenMP defaults set before torch loads.
-- paths.py: where Rufus keeps things (the data root); cache.py: what `$RUFUS_CACHE` holds.
+- ports.py: a free local TCP port, for a server or a launch Rufus starts.
+- paths.py: where Rufus keeps things (the data root), files written or linked whole; cache.py:
+  what `$RUFUS_CACHE` holds.
 - catalog_files.py: where catalogs are (the user's own, then the shipped ones).
 - version.py: the version every output records; env_report.py: `rufus-data env`.
 - engines.py: independent tasks over a shard folder (in process, a process pool, Ray).

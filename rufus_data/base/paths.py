@@ -1,5 +1,6 @@
 """Where Rufus keeps things: the model cache and the data root of local benchmark copies (the
-catalogs: catalog_files.py)."""
+catalogs: catalog_files.py); and how a file gets there whole: `atomic_file` (written under a
+temporary name, then renamed), `link_or_copy` (a hard link, a copy across file systems)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import hashlib
 import json
 import os
 import pickle
+import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -39,6 +41,17 @@ def atomic_file(path: Path) -> Iterator[Path]:
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def link_or_copy(src: Path, dst: Path) -> str:
+    """Hard-link `src` as `dst` (a snapshot that outlives the deletion of `src`), or copy it
+    across file systems; "link" or "copy"."""
+    try:
+        os.link(src, dst)
+        return "link"
+    except OSError:
+        shutil.copy2(src, dst)
+        return "copy"
 
 
 T = TypeVar("T")

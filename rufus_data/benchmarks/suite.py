@@ -51,7 +51,7 @@ class Sampling(StrictModel):
     max_tokens: int = Field(1024, ge=1)
 
 
-class Scorer(StrictModel):
+class ScorerSpec(StrictModel):
     """The reward that scores each sample: a registry reward spec (rufus_data/rewards/registry.py), the same
     `string_match:boxed` or `{name: llm_judge, model: ...}` that train and filter take, written as the spec
     itself. The task's gold fields reach the reward as its dataset columns. `name` and `options` are the
@@ -63,7 +63,7 @@ class Scorer(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _from_spec(cls, spec: Any) -> dict:
-        if isinstance(spec, Scorer):
+        if isinstance(spec, ScorerSpec):
             spec = spec.spec
         if isinstance(spec, dict) and "weight" in spec:
             raise ValueError("a scorer has no weight (weights combine the rewards of one training stage)")
@@ -85,8 +85,8 @@ class Scorer(StrictModel):
     def reward(self) -> RewardFunction:
         return build_reward(self.spec)
 
-    def with_options(self, **options: Any) -> Scorer:
-        return Scorer.model_validate({**self.spec, **options})
+    def with_options(self, **options: Any) -> ScorerSpec:
+        return ScorerSpec.model_validate({**self.spec, **options})
 
 
 class Task(StrictModel):
@@ -105,7 +105,7 @@ class Task(StrictModel):
     prompt: str | None = None  # str.format template over the data row's fields
     gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer reads (its dataset columns)
     skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
-    scorer: Scorer | None = None
+    scorer: ScorerSpec | None = None
     metric: str = "avg@k"
     repeats: int | None = Field(None, ge=1)  # k; default: the suite's
     sampling: Sampling | None = None

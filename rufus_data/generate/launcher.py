@@ -18,7 +18,6 @@ import dataclasses
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,14 +26,9 @@ from pathlib import Path
 from typing import Self
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.ports import free_port
 from rufus_data.generate.vllm_command import LaunchConfig, server_command
 from rufus_data.models.openai_api import GaveUp, RetryPolicy, capped, checked, started_here, sync_client
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class VLLMServer:

@@ -29,7 +29,7 @@ from rufus_data.mix.selection import (
     share_notes,
     source_summaries,
 )
-from rufus_data.mix.shuffled_shards import read_holdout, unified_schema, write_train
+from rufus_data.mix.shuffled_shards import read_picked_holdout, unified_schema, write_train
 from rufus_data.sources.catalog import MixtureCatalog, catalog_hash
 from rufus_data.sources.inputs import DataInput
 
@@ -63,7 +63,7 @@ def mix(
         schema, clashing = unified_schema([part for c in counted for part in c.parts])
         rows_train = write_train([(c.parts, sel.picks) for c, sel in zip(counted, selections, strict=True)],
                                  tmp, catalog.seed, catalog.shard_rows, schema, clashing)
-        held = read_holdout([(c.parts, sel.holdout) for c, sel in zip(counted, selections, strict=True)], schema, clashing)
+        held = read_picked_holdout([(c.parts, sel.holdout) for c, sel in zip(counted, selections, strict=True)], schema, clashing)
         rows_held = held.num_rows if held is not None else 0
         if rows_held:
             write_shards(held, tmp, catalog.shard_rows, split="holdout")

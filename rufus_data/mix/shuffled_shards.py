@@ -133,7 +133,7 @@ def write_train(sources: list[tuple[list[Path], list[tuple[int, int]]]], folder:
     return total
 
 
-def read_holdout(sources: list[tuple[list[Path], list[int]]], schema: pa.Schema, clashing: set[str]) -> pa.Table | None:
+def read_picked_holdout(sources: list[tuple[list[Path], list[int]]], schema: pa.Schema, clashing: set[str]) -> pa.Table | None:
     """The held-out rows of every source, in source order (a few per source: fits in memory)."""
     tables = []
     for parts, held in sources:

@@ -2,7 +2,7 @@
 for URLs, API keys, timeouts, connection limits, proxies and retries. Used by the generation
 client (generate/server.py), the reward judge (rewards/llm_judge.py), the context probe
 (generate/context.py), the launcher's readiness poll (generate/launcher.py), and in rufus_eval
-the judge check (judge.py) and the backends (backends.py).
+the judge check (judge.py) and the lm-eval models (lm_eval_models.py).
 
 - URLs: `root_url` / `v1_url` take a server root (`http://host:8000`) or its API base
   (`.../v1`, `.../v1/`) alike.

@@ -256,15 +256,8 @@ def run_program(
     program_fd = _memfd("program", program.encode())
     input_fds = [_memfd("input", data) for data in inputs]
     stdin_fd = _memfd("stdin", stdin.encode()) if stdin is not None else None
-    # the scratch working directory: /tmp of the namespace (a fresh tmpfs), or a fresh folder in the fallback
-    scratch = "/tmp" if isolation == "namespaces" else tempfile.mkdtemp(prefix="rufus-sandbox-")
-    if isolation == "rlimits" and _is_root():
-        os.chown(scratch, uid, uid)
-    env = {"PATH": "/usr/bin:/bin", "HOME": scratch,
-           "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+    scratch = _scratch_dir(isolation, uid)
     start = time.monotonic()
-    stdout, stderr = bytearray(), bytearray()
-    timed_out = truncated = False
     proc = None
     try:
         proc = subprocess.Popen(
@@ -272,7 +265,8 @@ def run_program(
             stdin=stdin_fd if stdin_fd is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            env=env,
+            env={"PATH": "/usr/bin:/bin", "HOME": scratch, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"},
             cwd="/" if isolation == "namespaces" else scratch,
             pass_fds=(program_fd, *input_fds),
             start_new_session=True,
@@ -281,38 +275,9 @@ def run_program(
         for fd in input_fds:  # the child holds its copies; ours must not stay readable at /proc/<parent>/fd
             os.close(fd)
         input_fds = []
-        deadline = start + config.timeout_s
-        with selectors.DefaultSelector() as selector:
-            selector.register(proc.stdout, selectors.EVENT_READ, stdout)
-            selector.register(proc.stderr, selectors.EVENT_READ, stderr)
-            while selector.get_map():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    timed_out = True
-                    break
-                # without a PID namespace an escaped child may hold the pipes open: once our process has
-                # exited, take what is already in the pipes and stop
-                exited = isolation == "rlimits" and proc.poll() is not None
-                for key, _ in selector.select(timeout=0 if exited else min(remaining, 0.5)):
-                    chunk = os.read(key.fd, 65536)
-                    if not chunk:
-                        selector.unregister(key.fileobj)
-                        continue
-                    key.data.extend(chunk)
-                    if len(stdout) + len(stderr) > config.max_output_bytes:
-                        truncated = True
-                        break
-                if truncated or (exited and not any(selector.select(timeout=0))):
-                    break
-        _kill_tree(proc)
-        if isolation == "rlimits" and _is_root():
-            # no PID namespace: kill whatever still runs as this run's uid (a `setsid` child), as that uid
-            subprocess.run(["/bin/sh", "-c", "kill -9 -1"], check=False, timeout=5, **_drop_privileges(uid))
-        try:
-            returncode = proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            _kill_tree(proc)
-            returncode = proc.wait()
+        stdout, stderr, timed_out, truncated = _read_output(proc, start + config.timeout_s, isolation,
+                                                             config.max_output_bytes)
+        returncode = _stop(proc, isolation, uid)
     finally:
         if proc is not None:
             proc.stdout.close()
@@ -334,6 +299,62 @@ def run_program(
         wall_s=time.monotonic() - start,
         isolation=isolation,
     )
+
+
+def _scratch_dir(isolation: str, uid: int) -> str:
+    """The run's working directory and HOME: /tmp of the namespace (a fresh tmpfs), or in the
+    fallback a fresh folder (the run's uid owns it when we are root), removed after the run."""
+    if isolation == "namespaces":
+        return "/tmp"
+    scratch = tempfile.mkdtemp(prefix="rufus-sandbox-")
+    if _is_root():
+        os.chown(scratch, uid, uid)
+    return scratch
+
+
+def _read_output(proc: subprocess.Popen, deadline: float, isolation: str,
+                 max_output_bytes: int) -> tuple[bytearray, bytearray, bool, bool]:
+    """The program's stdout and stderr until it closes them, the deadline passes (timed out) or they
+    hold more than `max_output_bytes` together (truncated): (stdout, stderr, timed_out, truncated)."""
+    stdout, stderr = bytearray(), bytearray()
+    timed_out = truncated = False
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ, stdout)
+        selector.register(proc.stderr, selectors.EVENT_READ, stderr)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            # without a PID namespace an escaped child may hold the pipes open: once our process has
+            # exited, take what is already in the pipes and stop
+            exited = isolation == "rlimits" and proc.poll() is not None
+            for key, _ in selector.select(timeout=0 if exited else min(remaining, 0.5)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if len(stdout) + len(stderr) > max_output_bytes:
+                    truncated = True
+                    break
+            if truncated or (exited and not any(selector.select(timeout=0))):
+                break
+    return stdout, stderr, timed_out, truncated
+
+
+def _stop(proc: subprocess.Popen, isolation: str, uid: int) -> int:
+    """Kill the program's process tree (and, without a PID namespace, every process of its uid);
+    its exit code."""
+    _kill_tree(proc)
+    if isolation == "rlimits" and _is_root():
+        # no PID namespace: kill whatever still runs as this run's uid (a `setsid` child), as that uid
+        subprocess.run(["/bin/sh", "-c", "kill -9 -1"], check=False, timeout=5, **_drop_privileges(uid))
+    try:
+        return proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        _kill_tree(proc)
+        return proc.wait()
 
 
 def run_many(jobs: Sequence[tuple], config: SandboxConfig | None = None, workers: int = 2) -> list[SandboxResult]:

@@ -18,8 +18,9 @@ import json
 import random
 from pathlib import Path
 
+from example_shards import gsm8k_final, gsm8k_rows, write_rows
+
 from rufus_data.base.jsonl import read_jsonl
-from rufus_train.examples import gsm8k_final, gsm8k_rows, write_rows
 from rufus_train.grpo.tools import CodingEnvironment, SearchEnvironment, calculator
 
 # MBPP's test split (task ids 11-510) and task 569 (its text repeats test task 104) never enter

@@ -1,7 +1,8 @@
 """Small shard folders built from the raw public files under $RUFUS_DATA_ROOT (GSM8K, Code
 Alpaca, MBPP, IFEval): real rows for the tests and the benches, so all of them run offline. Each
 builder writes canonical rows (see rufus_data/folders/shards.py) with `write_shards` and returns the
-folder; the agent stages' tool-use traces are in agent_examples.py.
+folder; the agent stages' tool-use traces are in agent_traces.py. Test fixtures, not product:
+the benches that need them put this folder on sys.path.
 
     sft          messages = [user question, assistant worked answer]
     preference   prompt / chosen (gold answer) / rejected (the same answer, final number changed)
@@ -58,7 +59,7 @@ def write_rows(out: Path, rows: list[dict], kind: str, source: str, split: str =
     """Canonical rows into a shard folder with a manifest naming where they came from."""
     out = Path(out)
     write_shards(pa.Table.from_pylist(rows), out, split=split)
-    write_manifest(out, {"command": f"rufus_train.examples ({kind})", "source": source, "rows": len(rows)})
+    write_manifest(out, {"command": f"tests/example_shards.py ({kind})", "source": source, "rows": len(rows)})
     return out
 
 

@@ -32,7 +32,7 @@ from rufus_data.models import devices
 from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
 
 
-def sample_indices(requests) -> list[int]:
+def repeat_indices(requests) -> list[int]:
     """Which repeat each request is: lm-eval passes the same Instance object k times."""
     seen: dict[int, int] = {}
     out = []
@@ -48,7 +48,7 @@ class SeededCompletionsAPI(LocalCompletionsAPI):
 
     def generate_until(self, requests, disable_tqdm: bool = False):
         seeded = []
-        for req, index in zip(requests, sample_indices(requests)):
+        for req, index in zip(requests, repeat_indices(requests)):
             context, gen_kwargs = req.args[0], dict(req.args[1])
             gen_kwargs["seed"] = sample_seed(self._seed, str(req.task_name), index)
             seeded.append(dataclasses.replace(req, arguments=(context, gen_kwargs), resps=[], filtered_resps={}))
@@ -64,7 +64,7 @@ class SeededHFLM(HFLM):
         self.rufus_seed = int(seed)
 
     def generate_until(self, requests, disable_tqdm: bool = False):
-        indices = sample_indices(requests)
+        indices = repeat_indices(requests)
         results: list[str | None] = [None] * len(requests)
         for index in sorted(set(indices)):
             positions = [p for p, i in enumerate(indices) if i == index]
