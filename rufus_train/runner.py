@@ -49,8 +49,8 @@ from rufus_data.folders.run_folder import (
     write_run_json,
 )
 from rufus_data.folders.shards import package_versions
-from rufus_data.models.builtin import portable_reference
 from rufus_data.models.merged_model import set_adapter_base
+from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
 from rufus_train.config import StageConfig, resolved_yaml
@@ -185,6 +185,7 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
             "stages in one process too)"
         )
     check_config(config)
+    starting = ModelRef.of(config.model)  # the tokenizer, the model and the adapter's recorded base
     callbacks = [checkpoint_eval_callback(config)]
     # several processes: one prepares (and restores a mirrored checkpoint), the others wait
     out, resume = launch.on_main_process(prepare_output, config, held)
@@ -198,11 +199,11 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         # catalogs are mixed before any weights load, by one process; the lineage is on disk from here
         folders, lineage = launch.on_main_process(data.prepare_data, config.data, out, config.model, config.eval.suite)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
-        tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
+        tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(starting)
         # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         weights_dtype = modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype
         if model is None:
-            model = modeling.load_model(config.model, config.dtype, full_finetune=not config.lora.enabled)
+            model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
         set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
         if config.lora.enabled:
             model = modeling.apply_lora(model, config.lora)
@@ -225,14 +226,14 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=resume)
-        save_final(trainer, tokenizer, config, out)
+        save_final(trainer, tokenizer, config, out, starting)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         moved = weight_update.measure(trainer.model, config.lora.enabled, before)
         warning = weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step)
         summary = {
             "stage": config.stage,
             "model": config.model,
-            "base_model": portable_reference(config.model),
+            "base_model": starting.portable,
             "data": config.data,
             "lineage": lineage,  # what the data was made from, and what it was checked against
             "lora": config.lora.model_dump() if config.lora.enabled else None,
@@ -274,14 +275,14 @@ def checkpoint_eval_callback(config: StageConfig):
     return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
 
 
-def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
+def save_final(trainer, tokenizer, config: StageConfig, out: Path, base: ModelRef) -> None:
     """Save the adapter (or full model) and tokenizer; the adapter records its base model as a
     reference that loads anywhere (`smollm2-135m`, a hub id, an absolute folder), resolved when
     the run is loaded (rufus_train.modeling, rufus_data.models.merged_model)."""
     trainer.save_model(str(out))  # with the resolved base folder: peft reads its config, offline
     tokenizer.save_pretrained(str(out))
     if config.lora.enabled and trainer.is_world_process_zero():
-        set_adapter_base(out, portable_reference(config.model))
+        set_adapter_base(out, base.portable)
 
 
 def finish_tracker_runs(report_to: list[str]) -> None:
