@@ -67,7 +67,8 @@ def stages_cmd(fmt: FormatOption = "table") -> None:
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
-    from rufus_train.config import load_stage_config, parse_cli_overrides  # with the registry: about 1 s
+    # with the registry: about 1 s
+    from rufus_train.config_loading import load_stage_config, parse_cli_overrides
     from rufus_train.stages import get_stage
 
     stage = get_stage(name)
@@ -141,7 +142,7 @@ def stage_cmd(
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
-    from rufus_train.config import resolved_yaml  # heavy: the runner and stages import TRL and peft
+    from rufus_train.config_loading import resolved_yaml  # heavy: the runner and stages import TRL and peft
     from rufus_train.launch import launch_command, run_launch, wants_launch
     from rufus_train.runner import check_config, run_stage
 

@@ -31,7 +31,8 @@ from rufus_data.folders.run_folder import MERGED_DIR
 from rufus_data.models.reference import ModelRef
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
 from rufus_train import guidance
-from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stage_file
+from rufus_train.config import StageConfig
+from rufus_train.config_loading import _expand_env, load_stage_config, resolved_yaml, stage_file
 from rufus_train.modeling import export_merged
 from rufus_train.runner import check_config, run_stage
 from rufus_train.stages import get_stage

@@ -53,7 +53,8 @@ from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
-from rufus_train.config import StageConfig, resolved_yaml
+from rufus_train.config import StageConfig
+from rufus_train.config_loading import resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
 from rufus_train.push import push_run

@@ -116,7 +116,7 @@ def serve_config(options: dict) -> ServeConfig:
         if given.model is None:
             raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
         return given
-    from rufus_train.config import load_stage_config  # heavy: the stage registry imports TRL
+    from rufus_train.config_loading import load_stage_config  # heavy: the stage registry imports TRL
     from rufus_train.stages import get_stage
 
     stage = load_stage_config(given.stage, get_stage(given.stage).config_class, given.config)
