@@ -23,7 +23,7 @@ import sys
 import time
 
 from rufus_data.base.cpu_threads import cpu_thread_defaults, usable_cores
-from rufus_data.models.builtin import resolve_model
+from rufus_data.models.reference import ModelRef
 
 JOB = r"""
 import json, sys, time
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="forward + backward steps per job")
     parser.add_argument("--repeat", type=int, default=1, help="runs per cell (the best is shown)")
     args = parser.parse_args()
-    model = resolve_model("smollm2-135m")
+    model = ModelRef.of("smollm2-135m").folder()
     print(f"usable cores: {usable_cores()}; load before: {os.getloadavg()[0]:.2f}; "
           f"Rufus's defaults here: {cpu_thread_defaults({})}")
     print(f"{'neighbour':<12} {'OpenMP default s':>17} {'Rufus default s':>16} {'default / Rufus':>16}")

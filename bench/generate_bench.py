@@ -123,9 +123,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from rufus_data.generate.launcher import LaunchConfig, VLLMServer
-    from rufus_data.models.builtin import resolve_model
+    from rufus_data.models.reference import ModelRef
 
-    model_dir = resolve_model(args.model)
+    model_dir = ModelRef.of(args.model).folder()
     rows = gsm8k_rows(args.prompts)
     sampling = SamplingParams(n=args.n, max_tokens=args.max_tokens, temperature=1.0, seed=0)
     server = None

@@ -40,7 +40,7 @@ import example_shards
 
 from rufus_data.rewards import build_reward
 from rufus_train import modeling
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.mask import loss_mask
 from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage

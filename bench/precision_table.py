@@ -24,7 +24,7 @@ from rufus_data.folders.run_folder import read_run_json
 from rufus_data.folders.shards import write_shards
 from rufus_data.models.builtin import pull
 from rufus_train import modeling
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
 

@@ -28,9 +28,9 @@ from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
 from rufus_data.folders.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.generate.backend_config import ModelAccess
-from rufus_data.models.builtin import BUILTINS, builtin_path, is_cached, resolve_model
+from rufus_data.models.builtin import BUILTINS, is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
-from rufus_data.models.merged_model import is_adapter_folder
+from rufus_data.models.reference import ModelRef
 from rufus_eval.request import EvalRequest, apply_sampling_overrides
 from rufus_eval.results import default_runs_root
 from rufus_eval.suite_trackers import check_trackers
@@ -72,6 +72,7 @@ class Resolved:
     tasks: list[Task]  # the tasks the run evaluates, in suite order
     step: int
     step_from: str
+    model: ModelRef | None  # the checkpoint resolved once (hf, vllm); None: a server's name for its model
 
     def default_name(self) -> str:
         return self.request.run_name or \
@@ -87,28 +88,27 @@ def resolve(req: EvalRequest, say: bool = True) -> Resolved:
     apply_sampling_overrides(suite, req)
     tasks = selected_tasks(suite, req)
     step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
-    return Resolved(req, suite, tasks, step, step_from)
+    model = ModelRef.of(req.checkpoint) if req.backend in ("hf", "vllm") else None  # a file or missing folder refused
+    return Resolved(req, suite, tasks, step, step_from, model)
 
 
-def model_source(checkpoint: str) -> str:
+def model_source(model: ModelRef) -> str:
     """Where a model the run loads (hf, vllm) comes from, in words, found without converting,
     downloading or merging anything; a RufusError, before anything is written, when it can come
     from nowhere."""
-    if checkpoint in BUILTINS:
-        folder = builtin_path(checkpoint)
-        return f"built-in {checkpoint}: " + (str(folder) if is_cached(checkpoint) else
-                                             f"converted into {folder} when the run starts")
-    ref = resolve_model(checkpoint)  # a file, or a path that does not exist, is refused
-    if Path(ref).expanduser().exists():
-        if is_adapter_folder(ref):
-            return f"LoRA adapter {ref}: merged into {Path(ref) / MERGED_DIR} when the run starts (kept for reuse)"
-        return f"folder {ref}"
+    if model.kind == "builtin":
+        return f"{model.describe()}: " + (model.path if is_cached(model.portable) else
+                                          f"converted into {model.path} when the run starts")
+    if model.is_adapter:
+        return f"{model.describe()}: merged into {Path(model.path) / MERGED_DIR} when the run starts (kept for reuse)"
+    if model.kind != "hub":
+        return model.describe()
     unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
     if unreachable:
-        raise RufusError(f"model {checkpoint!r} is neither a model folder nor a built-in "
+        raise RufusError(f"model {model.text!r} is neither a model folder nor a built-in "
                          f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
                          f"({unreachable}): give a folder that exists")
-    return f"hub model {checkpoint}: downloaded when the run starts"
+    return f"{model.describe()}: downloaded when the run starts"
 
 
 def refuse_unrunnable(suite: Suite, runnable: int, skipped: dict[str, dict], strict: bool) -> None:
@@ -173,7 +173,7 @@ def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
     why = req.backend_choice()[1]
     resolved = resolve(req, say=False)
     req, suite = resolved.request, resolved.suite
-    model = model_source(req.checkpoint) if req.backend in ("hf", "vllm") else \
+    model = model_source(resolved.model) if resolved.model else \
         f"{req.checkpoint}, as {', '.join(req.base_urls)} serves it"
     tasks = plan_tasks(suite, resolved.tasks)
     out = Path(req.out or default_runs_root() / resolved.default_name())

@@ -28,8 +28,8 @@ from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.shards import package_versions
-from rufus_data.models.builtin import resolve_model
-from rufus_data.models.merged_model import is_adapter_folder, merged_model
+from rufus_data.models.merged_model import plain_folder
+from rufus_data.models.reference import ModelRef
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
 from rufus_eval.lm_eval_models import open_backend
@@ -58,16 +58,6 @@ def git_describe_quietly() -> str | None:
 lm_eval_evaluator.get_git_commit_hash = git_describe_quietly  # simple_evaluate looks the name up at call time
 
 
-def prepare_model(checkpoint: str) -> str:
-    """A model folder lm-eval/vLLM can load: built-ins resolved, a LoRA run's adapter merged into
-    its one merged copy (`<checkpoint>/merged`, shared with `rufus-train export`), so the
-    checkpoint evaluated is the trained one."""
-    path = Path(resolve_model(checkpoint))
-    if not is_adapter_folder(path):
-        return str(path)
-    return str(merged_model(path))
-
-
 def prepare_tasks(suite: Suite, tasks: list[Task], folder: Path) -> tuple[dict[str, str], dict[str, dict]]:
     """Write every task's lm-eval config into `folder`: ({task: lm-eval name}, {task: why skipped,
     fetch command}), each task's data found by `task_data`, as --dry-run finds it."""
@@ -85,10 +75,12 @@ def prepare_tasks(suite: Suite, tasks: list[Task], folder: Path) -> tuple[dict[s
     return lm_names, skipped
 
 
-def local_model(checkpoint: str) -> str:
-    """prepare_model, refused before anything is written when the model can come from nowhere."""
-    model_source(checkpoint)
-    return prepare_model(checkpoint)
+def local_model(model: ModelRef) -> str:
+    """A folder lm-eval/vLLM can load (a built-in converted, a LoRA run's adapter merged into its
+    one merged copy, shared with `rufus-train export`, so the checkpoint evaluated is the trained
+    one); refused before anything is written when the model can come from nowhere."""
+    model_source(model)
+    return plain_folder(model)
 
 
 def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
@@ -106,7 +98,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
                                           resolved.step_from)
     default_name = resolved.default_name()
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
-    model = local_model(req.checkpoint) if req.backend in ("hf", "vllm") else req.checkpoint
+    model = local_model(resolved.model) if resolved.model else req.checkpoint
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)
     key = request_key(suite.model_dump_json(), [t.name for t in tasks], model, req.model_dump(mode="json"))
     parent = Path(req.out).parent if req.out else default_runs_root()

@@ -23,7 +23,8 @@ from rich.table import Table
 from rufus_data.base.console import print_result
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, read_yaml
-from rufus_eval.runner import prepare_model
+from rufus_data.models.merged_model import plain_folder
+from rufus_data.models.reference import ModelRef
 from rufus_eval.vibe_page import write_vibe_page
 
 MODE_FLAGS = ("/think", "/no_think")
@@ -103,7 +104,7 @@ def answer_all(ckpt: str, prompts: list[VibeConversation], max_tokens: int, temp
     import torch  # heavy: only when a model answers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = prepare_model(ckpt)
+    path = plain_folder(ModelRef.of(ckpt))
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     torch.manual_seed(0)

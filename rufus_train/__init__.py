@@ -5,7 +5,8 @@ per stage. It builds on rufus_data (shards, models, rewards, generation) and ruf
 The run, start to end:
 - cli.py: `rufus-train` (stage, stages, pipeline, export, plan, serve): thin wrappers;
   stage_help.py: `rufus-train stage NAME --help`, every key of the stage.
-- config.py: the strict per-stage configs (catalogs/stages/NAME.yaml, CLI overrides, --dry-run);
+- config.py: the strict per-stage configs, the schema of catalogs/stages/NAME.yaml;
+  config_loading.py: a config from its YAML and CLI overrides, and the resolved YAML --dry-run prints;
   trl_keys.py: which TRL fields Rufus sets, and TRL keys written outside `trainer:` taken into it.
 - guards.py: what is refused before any model or dataset loads.
 - guidance.py: the Smol playbook's advice as config-time warnings (packing, preference epochs and rates).

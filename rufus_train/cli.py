@@ -32,7 +32,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import model_from_options
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.generate.vllm_command import SERVER_MODULE, format_command, module_command
-from rufus_data.models.merged_model import adapter_base
+from rufus_data.models.reference import ModelRef
 from rufus_data.sources.inputs import is_catalog
 from rufus_train.data import check_columns, read_rows
 from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
@@ -67,7 +67,8 @@ def stages_cmd(fmt: FormatOption = "table") -> None:
 
 
 def resolve_stage_config(name: str, config: Path | None, extra: list[str]):
-    from rufus_train.config import load_stage_config, parse_cli_overrides  # with the registry: about 1 s
+    # with the registry: about 1 s
+    from rufus_train.config_loading import load_stage_config, parse_cli_overrides
     from rufus_train.stages import get_stage
 
     stage = get_stage(name)
@@ -141,7 +142,7 @@ def stage_cmd(
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
-    from rufus_train.config import resolved_yaml  # heavy: the runner and stages import TRL and peft
+    from rufus_train.config_loading import resolved_yaml  # heavy: the runner and stages import TRL and peft
     from rufus_train.launch import launch_command, run_launch, wants_launch
     from rufus_train.runner import check_config, run_stage
 
@@ -219,10 +220,11 @@ def export_cmd(
         print_result("\n".join(export_plan(config)), markup=False, highlight=False)
         console.print("[green]export valid[/]: nothing was loaded or written (drop --dry_run to export)")
         return
-    target = export_merged(config.run, config.out, overwrite=config.overwrite)
+    run = ModelRef.of(config.run)
+    target = export_merged(run, config.out, overwrite=config.overwrite)
     console.print(
         f"[green]exported[/] {target}: the LoRA adapter of {config.run} merged into a copy of its base "
-        f"{adapter_base(config.run)} (the base model itself is unchanged).\n"
+        f"{run.base.text} (the base model itself is unchanged).\n"
         f"The trained behaviour lives in the adapter: loading the base model alone does NOT include it; "
         f"load {target} (or base + adapter) instead.",
         soft_wrap=True, highlight=False,

@@ -13,15 +13,10 @@ from pydantic import Field
 from rufus_data.base.cli_options import Flag
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel
-from rufus_data.folders.run_folder import MERGED_DIR
+from rufus_data.folders.run_folder import ADAPTER_CONFIG, MERGED_DIR
 from rufus_data.folders.shards import refuse_existing_output
-from rufus_data.models.merged_model import (
-    ADAPTER_CONFIG,
-    adapter_base,
-    is_adapter_folder,
-    is_current,
-    merge_source,
-)
+from rufus_data.models.merged_model import is_current, merge_source
+from rufus_data.models.reference import ModelRef
 
 MERGE_NOT_NEEDED = ("--merge is no longer needed: export always merges (the adapter alone is already in RUN); "
                     "--merge still works for now")
@@ -39,14 +34,14 @@ class ExportConfig(StrictModel):
 
 def export_plan(config: ExportConfig) -> list[str]:
     """What `export` would do, one line each, checked as the export checks it; no model loads."""
-    run = config.run
-    if not is_adapter_folder(run):
+    run, adapter = config.run, ModelRef.of(config.run)
+    if adapter.base is None:
         raise RufusError(f"{run} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run already is "
                          "a plain model folder; load it directly")
-    base, source, target = adapter_base(run), merge_source(run), run / MERGED_DIR
-    lines = [f"adapter  {run} (LoRA)", f"base     {base} (read, never changed)"]
-    if Path(base).exists() and is_adapter_folder(base):
-        lines.append(f"         {base} is itself a LoRA run: merged first, into {Path(base) / MERGED_DIR}")
+    base, source, target = adapter.base, merge_source(adapter), run / MERGED_DIR
+    lines = [f"adapter  {run} (LoRA)", f"base     {base.text} (read, never changed)"]
+    if base.is_adapter:
+        lines.append(f"         {base.text} is itself a LoRA run: merged first, into {Path(base.path) / MERGED_DIR}")
     if is_current(target, source):
         lines.append(f"merged   {target} is current (made from this adapter): reused, nothing merged")
     else:

@@ -1,7 +1,7 @@
 """Loading policies once, putting LoRA on them, and merging adapters back.
 
-A model reference is what `rufus_data.models.builtin.resolve_model` takes (built-in name, folder, hub
-id) or a Rufus run folder. A run folder trained with LoRA holds only the adapter: loading it
+A model reference is a `rufus_data.models.reference.ModelRef` (built-in name, folder, hub id, run
+folder, checkpoint), or the text it is made from. A run folder trained with LoRA holds only the adapter: loading it
 loads its base (recursively: the base can itself be a run folder) and merges the adapter in,
 so a pipeline stage starts from everything the previous stages learned (in memory; the one
 merged copy on disk, RUN/merged, is rufus_data.models.merged_model's)."""
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
-from rufus_data.models.builtin import resolve_model
-from rufus_data.models.merged_model import adapter_base, copy_merged, is_adapter_folder, merged_model
+from rufus_data.models.merged_model import copy_merged, merged_model
+from rufus_data.models.reference import ModelRef
 
 # TRL 1.16 switches checkpointing off and on around every GRPO generation with transformers 5's
 # deprecated gradient_checkpointing_disable/enable: two FutureWarnings per step that no Rufus
@@ -94,39 +94,42 @@ def torch_dtype(name: str, full_finetune: bool = False):
     return getattr(torch, precision(name, full_finetune).dtype)
 
 
-def load_model(ref: str, dtype: str = "auto", full_finetune: bool = False):
+def load_model(ref: str | ModelRef, dtype: str = "auto", full_finetune: bool = False):
     """A fresh copy of the model behind `ref` (adapters merged), in the dtype `precision` gives it;
     the base is read from disk once."""
     from transformers import AutoModelForCausalLM
 
-    path = resolve_model(ref)
+    ref = ModelRef.of(ref)
+    path = ref.folder()
     weights = torch_dtype(dtype, full_finetune)
     key = (path, str(weights))  # "auto" and "float32" share one copy on CPU
     if key not in _PRISTINE:
-        if is_adapter_folder(path):
+        if ref.base:
             from peft import PeftModel
 
-            base = load_model(adapter_base(path), dtype, full_finetune)
+            base = load_model(ref.base, dtype, full_finetune)
             model = PeftModel.from_pretrained(base, path).merge_and_unload()
             model.name_or_path = path
         else:
             try:
                 model = AutoModelForCausalLM.from_pretrained(path, dtype=weights)
             except OSError as err:
-                raise RufusError(f"could not load model {ref} ({err}): give a model folder, run folder or hub id") from None
+                raise RufusError(f"could not load model {ref.text} ({err}): give a model folder, run folder or hub id") from None
         if len(_PRISTINE) >= _MAX_CACHED:
             _PRISTINE.pop(next(iter(_PRISTINE)))
         _PRISTINE[key] = model
     return copy.deepcopy(_PRISTINE[key])
 
 
-def load_tokenizer(ref: str):
-    """The tokenizer of a model or run folder (a run folder keeps its own copy)."""
+def load_tokenizer(ref: str | ModelRef):
+    """The tokenizer of a model or run folder (a run folder keeps its own copy; an adapter without
+    one uses its base's)."""
     from transformers import AutoTokenizer
 
-    path = resolve_model(ref)
-    if is_adapter_folder(path) and not (Path(path) / TOKENIZER_CONFIG).exists():
-        return load_tokenizer(adapter_base(path))
+    ref = ModelRef.of(ref)
+    path = ref.folder()
+    if ref.base and not (Path(path) / TOKENIZER_CONFIG).exists():
+        return load_tokenizer(ref.base)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -202,12 +205,14 @@ def adapter_state(model) -> dict:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad and "lora_" in n}
 
 
-def export_merged(run: str | Path, out: str | Path | None = None, overwrite: bool = False) -> Path:
+def export_merged(run: str | Path | ModelRef, out: str | Path | None = None, overwrite: bool = False) -> Path:
     """A run's LoRA adapter merged into its base as a plain model folder: the run's one merged
     copy (RUN/merged, shared with rufus-eval, with its model card), or a copy of it at `out`."""
     from rufus_train.model_card import write_model_card
 
+    run = ModelRef.of(run)
     merged = merged_model(run)
-    if read_run_json(run):
-        write_model_card(merged, read_run_json(run), merged=True)
+    summary = read_run_json(run.path)
+    if summary:
+        write_model_card(merged, summary, merged=True)
     return merged if out is None else copy_merged(run, out, overwrite=overwrite)

@@ -28,10 +28,12 @@ from rufus_data.base.yaml_config import StrictModel, format_validation_error, re
 from rufus_data.benchmarks.suite import load_suite
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.run_folder import MERGED_DIR
+from rufus_data.models.reference import ModelRef
 from rufus_eval.request import EvalRequest, EvalSettings, FolderBackend
 from rufus_train import guidance
-from rufus_train.config import StageConfig, _expand_env, load_stage_config, resolved_yaml, stage_file
-from rufus_train.modeling import export_merged, is_adapter_folder
+from rufus_train.config import StageConfig
+from rufus_train.config_loading import _expand_env, load_stage_config, resolved_yaml, stage_file
+from rufus_train.modeling import export_merged
 from rufus_train.runner import check_config, run_stage
 from rufus_train.stages import get_stage
 
@@ -185,14 +187,14 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
                 row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
             rows.append(row)
             print_table(rows, pipeline.name)
-        final = configs[-1].output_dir
-        if pipeline.merge and is_adapter_folder(final):
+        final = ModelRef.of(configs[-1].output_dir)
+        if pipeline.merge and final.is_adapter:
             shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
             export_merged(final, merged_path(pipeline))
-            console.print(f"[green]merged[/] {final} and every adapter below it into {merged_path(pipeline)} "
+            console.print(f"[green]merged[/] {final.path} and every adapter below it into {merged_path(pipeline)} "
                           "(model + tokenizer, ready for inference)")
         elif pipeline.merge:
-            console.print(f"{final} is a full fine-tuning run: it already is a plain model folder")
+            console.print(f"{final.path} is a full fine-tuning run: it already is a plain model folder")
         (out / "pipeline.json").write_text(json.dumps(rows, indent=2) + "\n")
         return rows
 

@@ -49,11 +49,12 @@ from rufus_data.folders.run_folder import (
     write_run_json,
 )
 from rufus_data.folders.shards import package_versions
-from rufus_data.models.builtin import portable_reference
 from rufus_data.models.merged_model import set_adapter_base
+from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
-from rufus_train.config import StageConfig, resolved_yaml
+from rufus_train.config import StageConfig
+from rufus_train.config_loading import resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
 from rufus_train.push import push_run
@@ -175,16 +176,10 @@ def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict |
 
 
 def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer, extras: dict | None) -> RunResult:
-    from transformers import set_seed  # heavy: transformers loads with the run
-    stage = get_stage(config.stage)
-    reason = launch.launch_reason(config)
-    if reason:
-        raise RufusError(
-            f"stage {config.stage} asks for {reason}: run it with `rufus-train stage {config.stage} ...`, which "
-            "starts the trainer process(es) on their GPUs; this call trains in this process (a pipeline runs its "
-            "stages in one process too)"
-        )
+    """The run in the order of the module docstring; each step is one function below."""
+    refuse_launched_stage(config)
     check_config(config)
+    starting = ModelRef.of(config.model)  # the tokenizer, the model and the adapter's recorded base
     callbacks = [checkpoint_eval_callback(config)]
     # several processes: one prepares (and restores a mirrored checkpoint), the others wait
     out, resume = launch.on_main_process(prepare_output, config, held)
@@ -198,72 +193,108 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         # catalogs are mixed before any weights load, by one process; the lineage is on disk from here
         folders, lineage = launch.on_main_process(data.prepare_data, config.data, out, config.model, config.eval.suite)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
-        tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(config.model)
-        # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
-        weights_dtype = modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype
-        if model is None:
-            model = modeling.load_model(config.model, config.dtype, full_finetune=not config.lora.enabled)
-        set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
-        if config.lora.enabled:
-            model = modeling.apply_lora(model, config.lora)
+        model, tokenizer = load_policy(config, starting, model, tokenizer)
         trainable, total = modeling.trainable_parameters(model)
         log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
-        dataset = stage.build_dataset(config, rows, tokenizer)
-        args = build_trl_args(config, out)
-        ctx = StageContext(
-            config=config, model=model, tokenizer=tokenizer, args=args, train_dataset=dataset,
-            output_dir=out, callbacks=[checkpoints.CompleteCheckpoints(mirror), metrics_callback(out / METRICS),
-                                       *filter(None, callbacks)],
-            extras=dict(extras or {}),
-        )
-        stage.prepare(ctx)
-        trainer = stage.make_trainer(ctx)
-        if os.environ.get(TEST_HOOKS):  # tests only: record batches, stop after a save (tests/resume_hooks.py)
-            importlib.import_module(os.environ[TEST_HOOKS]).install(trainer)
-        if config.lora.enabled:
-            modeling.check_only_adapter_trainable(trainer.model)
+        callbacks = [checkpoints.CompleteCheckpoints(mirror), metrics_callback(out / METRICS), *filter(None, callbacks)]
+        trainer = make_trainer(config, model, tokenizer, rows, out, callbacks, extras)
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=resume)
-        save_final(trainer, tokenizer, config, out)
+        save_final(trainer, tokenizer, config, out, starting)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
-        moved = weight_update.measure(trainer.model, config.lora.enabled, before)
-        warning = weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step)
-        summary = {
-            "stage": config.stage,
-            "model": config.model,
-            "base_model": portable_reference(config.model),
-            "data": config.data,
-            "lineage": lineage,  # what the data was made from, and what it was checked against
-            "lora": config.lora.model_dump() if config.lora.enabled else None,
-            "dtype": weights_dtype,  # of the trained weights (a merge uses it)
-            "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes
-            "global_step": trainer.state.global_step,
-            "resumed_from": resume,
-            "checkpoint_mirror": mirror.report() if mirror else None,
-            "trainable_params": trainable,
-            "total_params": total,
-            "final_metrics": metrics[-1] if metrics else {},
-            "weight_update": moved,
-            "warning": warning,
-            "seconds": round(time.time() - started, 1),
-            "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
-        }
-        if trainer.is_world_process_zero():
-            curves = write_train_curves(out, metrics)
-            write_model_card(out, summary)
-            write_run_json(out, summary)
-            print_result(summary_table(out, summary, metrics))
-            if curves:
-                print_result(f"curves: {curves}")
-            if config.push_to_hub:  # after Rufus's card: TRL's own push (trainer.push_to_hub) is routed here
-                push_run(out, config.push_to_hub, config.push_private, config.push_merged)
-        if warning:
-            log.warning(warning)
-            console.print(f"[bold yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
-        finish_tracker_runs(config.report_to)
+        summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
+                              lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1))
+        report_run(trainer, config, out, summary, metrics)
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
+
+
+def refuse_launched_stage(config: StageConfig) -> None:
+    """A stage that needs processes started on their GPUs (`rufus-train stage` starts them) cannot
+    train in this one."""
+    reason = launch.launch_reason(config)
+    if reason:
+        raise RufusError(
+            f"stage {config.stage} asks for {reason}: run it with `rufus-train stage {config.stage} ...`, which "
+            "starts the trainer process(es) on their GPUs; this call trains in this process (a pipeline runs its "
+            "stages in one process too)"
+        )
+
+
+def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer):
+    """(model, tokenizer) to train: those passed in, else loaded from `starting`; seeded, then
+    LoRA put on when the stage asks for it."""
+    from transformers import set_seed  # heavy: transformers loads with the run
+
+    tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(starting)
+    if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
+        model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
+    set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
+    if config.lora.enabled:
+        model = modeling.apply_lora(model, config.lora)
+    return model, tokenizer
+
+
+def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbacks: list, extras: dict | None):
+    """The stage's trainer over its dataset and TRL arguments, with the run's callbacks."""
+    stage = get_stage(config.stage)
+    dataset = stage.build_dataset(config, rows, tokenizer)
+    ctx = StageContext(config=config, model=model, tokenizer=tokenizer, args=build_trl_args(config, out),
+                       train_dataset=dataset, output_dir=out, callbacks=callbacks, extras=dict(extras or {}))
+    stage.prepare(ctx)
+    trainer = stage.make_trainer(ctx)
+    if os.environ.get(TEST_HOOKS):  # tests only: record batches, stop after a save (tests/resume_hooks.py)
+        importlib.import_module(os.environ[TEST_HOOKS]).install(trainer)
+    if config.lora.enabled:
+        modeling.check_only_adapter_trainable(trainer.model)
+    return trainer
+
+
+def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[dict], *, before,
+                params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float) -> dict:
+    """run.json's record of what trained, with a warning when the weights barely moved (`before`:
+    a sample of the weights before training, full fine-tuning only)."""
+    moved = weight_update.measure(trainer.model, config.lora.enabled, before)
+    return {
+        "stage": config.stage,
+        "model": config.model,
+        "base_model": starting.portable,
+        "data": config.data,
+        "lineage": lineage,  # what the data was made from, and what it was checked against
+        "lora": config.lora.model_dump() if config.lora.enabled else None,
+        # of the trained weights (a merge uses it)
+        "dtype": modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype,
+        "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes
+        "global_step": trainer.state.global_step,
+        "resumed_from": config.resume_from_checkpoint,
+        "checkpoint_mirror": mirror.report() if mirror else None,
+        "trainable_params": params[0],
+        "total_params": params[1],
+        "final_metrics": metrics[-1] if metrics else {},
+        "weight_update": moved,
+        "warning": weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step),
+        "seconds": seconds,
+        "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
+    }
+
+
+def report_run(trainer, config: StageConfig, out: Path, summary: dict, metrics: list[dict]) -> None:
+    """The finished run's files (curves, model card, run.json last) and table, written by the main
+    process, pushed when asked; its warning said on every process; its tracker runs closed."""
+    if trainer.is_world_process_zero():
+        curves = write_train_curves(out, metrics)
+        write_model_card(out, summary)
+        write_run_json(out, summary)
+        print_result(summary_table(out, summary, metrics))
+        if curves:
+            print_result(f"curves: {curves}")
+        if config.push_to_hub:  # after Rufus's card: TRL's own push (trainer.push_to_hub) is routed here
+            push_run(out, config.push_to_hub, config.push_private, config.push_merged)
+    if summary["warning"]:
+        log.warning(summary["warning"])
+        console.print(f"[bold yellow]warning:[/] {summary['warning']}", highlight=False, soft_wrap=True)
+    finish_tracker_runs(config.report_to)
 
 
 def checkpoint_eval_callback(config: StageConfig):
@@ -274,14 +305,14 @@ def checkpoint_eval_callback(config: StageConfig):
     return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
 
 
-def save_final(trainer, tokenizer, config: StageConfig, out: Path) -> None:
+def save_final(trainer, tokenizer, config: StageConfig, out: Path, base: ModelRef) -> None:
     """Save the adapter (or full model) and tokenizer; the adapter records its base model as a
     reference that loads anywhere (`smollm2-135m`, a hub id, an absolute folder), resolved when
     the run is loaded (rufus_train.modeling, rufus_data.models.merged_model)."""
     trainer.save_model(str(out))  # with the resolved base folder: peft reads its config, offline
     tokenizer.save_pretrained(str(out))
     if config.lora.enabled and trainer.is_world_process_zero():
-        set_adapter_base(out, portable_reference(config.model))
+        set_adapter_base(out, base.portable)
 
 
 def finish_tracker_runs(report_to: list[str]) -> None:

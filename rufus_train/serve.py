@@ -29,8 +29,8 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import model_from_options
 from rufus_data.generate.backend_config import ServerLaunch
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, module_command, server_command
-from rufus_data.models.builtin import BUILTINS, builtin_path, resolve_model
 from rufus_data.models.devices import gpu_ids
+from rufus_data.models.reference import ModelRef
 
 DEFAULT_SERVER_DEVICES = "1"  # the recipe: trainer on GPU 0, server on GPU 1
 DEFAULT_PORT = 8000
@@ -83,7 +83,8 @@ class ServeConfig(ServerLaunch):
                              f"{self.devices}: give a multiple of it, or fewer replicas")
         if self.model is None:
             raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
-        path = str(builtin_path(self.model)) if dry_run and self.model in BUILTINS else resolve_model(self.model)
+        model = ModelRef.of(self.model)
+        path = model.path if dry_run else model.folder()
         max_staleness = DEFAULT_MAX_STALENESS if self.max_staleness is None else self.max_staleness
         return VLLMServerArgs(
             model=path,
@@ -115,7 +116,7 @@ def serve_config(options: dict) -> ServeConfig:
         if given.model is None:
             raise RufusError("give the MODEL to serve, or --stage NAME (a GRPO stage: its model and devices.server)")
         return given
-    from rufus_train.config import load_stage_config  # heavy: the stage registry imports TRL
+    from rufus_train.config_loading import load_stage_config  # heavy: the stage registry imports TRL
     from rufus_train.stages import get_stage
 
     stage = load_stage_config(given.stage, get_stage(given.stage).config_class, given.config)

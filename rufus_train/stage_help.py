@@ -78,7 +78,7 @@ def key_rows(model: type[BaseModel], values: dict, prefix: str = "") -> list[tup
 def resolved_defaults(name: str, config_cls) -> tuple[Any, str]:
     """The stage's config as catalogs/stages/NAME.yaml resolves it, and a line saying so; the
     model's own defaults where that file does not load (a broken user copy, an unset ${VAR})."""
-    from rufus_train.config import load_stage_config, stage_file
+    from rufus_train.config_loading import load_stage_config, stage_file
 
     try:
         return load_stage_config(name, config_cls, notes=[]), f"defaults: {stage_file(name)}, resolved"

@@ -39,8 +39,10 @@ MOVES = {old: (folder, new) for folder, modules in FLOORS.items() for old, new i
 _names = "|".join(sorted(MOVES, key=len, reverse=True))
 DOTTED = re.compile(rf"\brufus_data\.({_names})\b")
 # an old name that is now a folder (`models`, `sources`): `rufus_data.models.hub` or `from
-# rufus_data.models import hub` is already a new path, so rewriting twice is a no-op
-ALREADY_NEW = {folder: re.compile(r"(?:\.| import )(?:{})\b".format("|".join([*modules.values(), "templates"])))
+# rufus_data.models import hub` is already a new path, so rewriting twice is a no-op; so is a
+# module added to the folder since the move (`rufus_data.models.reference`)
+ALREADY_NEW = {folder: re.compile(r"(?:\.| import )(?:{})\b".format("|".join(
+    [*modules.values(), "templates", *(path.stem for path in (REPO / "rufus_data" / folder).glob("*.py"))])))
                for folder, modules in FLOORS.items() if folder in MOVES}
 FROM_ROOT = re.compile(rf"^(\s*)from rufus_data import ({_names})(?: as (\w+))?\s*$", re.MULTILINE)
 PATH = re.compile(rf"\brufus_data/({_names})\.py\b")

@@ -86,7 +86,7 @@ def test_a_missing_catalog_names_both_places(empty_folder):
 
 
 def test_a_users_stage_config_is_what_the_stage_loads(empty_folder):
-    from rufus_train.config import load_stage_config
+    from rufus_train.config_loading import load_stage_config
     from rufus_train.stages import get_stage
 
     copy_shipped("stages/sft.yaml")

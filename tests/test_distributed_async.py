@@ -18,7 +18,7 @@ from trl.experimental.async_grpo import AsyncGRPOConfig
 from rufus_data.base.errors import RufusError
 from rufus_data.base.ports import free_port
 from rufus_train import guards, modeling
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.grpo import async_checks, length_checks
 from rufus_train.grpo.async_config import async_config, weighted_rewards
 from rufus_train.stages import all_stages, get_stage

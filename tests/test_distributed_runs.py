@@ -28,7 +28,7 @@ from rl_prompts import arithmetic_rows, write_rl_shards
 from safetensors.torch import load_file
 from train_helpers import one_torch_thread
 
-from rufus_data.models.builtin import resolve_model
+from rufus_data.models.reference import ModelRef
 from rufus_eval.request import EvalRequest
 from rufus_eval.runner import run_suite
 
@@ -96,7 +96,7 @@ def check_two_process_run(out: Path, last: int, suite: str, tmp_path: Path, star
     assert all(job["rank"] == 0 for job in jobs)
     evaluated = [job["step"] for job in jobs]
     assert evaluated[0] == 0 and evaluated[-1] == last and set(evaluated) <= set(range(0, last + 1, 2))
-    assert jobs[0]["model"] in ("tiny-random", str(resolve_model("tiny-random")))  # the starting model itself
+    assert jobs[0]["model"] in ("tiny-random", ModelRef.of("tiny-random").path)  # the starting model itself
     assert (out / "eval_logs" / "step-0" / "results.json").exists()
     if starting_outputs is not None:
         assert outputs(out / "eval_logs" / "step-0") == starting_outputs

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from rufus_data.base.errors import RufusError
 from rufus_train import launch, modeling, serve
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
 from rufus_train.trl_args import common_trl_kwargs
@@ -293,7 +293,7 @@ def test_gpu_smoke_script_commands_parse_with_rufus_clis(tmp_path):
 
     from rufus_eval.cli import app as eval_app
     from rufus_train.cli import app as train_app
-    from rufus_train.config import parse_cli_overrides
+    from rufus_train.config_loading import parse_cli_overrides
 
     script = REPO / "bench" / "gpu_smoke.sh"
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0

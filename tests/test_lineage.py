@@ -20,7 +20,7 @@ from rufus_data.folders.run_folder import LINEAGE_JSON, read_lineage, write_line
 from rufus_data.folders.shards import DATA_DIR, file_sha256, read_manifest, shard_files
 from rufus_data.mix import mix
 from rufus_data.sources.inputs import data_input, shard_folder
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.data import prepare_data
 from rufus_train.stages import get_stage
 

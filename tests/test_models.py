@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from rufus_data.base.errors import RufusError
-from rufus_data.models.builtin import BUILTINS, READY_MARKER, resolve_model
+from rufus_data.models.builtin import BUILTINS, READY_MARKER
+from rufus_data.models.reference import ModelRef
 
 
 def test_builtin_is_a_plain_model_folder(builtin_model):
@@ -83,10 +84,10 @@ def test_tiny_random_is_the_builtin_in_miniature(builtin_model, tiny_model, tmp_
 
 
 def test_resolve_references(tmp_path):
-    assert resolve_model(str(tmp_path)) == str(tmp_path)
-    assert resolve_model("HuggingFaceTB/SmolLM3-3B") == "HuggingFaceTB/SmolLM3-3B"
+    assert ModelRef.of(str(tmp_path)).folder() == str(tmp_path)
+    assert ModelRef.of("HuggingFaceTB/SmolLM3-3B").folder() == "HuggingFaceTB/SmolLM3-3B"
     with pytest.raises(RufusError, match="does not exist"):
-        resolve_model("./no/such/folder")
+        ModelRef.of("./no/such/folder")
     with pytest.raises(RufusError, match="unknown built-in"):
         from rufus_data.models.builtin import pull
 

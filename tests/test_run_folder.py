@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rufus_data.models.builtin import portable_reference
+from rufus_data.models.reference import ModelRef
 from rufus_train import modeling, weight_update
 from rufus_train.config import LoraSettings
 from rufus_train.model_card import model_card
@@ -20,13 +20,13 @@ SUMMARY = {"stage": "sft", "data": ["catalogs/data/sft_mixture.yaml"], "global_s
            "lora": {"r": 4, "alpha": 8}, "versions": {"trl": "1.16.0"}}
 
 
-def test_portable_reference_is_loadable_anywhere(builtin_model, tmp_path, monkeypatch):
-    assert portable_reference("smollm2-135m") == "smollm2-135m"
-    assert portable_reference(builtin_model) == "smollm2-135m"  # the cache folder of a built-in is its name
-    assert portable_reference("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+def test_the_recorded_reference_is_loadable_anywhere(builtin_model, tmp_path, monkeypatch):
+    assert ModelRef.of("smollm2-135m").portable == "smollm2-135m"
+    assert ModelRef.of(builtin_model).portable == "smollm2-135m"  # the cache folder of a built-in is its name
+    assert ModelRef.of("HuggingFaceTB/SmolLM2-135M-Instruct").portable == "HuggingFaceTB/SmolLM2-135M-Instruct"
     (tmp_path / "runs" / "sft").mkdir(parents=True)
     monkeypatch.chdir(tmp_path)
-    assert portable_reference("runs/sft") == str(tmp_path / "runs" / "sft")  # not relative to where it ran
+    assert ModelRef.of("runs/sft").portable == str(tmp_path / "runs" / "sft")  # not relative to where it ran
 
 
 def test_model_card_names_the_base_model(tmp_path):
@@ -102,10 +102,10 @@ def test_full_fine_tuning_update_is_measured_on_a_sample(builtin_model):
 def test_run_folder_base_reference_and_card_after_a_real_save(lora_model, builtin_model, tmp_path):
     """save_final's order: the adapter is saved with the resolved base (peft reads its config
     offline), then adapter_config.json gets the portable reference."""
-    from rufus_data.models.merged_model import adapter_base, set_adapter_base
+    from rufus_data.models.merged_model import set_adapter_base
 
     lora_model.save_pretrained(tmp_path / "run")
-    assert Path(adapter_base(tmp_path / "run")).exists()
-    set_adapter_base(tmp_path / "run", portable_reference(builtin_model))
-    assert adapter_base(tmp_path / "run") == "smollm2-135m"
+    assert Path(ModelRef.of(tmp_path / "run").base.text).exists()
+    set_adapter_base(tmp_path / "run", ModelRef.of(builtin_model).portable)
+    assert ModelRef.of(tmp_path / "run").base.text == "smollm2-135m"
     assert modeling.load_tokenizer(str(tmp_path / "run")).name_or_path == builtin_model  # resolved at load time

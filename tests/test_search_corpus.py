@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rufus_data.base.errors import RufusError
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.grpo.search_index import SearchIndex, build_index, read_corpus
 from rufus_train.grpo.stage import search_index_path
 from rufus_train.stages import get_stage

@@ -27,7 +27,7 @@ def key_line(help_text: str, key: str) -> str:
 
 
 def test_stage_help_lists_every_key_with_type_default_and_description():
-    from rufus_train.config import load_stage_config
+    from rufus_train.config_loading import load_stage_config
     from rufus_train.stage_help import NO_DESCRIPTION, key_rows
     from rufus_train.stages import get_stage
 

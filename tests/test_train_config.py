@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from rufus_data.base.errors import RufusError
 from rufus_train import guards
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config, parse_cli_overrides
+from rufus_train.config_loading import load_stage_config, parse_cli_overrides
 from rufus_train.plan import plan
 from rufus_train.runner import check_config
 from rufus_train.stages import all_stages, get_stage

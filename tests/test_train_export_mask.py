@@ -125,10 +125,11 @@ def test_export_needs_an_adapter_folder(tmp_path, tiny_model):
 
 
 def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path):
-    """RUN/merged is made once: export and rufus-eval's prepare_model reuse it; a new adapter in
+    """RUN/merged is made once: export and rufus-eval's plain_folder reuse it; a new adapter in
     the run gets a fresh copy; --out refuses an existing folder without --overwrite; the message
     says the base model itself was not changed."""
-    from rufus_eval.runner import prepare_model
+    from rufus_data.models.merged_model import plain_folder
+    from rufus_data.models.reference import ModelRef
 
     run = tmp_path / "run"
     shutil.copytree(adapter_run[0], run, ignore=shutil.ignore_patterns("merged"))  # the copy an earlier test made
@@ -141,7 +142,7 @@ def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path
     again = CliRunner().invoke(app, ["export", str(run), "--merge"])  # as older scripts pass it
     assert again.exit_code == 0 and "merging" not in again.output  # reused, not merged again
     assert "--merge is no longer needed: export always merges" in " ".join(again.output.split())
-    assert prepare_model(str(run)) == str(merged) and (merged / "model.safetensors").stat().st_mtime_ns == stamp
+    assert plain_folder(ModelRef.of(run)) == str(merged) and (merged / "model.safetensors").stat().st_mtime_ns == stamp
     assert not list(tmp_path.glob("run-merged*"))  # no second copy beside the run
 
     out = tmp_path / "elsewhere"
@@ -153,5 +154,5 @@ def test_one_merged_copy_per_run_shared_by_export_and_eval(adapter_run, tmp_path
 
     weights = load_file(run / "adapter_model.safetensors")  # the run trained further: a new adapter
     save_file({k: v * 2 for k, v in weights.items()}, run / "adapter_model.safetensors")
-    assert prepare_model(str(run)) == str(merged)
+    assert plain_folder(ModelRef.of(run)) == str(merged)
     assert (merged / "model.safetensors").stat().st_mtime_ns != stamp

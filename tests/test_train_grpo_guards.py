@@ -22,7 +22,7 @@ from rufus_data.rewards import AGGREGATIONS, build_rewards, combine_rewards, tea
 from rufus_data.rollouts.filter import FilterConfig, bucket_prompts
 from rufus_train import serve
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.grpo import async_checks, length_checks, rollout_state
 from rufus_train.grpo.async_config import async_config
 from rufus_train.grpo.dynamic_sampling import (

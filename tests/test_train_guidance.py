@@ -11,7 +11,7 @@ from conftest import REPO
 from typer.testing import CliRunner
 
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config, stage_file
+from rufus_train.config_loading import load_stage_config, stage_file
 from rufus_train.guidance import GuidanceWarning, check_pipeline, check_stage
 from rufus_train.pipeline import load_pipeline, stage_configs
 from rufus_train.stages import get_stage

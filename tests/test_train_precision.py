@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from rufus_data.folders.shards import write_shards
 from rufus_train import guards, launch, modeling
 from rufus_train.cli import app
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.runner import run_stage
 from rufus_train.stages import get_stage
 from rufus_train.trl_args import build_trl_args

@@ -14,7 +14,7 @@ from huggingface_hub import ModelCard, constants
 from train_helpers import one_torch_thread, run_tiny, tiny_config
 
 from rufus_data.base.errors import RufusError
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.guards import check_push_token
 from rufus_train.push import push_run
 from rufus_train.stages import get_stage

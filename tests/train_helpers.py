@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from rufus_train.config import load_stage_config
+from rufus_train.config_loading import load_stage_config
 from rufus_train.runner import RunResult, run_stage
 from rufus_train.stages import get_stage
 

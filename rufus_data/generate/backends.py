@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
@@ -17,15 +16,16 @@ from rufus_data.generate.hf import HFGenerator
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
-from rufus_data.models.builtin import BUILTINS, resolve_model
+from rufus_data.models.builtin import BUILTINS
 from rufus_data.models.hub import model_unavailable
+from rufus_data.models.reference import ModelRef
 
 
 def check_model(model: str, config: ModelAccess) -> None:
     """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
     neither cached nor reachable (a built-in name is converted when it first loads, not here: a
     --dry-run checks its models too; a folder must exist). A server's model is the server's business."""
-    if config.backend == "server" or model in BUILTINS or resolve_model(model) != model or Path(model).exists():
+    if config.backend == "server" or ModelRef.of(model).kind != "hub":
         return
     problem = model_unavailable(model)
     if problem:
@@ -41,16 +41,17 @@ def open_generator(model: str, config: ModelAccess) -> Iterator[Generator]:
     `config` is resolved: `auto` was decided where the command started."""
     if config.backend == "auto":
         raise ValueError("resolve the model access first (ModelAccess.resolved)")
-    if config.backend == "hf":
-        with HFGenerator(model, dtype=config.dtype or "bfloat16") as gen:
-            yield gen
-        return
-    if config.backend == "server":
+    if config.backend == "server":  # the server's name for its model: nothing here to resolve
         name = config.served_model_name or model
         with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
             yield gen
         return
-    with launch(config.launch_config(resolve_model(model), config.served_model_name or model)) as server:
+    ref = ModelRef.of(model)
+    if config.backend == "hf":
+        with HFGenerator(ref, dtype=config.dtype or "bfloat16") as gen:
+            yield gen
+        return
+    with launch(config.launch_config(ref.folder(), config.served_model_name or model)) as server:
         cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
         with ServerGenerator(cfg) as gen:
             yield gen
@@ -61,7 +62,7 @@ def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
     try:
         from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
 
-        tokenizer = AutoTokenizer.from_pretrained(resolve_model(model))
+        tokenizer = AutoTokenizer.from_pretrained(ModelRef.of(model).folder())
     except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
         return None
     longest = 0

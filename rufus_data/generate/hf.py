@@ -21,22 +21,24 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from rufus_data.base.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
-from rufus_data.models.builtin import resolve_model
+from rufus_data.models.reference import ModelRef
 
 
 class HFGenerator(Generator):
-    def __init__(self, model: str, dtype: str = "bfloat16", device: str | None = None, model_name: str | None = None):
+    def __init__(self, model: str | ModelRef, dtype: str = "bfloat16", device: str | None = None,
+                 model_name: str | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        path = resolve_model(model)
-        self.model = model_name or model
+        ref = ModelRef.of(model)
+        path = ref.folder()
+        self.model = model_name or ref.text
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
             self.lm = AutoModelForCausalLM.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
         except OSError as err:  # a hub id that does not exist, or files missing from a folder
-            raise RufusError(f"could not load model {model!r} ({str(err).splitlines()[0]}): give a built-in name, a "
+            raise RufusError(f"could not load model {ref.text!r} ({str(err).splitlines()[0]}): give a built-in name, a "
                              "model folder (config.json, weights, tokenizer) or a hub id that exists") from None
         eos = self.lm.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}

@@ -1,7 +1,8 @@
 """models/: reaching a model. Builds on base/ and folders/.
 
-- builtin.py: the built-in models (smollm2-135m, tiny-random) and resolving a model reference.
-- merged_model.py: a LoRA run folder as a plain model folder (`RUN/merged/`).
+- builtin.py: the built-in models (smollm2-135m, tiny-random), converted once and cached.
+- reference.py: a model reference resolved once (ModelRef): built-in, hub id, folder, adapter, run, checkpoint.
+- merged_model.py: a LoRA adapter or run as a plain model folder (`RUN/merged/`).
 - hub.py: hub revisions, offline mode, whether the hub answers.
 - openai_api.py: the one client of an OpenAI-compatible server (URLs, keys, retries).
 - devices.py: the GPU roles of a run (trainer, vLLM server, checkpoint evaluation).

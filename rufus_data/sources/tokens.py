@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import Kind
-from rufus_data.models.builtin import resolve_model
+from rufus_data.models.reference import ModelRef
 from rufus_data.sources.chat_render import ChatRenderer
 
 FIRST_TRAINABLE_BATCH = 1024
@@ -34,7 +34,7 @@ def _load_tokenizer(tokenizer_ref: str):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(resolve_model(tokenizer_ref))
+        return AutoTokenizer.from_pretrained(ModelRef.of(tokenizer_ref).folder())
     except RufusError:
         raise
     except Exception as err:  # noqa: BLE001 - any load failure becomes one clear message

@@ -6,7 +6,7 @@ rotation cannot delete what is being evaluated, and removed once its evaluation 
 A sharded checkpoint (FSDP SHARDED_STATE_DICT, ZeRO-3 partitions) is staged with its shards and
 the live model's config and tokenizer; the evaluation's process consolidates it before its server
 starts. A LoRA checkpoint holds only the adapter: the evaluation merges it into the base in the
-staging copy (`rufus_eval.runner.prepare_model`)."""
+staging copy (`rufus_eval.runner.local_model`)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ import pyarrow as pa
 
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
-from rufus_data.models.builtin import read_model_config, resolve_model
+from rufus_data.models.builtin import read_model_config
+from rufus_data.models.reference import ModelRef
 from rufus_data.rewards import build_rewards, parse_spec
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, data_reward_specs
 from rufus_train.config import StageConfig
@@ -110,7 +111,7 @@ class GRPOStage(Stage):
     def reward_funcs(self, config: GRPOStageConfig) -> list:
         funcs = stage_rewards(config.rewards, config.judge_url)
         if config.reward_model:
-            funcs.append(resolve_model(config.reward_model))  # TRL loads it as AutoModelForSequenceClassification
+            funcs.append(ModelRef.of(config.reward_model).folder())  # TRL loads it as AutoModelForSequenceClassification
         return funcs
 
     def tool_kwargs(self, ctx: StageContext) -> dict:
@@ -159,7 +160,7 @@ class GRPOStage(Stage):
         return RufusAsyncGRPOTrainer(
             longest_prompt=lambda: longest_prompt_tokens(ctx.train_dataset["prompt"], ctx.tokenizer,
                                                          self.tool_schemas(config, ctx.output_dir)),
-            model=resolve_model(config.model),
+            model=ModelRef.of(config.model).folder(),
             reward_funcs=funcs,
             args=args,
             train_dataset=ctx.train_dataset,

@@ -62,24 +62,23 @@ class DistillStage(Stage):
         """Teacher differs from the student and shares its vocabulary (config.json only, no weights)."""
         from transformers import AutoConfig
 
-        from rufus_data.models.builtin import resolve_model
-        from rufus_train.modeling import adapter_base, is_adapter_folder
+        from rufus_data.models.reference import ModelRef
 
-        def config_of(ref: str):
-            path = resolve_model(ref)
-            while is_adapter_folder(path):
-                path = resolve_model(adapter_base(path))
-            return AutoConfig.from_pretrained(path)
+        def config_of(ref: ModelRef):
+            while ref.base:
+                ref = ref.base
+            return AutoConfig.from_pretrained(ref.folder())
 
         if not config.teacher:
             raise RufusError("distill needs a teacher: set `teacher: MODEL` (or --teacher MODEL), same tokenizer as the student")
-        if resolve_model(config.teacher) == resolve_model(config.model):
+        student, teacher = ModelRef.of(config.model), ModelRef.of(config.teacher)
+        if teacher.portable == student.portable:
             raise RufusError(
                 f"distill: the teacher ({config.teacher}) is the student's own starting point, so the divergence "
                 "starts at 0 and nothing is learned: set `teacher` to a stronger model with the same tokenizer"
             )
-        student_vocab = config_of(config.model).get_text_config().vocab_size
-        teacher_vocab = config_of(config.teacher).get_text_config().vocab_size
+        student_vocab = config_of(student).get_text_config().vocab_size
+        teacher_vocab = config_of(teacher).get_text_config().vocab_size
         if student_vocab != teacher_vocab:
             raise RufusError(
                 f"distill: the teacher's vocabulary ({teacher_vocab} tokens) differs from the student's "
