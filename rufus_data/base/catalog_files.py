@@ -31,7 +31,7 @@ SHIPPED_SUFFIXES = (".yaml", ".jsonl", ".jinja", ".json")
 def source_checkout() -> Path | None:
     """The source checkout this code runs from (the folder above rufus_data, holding pyproject.toml
     and catalogs/); None when Rufus is installed from a wheel."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]  # rufus_data/base/catalog_files.py
     return root if (root / "pyproject.toml").is_file() and (root / USER_FOLDER).is_dir() else None
 
 
