@@ -15,7 +15,10 @@ place only when the block ends without error. It is finished with `report.md` an
     versions     Rufus and the packages that shaped the output
     seconds      wall time from the step's start
 
-Each command adds its own keys beside the core."""
+Each command adds its own keys beside the core.
+
+Called from Python, every step returns a `StepResult` (a step may add fields to it); printing
+what it found is the CLI's part."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import json
 import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +48,16 @@ from rufus_data.folders.shards import (
 
 REPORT = "report.md"
 CORE_KEYS = frozenset({"command", "config", "config_hash", "inputs", "counts", "versions", "seconds"})
+
+
+@dataclass(kw_only=True)
+class StepResult:
+    """What a data step returns: the folder it wrote (None: a report-only run), the manifest it
+    wrote there ({} when it wrote none) and its counts (the manifest's `counts`, also when none)."""
+
+    out: Path | None
+    manifest: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
 
 
 def hash_config(config: dict) -> str:
