@@ -23,7 +23,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import config_from_cli, model_from_options
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
-from rufus_data.mix.config import MixOptions
+from rufus_data.mix.config import MixCommand, MixConfig
 from rufus_data.models.builtin import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
 
@@ -121,20 +121,24 @@ def cache_clean() -> None:
 
 @app.command("mix")
 @cli_errors
-@model_options(MixOptions)
-def mix_command(options: dict | None = None) -> None:
+@model_options(MixConfig, into="settings")
+@model_options(MixCommand, into="command")
+def mix_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
-    settings = model_from_options(MixOptions, options)
-    if settings.dry_run:
+    given = model_from_options(MixCommand, command)
+    config = model_from_options(MixConfig, settings)
+    if given.dry_run:
         from rufus_data.mix.plan import mix_plan, print_mix_plan  # heavy: arrow, the tokenizer
 
-        print_mix_plan(mix_plan(settings))
+        print_mix_plan(mix_plan(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True))
         return
     from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
+    from rufus_data.mix.selection import print_sources
 
-    result = mix(settings.catalog, out=settings.out, overwrite=settings.overwrite, holdout=settings.holdout,
-                 on_bad_row=settings.on_bad_row)
-    console.print(f"wrote {result.out} ({result.manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
+    result = mix(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True)
+    manifest = result.manifest
+    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])
+    console.print(f"wrote {result.out} ({manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
 @app.command("inspect")

@@ -49,7 +49,7 @@ def chain(tmp_path_factory, data_root, hub_offline_module):
     catalog.write_text(yaml.safe_dump({"kind": "sft", "name": "tiny", "tokenizer": "tiny-random", "seed": 1, "sources": [
         {"name": "code_alpaca", "path": str(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl"), "share": 0.9},
         {"name": "gsm8k_test", "path": str(leaked), "format": "question_answer", "share": 0.1}]}))
-    mix(catalog, out=root / "mix", holdout=20, on_bad_row="skip", show_progress=False)
+    mix(catalog, root / "mix", {"holdout": 20, "on_bad_row": "skip"})
     decontaminate(root / "mix", ["gsm8k"], root / "clean", config=DecontamConfig(workers=1), show_progress=False)
     deduplicate(root / "clean", root / "dedup", show_progress=False)
     return root

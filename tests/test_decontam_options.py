@@ -141,7 +141,7 @@ def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):
     catalog.write_text(yaml.safe_dump({"kind": "sft", "name": "leak", "seed": 3, "holdout": 4, "sources": [
         {"name": "leaky", "path": str(leaky), "format": "question_answer", "share": 0.3},
         {"name": "clean", "path": str(clean), "format": "question_answer", "share": 0.7}]}))
-    mixed = mix(catalog, out=tmp_path / "mix", show_progress=False).out
+    mixed = mix(catalog, tmp_path / "mix").out
     held_in = read_shards(mixed, "holdout")
     assert "leaky" in held_in.column("source").to_pylist()
     result = decontaminate(mixed, ["gsm8k"], tmp_path / "out", config=ONE, show_progress=False)

@@ -48,7 +48,7 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict[str, Path]:
     """mix -> decontam --against quick -> dedup, as the commands write them."""
     root = tmp_path_factory.mktemp("lineage")
     catalog = toy_catalog(root / "catalog", data_root, tiny_model)
-    mix(catalog, out=root / "mix", show_progress=False)
+    mix(catalog, root / "mix")
     decontaminate(root / "mix", ["quick"], root / "clean", config=DecontamConfig(workers=1), show_progress=False)
     deduplicate(root / "clean", root / "dedup", config=DedupConfig(workers=1), show_progress=False)
     return {"root": root, "catalog": catalog, "mix": root / "mix", "clean": root / "clean", "dedup": root / "dedup"}
