@@ -286,17 +286,17 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
     given = model_from_options(DecontamCommand, command)
     config = config_from_cli(DecontamConfig, given.config, settings)
+    how = {"overwrite": given.overwrite, "report_only": given.report_only}
     if given.dry_run:
-        from rufus_data.decontam.plan import decontam_plan as step  # heavy: arrow
-    else:
-        from rufus_data.decontam import decontaminate as step  # heavy: arrow, datasketch
-    result = step(given.shards, given.against, given.out, benchmarks_file=given.benchmarks, skip_missing=given.skip_missing,
-                  report_only=given.report_only, overwrite=given.overwrite, config=config, suites=given.against_suite)
-    if given.dry_run:
-        from rufus_data.decontam.plan import print_decontam_plan
+        from rufus_data.decontam.plan import decontam_plan, print_decontam_plan  # heavy: arrow
 
-        print_decontam_plan(result, given.skip_missing)
+        print_decontam_plan(decontam_plan(given.shards, given.out, config, **how))
         return
+    from rufus_data.decontam import decontam  # heavy: arrow, datasketch
+    from rufus_data.decontam.report import summary_table
+
+    result = decontam(given.shards, given.out, config, **how, show_progress=True)
+    print_result(summary_table(result))
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():

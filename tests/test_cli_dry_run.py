@@ -179,7 +179,7 @@ def test_decontam_plan_reads_the_folder_and_counts_the_benchmarks(tmp_path, monk
     from rufus_data.decontam import run
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(run, "decontaminate", lambda *a, **k: pytest.fail("a dry run scanned"))
+    monkeypatch.setattr(run, "decontam", lambda *a, **k: pytest.fail("a dry run scanned"))
     shards = write_mix(tmp_path / "mix")
     config = tmp_path / "decontam.yaml"
     config.write_text("ngram: 13\nsemantic: true\nworkers: 2\ncontainment: 0.6\n")

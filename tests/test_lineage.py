@@ -13,7 +13,7 @@ import yaml
 from conftest import read_jsonl
 
 from rufus_data.base.errors import RufusError
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.dedup import DedupConfig, deduplicate
 from rufus_data.folders.lineage import check_against, folder_lineage
 from rufus_data.folders.run_folder import LINEAGE_JSON, read_lineage, write_lineage
@@ -49,7 +49,7 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("lineage")
     catalog = toy_catalog(root / "catalog", data_root, tiny_model)
     mix(catalog, root / "mix")
-    decontaminate(root / "mix", ["quick"], root / "clean", config=DecontamConfig(workers=1), show_progress=False)
+    decontam(root / "mix", root / "clean", DecontamConfig(against=["quick"], workers=1))
     deduplicate(root / "clean", root / "dedup", config=DedupConfig(workers=1), show_progress=False)
     return {"root": root, "catalog": catalog, "mix": root / "mix", "clean": root / "clean", "dedup": root / "dedup"}
 

@@ -127,12 +127,12 @@ class OutputStep:
     def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
                            counts: dict | None = None, copy: Callable[[list[Path], Collection[int], Path], None] = write_without_rows,
-                           pages: dict[str, str] | None = None, **own) -> None:
+                           pages: dict[str, str] | None = None, **own) -> dict:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
         the `drop` rows (global row numbers over `files`, `rows_in` in all; `copy` writes them,
         e.g. over many processes), `why` (file name, table: which rows went and why), `pages`
         (file name -> text, e.g. hits.html), and the manifest, whose counts start with rows in, out
-        and dropped."""
+        and dropped. Returns the manifest."""
         with self.folder() as tmp:
             copy(files, drop, tmp)
             pq.write_table(why[1], tmp / why[0])
@@ -145,3 +145,4 @@ class OutputStep:
                 **own,
             )
             self.finish(tmp, manifest, report)
+        return manifest
