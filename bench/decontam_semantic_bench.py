@@ -46,7 +46,7 @@ from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.decontam.index import cached_eval_index
 from rufus_data.decontam.semantic_stage import match_fields
 from rufus_data.decontam.texts import FieldBatch
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.shards import write_shards
 from rufus_data.similarity.ngram_hash import TokenHasher
 
@@ -190,7 +190,7 @@ def dedup_rows(root: Path) -> tuple[list[dict], dict[str, str]]:
     return originals + distinct + copies, truth
 
 
-def dedup(root: Path, work: Path) -> None:
+def dedup_bench(root: Path, work: Path) -> None:
     rows, truth = dedup_rows(root)
     src = work / "dedup"
     write_shards(pa.Table.from_pylist(rows), src)
@@ -199,7 +199,7 @@ def dedup(root: Path, work: Path) -> None:
     runs = {}
     for name, config in (("MinHash", DedupConfig()), ("MinHash + semantic", DedupConfig(semantic=True))):
         cpu, start = cpu_seconds(), time.perf_counter()
-        result = deduplicate(src, report_only=True, config=config, show_progress=False)
+        result = dedup(src, None, config, report_only=True)
         runs[name] = (result, time.perf_counter() - start, cpu_seconds() - cpu)
     print(f"\n## dedup --semantic: {len(rows):,} rows\n")
     print("| rows | n | dropped by MinHash | dropped with --semantic |")
@@ -232,7 +232,7 @@ def main() -> None:
         if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "speed"):
             speed(root, Path(tmp))
         if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "dedup"):
-            dedup(root, Path(tmp))
+            dedup_bench(root, Path(tmp))
 
 
 if __name__ == "__main__":

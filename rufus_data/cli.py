@@ -312,15 +312,19 @@ def dedup_command(command: dict | None = None, settings: dict | None = None) -> 
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
     given = model_from_options(DedupCommand, command)
     config = config_from_cli(DedupConfig, given.config, settings)
-    how = {"report_only": given.report_only, "overwrite": given.overwrite, "config": config}
+    how = {"overwrite": given.overwrite, "report_only": given.report_only}
     if given.dry_run:
         from rufus_data.dedup.plan import dedup_plan, print_dedup_plan  # heavy: arrow
 
-        print_dedup_plan(dedup_plan(given.shards, given.out, **how))
+        print_dedup_plan(dedup_plan(given.shards, given.out, config, **how))
         return
-    from rufus_data.dedup import deduplicate  # heavy: arrow, datasketch
+    from rufus_data.dedup import dedup  # heavy: arrow, datasketch
+    from rufus_data.dedup.report import summary_table
 
-    result = deduplicate(given.shards, given.out, **how)
+    result = dedup(given.shards, given.out, config, **how, show_progress=True)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    print_result(summary_table(result))
     console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 

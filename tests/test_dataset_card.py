@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from rufus_data.cli import app
 from rufus_data.decontam import decontam
 from rufus_data.decontam.config import DecontamConfig
-from rufus_data.dedup import deduplicate
+from rufus_data.dedup import dedup
 from rufus_data.folders.dataset_card import write_dataset_card
 from rufus_data.folders.shards import read_manifest, write_shards
 from rufus_data.mix import mix
@@ -51,7 +51,7 @@ def chain(tmp_path_factory, data_root, hub_offline_module):
         {"name": "gsm8k_test", "path": str(leaked), "format": "question_answer", "share": 0.1}]}))
     mix(catalog, root / "mix", {"holdout": 20, "on_bad_row": "skip"})
     decontam(root / "mix", root / "clean", DecontamConfig(against=["gsm8k"], workers=1))
-    deduplicate(root / "clean", root / "dedup", show_progress=False)
+    dedup(root / "clean", root / "dedup")
     return root
 
 

@@ -23,7 +23,7 @@ from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.cli import app
 from rufus_data.decontam import DecontamConfig, decontam
-from rufus_data.dedup import deduplicate
+from rufus_data.dedup import dedup
 from rufus_data.folders.shards import read_shards, write_shards
 from rufus_data.rewards.bfcl import BFCL_WHEEL
 from rufus_data.similarity.textnorm import words
@@ -159,7 +159,7 @@ def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):
                                         "flagged": held_in.column("source").to_pylist().count("leaky")}
     assert "## Rows flagged, by split" in (tmp_path / "out" / "report.md").read_text()
     # dedup writes every split too
-    deduplicate(mixed, tmp_path / "dedup", show_progress=False)
+    dedup(mixed, tmp_path / "dedup")
     assert read_shards(tmp_path / "dedup", "holdout").num_rows == held_in.num_rows
 
 

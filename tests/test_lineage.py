@@ -14,7 +14,7 @@ from conftest import read_jsonl
 
 from rufus_data.base.errors import RufusError
 from rufus_data.decontam import DecontamConfig, decontam
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.lineage import check_against, folder_lineage
 from rufus_data.folders.run_folder import LINEAGE_JSON, read_lineage, write_lineage
 from rufus_data.folders.shards import DATA_DIR, file_sha256, read_manifest, shard_files
@@ -50,7 +50,7 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict[str, Path]:
     catalog = toy_catalog(root / "catalog", data_root, tiny_model)
     mix(catalog, root / "mix")
     decontam(root / "mix", root / "clean", DecontamConfig(against=["quick"], workers=1))
-    deduplicate(root / "clean", root / "dedup", config=DedupConfig(workers=1), show_progress=False)
+    dedup(root / "clean", root / "dedup", DedupConfig(workers=1))
     return {"root": root, "catalog": catalog, "mix": root / "mix", "clean": root / "clean", "dedup": root / "dedup"}
 
 
@@ -76,7 +76,7 @@ def test_a_changed_input_ends_the_chain(chain, tmp_path):
     copy = tmp_path / "clean"
     shutil.copytree(chain["clean"], copy)
     dedup = tmp_path / "dedup"
-    deduplicate(copy, dedup, config=DedupConfig(workers=1), show_progress=False)
+    dedup(copy, dedup, DedupConfig(workers=1))
     run = tmp_path / "run"
     run.mkdir()
     write_lineage(run, {"version": 1, "base": {"model": "x", "run": None},
