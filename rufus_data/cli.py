@@ -240,10 +240,10 @@ def filter_command(
             return
         from rufus_data.rollouts.filter import filter_prompts  # heavy: arrow, the generation backends
 
-        result = filter_prompts(inputs, out, config, overwrite=overwrite)
-    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result["counts"].items()],
-               title=f"{result['out']}: prompts per bucket")
-    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
+        result = filter_prompts(inputs, out, config, overwrite=overwrite, show_progress=True)
+    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result.counts.items()],
+               title=f"{result.out}: prompts per bucket")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}")
 
 
 @app.command("pairs")
@@ -265,11 +265,11 @@ def pairs_command(
         return
     from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
-    result = build_pairs(inputs, out, config, overwrite=overwrite)
-    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result["counts"].items()]
-    rows.append(("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"])))
-    print_rows(["count", "value"], rows, title=f"{result['out']}: {result['method']}")
-    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
+    result = build_pairs(inputs, out, config, overwrite=overwrite, show_progress=True)
+    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result.counts.items()]
+    rows.append(("chosen/rejected length ratio", str(result.manifest["chosen_rejected_length_ratio"])))
+    print_rows(["count", "value"], rows, title=f"{result.out}: {result.manifest['method']}")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}")
 
 
 # --- decontam and dedup (rufus_data/decontam/, rufus_data/dedup/) ----------
