@@ -33,7 +33,7 @@ from datasketch import MinHash
 
 from rufus_data.base.paths import data_root
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.decontam import index as eval_index
 from rufus_data.folders.shards import write_shards
 
@@ -115,7 +115,7 @@ def main() -> None:
 
         def scan(workers: int = 0) -> int:
             one = config.model_copy(update={"workers": workers})
-            return len(decontaminate(src, AGAINST, report_only=True, config=one, show_progress=False).flagged_rows)
+            return len(decontam(src, None, one.model_copy(update={"against": AGAINST}), report_only=True).flagged_rows)
 
         def command(cache: Path) -> int:
             os.environ["RUFUS_CACHE"] = str(cache)

@@ -42,11 +42,11 @@ from decontam_planting import paraphrased, shared_ngrams  # the CI test's reword
 from rufus_data.base.jsonl import read_jsonl
 from rufus_data.base.paths import data_root
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.decontam.index import cached_eval_index
 from rufus_data.decontam.semantic_stage import match_fields
 from rufus_data.decontam.texts import FieldBatch
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.shards import write_shards
 from rufus_data.similarity.ngram_hash import TokenHasher
 
@@ -87,8 +87,8 @@ def accuracy(root: Path, work: Path) -> None:
     totals = Counter(sources)
     src = work / "accuracy"
     write_shards(pa.Table.from_pylist(rows), src)
-    base = decontaminate(src, AGAINST, report_only=True, config=DecontamConfig(), show_progress=False)
-    semantic = decontaminate(src, AGAINST, report_only=True, config=DecontamConfig(semantic=True), show_progress=False)
+    base = decontam(src, None, DecontamConfig(against=AGAINST), report_only=True)
+    semantic = decontam(src, None, DecontamConfig(against=AGAINST, semantic=True), report_only=True)
     (b, _), (s, methods) = flagged_by_source(base, sources), flagged_by_source(semantic, sources)
     print("\n## Accuracy against gsm8k (share of rows flagged)\n")
     print("| rows | n | exact + MinHash | + semantic | semantic-only hits |")
@@ -119,7 +119,7 @@ RUNS = int(os.environ.get("SEMANTIC_BENCH_RUNS", "5"))
 def timed_run(src: Path, config: DecontamConfig) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of this process and its workers, rows flagged) of one decontam."""
     cpu, start = cpu_seconds(), time.perf_counter()
-    result = decontaminate(src, AGAINST, report_only=True, config=config, show_progress=False)
+    result = decontam(src, None, config.model_copy(update={"against": AGAINST}), report_only=True)
     return time.perf_counter() - start, cpu_seconds() - cpu, len(result.flagged_rows)
 
 
@@ -190,7 +190,7 @@ def dedup_rows(root: Path) -> tuple[list[dict], dict[str, str]]:
     return originals + distinct + copies, truth
 
 
-def dedup(root: Path, work: Path) -> None:
+def dedup_bench(root: Path, work: Path) -> None:
     rows, truth = dedup_rows(root)
     src = work / "dedup"
     write_shards(pa.Table.from_pylist(rows), src)
@@ -199,7 +199,7 @@ def dedup(root: Path, work: Path) -> None:
     runs = {}
     for name, config in (("MinHash", DedupConfig()), ("MinHash + semantic", DedupConfig(semantic=True))):
         cpu, start = cpu_seconds(), time.perf_counter()
-        result = deduplicate(src, report_only=True, config=config, show_progress=False)
+        result = dedup(src, None, config, report_only=True)
         runs[name] = (result, time.perf_counter() - start, cpu_seconds() - cpu)
     print(f"\n## dedup --semantic: {len(rows):,} rows\n")
     print("| rows | n | dropped by MinHash | dropped with --semantic |")
@@ -232,7 +232,7 @@ def main() -> None:
         if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "speed"):
             speed(root, Path(tmp))
         if os.environ.get("SEMANTIC_BENCH_PART", "all") in ("all", "dedup"):
-            dedup(root, Path(tmp))
+            dedup_bench(root, Path(tmp))
 
 
 if __name__ == "__main__":

@@ -58,7 +58,7 @@ def bench_filter(rows, base_url: str, model: str, sampling: SamplingParams, conc
         started = time.monotonic()
         summary = filter_prompts([Path(tmp) / "rl"], Path(tmp) / "out", config)
         total = time.monotonic() - started
-    gen = summary["generation"]
+    gen = summary.manifest["generation"]
     return {"tokens": gen["generated_tokens"], "seconds": gen["seconds"], "end_to_end_seconds": round(total, 2)}
 
 

@@ -113,7 +113,7 @@ def peak_rss_of_mix(rows: int) -> dict:
         )
         code = (
             "import resource, sys; from rufus_data.mix import mix; "
-            f"r = mix({str(tmp / 'catalog.yaml')!r}, out={str(tmp / 'out')!r}, show_progress=False); "
+            f"r = mix({str(tmp / 'catalog.yaml')!r}, {str(tmp / 'out')!r}); "
             "print(r.manifest['rows']['train'], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
         )
         start = time.perf_counter()

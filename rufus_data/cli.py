@@ -23,7 +23,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import config_from_cli, model_from_options
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
-from rufus_data.mix.config import MixOptions
+from rufus_data.mix.config import MixCommand, MixConfig
 from rufus_data.models.builtin import list_models, pull
 from rufus_data.rollouts.options import FilterConfig, PairsConfig
 
@@ -121,20 +121,24 @@ def cache_clean() -> None:
 
 @app.command("mix")
 @cli_errors
-@model_options(MixOptions)
-def mix_command(options: dict | None = None) -> None:
+@model_options(MixConfig, into="settings")
+@model_options(MixCommand, into="command")
+def mix_command(command: dict | None = None, settings: dict | None = None) -> None:
     """Mix sources by token share into parquet shards with a manifest and a report."""
-    settings = model_from_options(MixOptions, options)
-    if settings.dry_run:
+    given = model_from_options(MixCommand, command)
+    config = model_from_options(MixConfig, settings)
+    if given.dry_run:
         from rufus_data.mix.plan import mix_plan, print_mix_plan  # heavy: arrow, the tokenizer
 
-        print_mix_plan(mix_plan(settings))
+        print_mix_plan(mix_plan(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True))
         return
     from rufus_data.mix import mix  # heavy: arrow and the tokenizer, not for --help
+    from rufus_data.mix.selection import print_sources
 
-    result = mix(settings.catalog, out=settings.out, overwrite=settings.overwrite, holdout=settings.holdout,
-                 on_bad_row=settings.on_bad_row)
-    console.print(f"wrote {result.out} ({result.manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
+    result = mix(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True)
+    manifest = result.manifest
+    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])
+    console.print(f"wrote {result.out} ({manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
 @app.command("inspect")
@@ -236,10 +240,10 @@ def filter_command(
             return
         from rufus_data.rollouts.filter import filter_prompts  # heavy: arrow, the generation backends
 
-        result = filter_prompts(inputs, out, config, overwrite=overwrite)
-    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result["counts"].items()],
-               title=f"{result['out']}: prompts per bucket")
-    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
+        result = filter_prompts(inputs, out, config, overwrite=overwrite, show_progress=True)
+    print_rows(["bucket", "prompts"], [(bucket, f"{count:,}") for bucket, count in result.counts.items()],
+               title=f"{result.out}: prompts per bucket")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}")
 
 
 @app.command("pairs")
@@ -261,11 +265,11 @@ def pairs_command(
         return
     from rufus_data.rollouts.pairs import build_pairs  # heavy: arrow, the generation backends
 
-    result = build_pairs(inputs, out, config, overwrite=overwrite)
-    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result["counts"].items()]
-    rows.append(("chosen/rejected length ratio", str(result["chosen_rejected_length_ratio"])))
-    print_rows(["count", "value"], rows, title=f"{result['out']}: {result['method']}")
-    console.print(f"wrote {result['out']}: see {Path(result['out']) / 'report.md'}")
+    result = build_pairs(inputs, out, config, overwrite=overwrite, show_progress=True)
+    rows = [(name, f"{value:,}" if isinstance(value, int) else str(value)) for name, value in result.counts.items()]
+    rows.append(("chosen/rejected length ratio", str(result.manifest["chosen_rejected_length_ratio"])))
+    print_rows(["count", "value"], rows, title=f"{result.out}: {result.manifest['method']}")
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'}")
 
 
 # --- decontam and dedup (rufus_data/decontam/, rufus_data/dedup/) ----------
@@ -282,17 +286,17 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
     """Find training rows that contain benchmark items (exact n-grams + MinHash; + embeddings with --semantic) and drop them."""
     given = model_from_options(DecontamCommand, command)
     config = config_from_cli(DecontamConfig, given.config, settings)
+    how = {"overwrite": given.overwrite, "report_only": given.report_only}
     if given.dry_run:
-        from rufus_data.decontam.plan import decontam_plan as step  # heavy: arrow
-    else:
-        from rufus_data.decontam import decontaminate as step  # heavy: arrow, datasketch
-    result = step(given.shards, given.against, given.out, benchmarks_file=given.benchmarks, skip_missing=given.skip_missing,
-                  report_only=given.report_only, overwrite=given.overwrite, config=config, suites=given.against_suite)
-    if given.dry_run:
-        from rufus_data.decontam.plan import print_decontam_plan
+        from rufus_data.decontam.plan import decontam_plan, print_decontam_plan  # heavy: arrow
 
-        print_decontam_plan(result, given.skip_missing)
+        print_decontam_plan(decontam_plan(given.shards, given.out, config, **how))
         return
+    from rufus_data.decontam import decontam  # heavy: arrow, datasketch
+    from rufus_data.decontam.report import summary_table
+
+    result = decontam(given.shards, given.out, config, **how, show_progress=True)
+    print_result(summary_table(result))
     for name, why in result.missing.items():
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():
@@ -308,15 +312,19 @@ def dedup_command(command: dict | None = None, settings: dict | None = None) -> 
     """Drop near-duplicate rows within a mix (MinHash + LSH; + embeddings with --semantic), keeping the first of each cluster."""
     given = model_from_options(DedupCommand, command)
     config = config_from_cli(DedupConfig, given.config, settings)
-    how = {"report_only": given.report_only, "overwrite": given.overwrite, "config": config}
+    how = {"overwrite": given.overwrite, "report_only": given.report_only}
     if given.dry_run:
         from rufus_data.dedup.plan import dedup_plan, print_dedup_plan  # heavy: arrow
 
-        print_dedup_plan(dedup_plan(given.shards, given.out, **how))
+        print_dedup_plan(dedup_plan(given.shards, given.out, config, **how))
         return
-    from rufus_data.dedup import deduplicate  # heavy: arrow, datasketch
+    from rufus_data.dedup import dedup  # heavy: arrow, datasketch
+    from rufus_data.dedup.report import summary_table
 
-    result = deduplicate(given.shards, given.out, **how)
+    result = dedup(given.shards, given.out, config, **how, show_progress=True)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    print_result(summary_table(result))
     console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 
 

@@ -87,7 +87,7 @@ def prepare_data(entries: list[str], output_dir: Path, base_model: str, suite: s
     each entry was checked against go to the console and train.log; `suite` (the stage's eval
     suite) is what the notes suggest checking against."""
     entries_lineage = []
-    mixed = mix_inputs(data_inputs(entries), lambda item: mixed_data_dir(output_dir, item.name))
+    mixed = mix_inputs(data_inputs(entries), lambda item: mixed_data_dir(output_dir, item.name), show_progress=True)
     for found in mixed:
         item = found.input
         for line in data_origins(found.manifest) if found.manifest else []:

@@ -60,7 +60,7 @@ def test_mix_plan_is_what_the_mix_writes(tmp_path, monkeypatch, no_model_loads):
     shown = by_first(table_rows(plan.stdout))
     # --holdout 4 reached the plan; long_reasoning's own `holdout: 0` wins over it, as in the run
     assert [shown[name][1] for name in SFT_SOURCES] == ["4", "4", "4", "0"]
-    manifest = mix("catalogs/sft.yaml", out=out, holdout=4, on_bad_row="skip", show_progress=False).manifest
+    manifest = mix("catalogs/sft.yaml", out, {"holdout": 4, "on_bad_row": "skip"}).manifest
     for source in manifest["sources"]:
         assert shown[source["name"]] == [
             f"{source['rows_in']:,}", f"{source['rows_holdout']:,}", f"{source['rows_out']:,}",
@@ -95,7 +95,7 @@ def test_filter_plan_counts_the_catalog_without_mixing_it(tmp_path, monkeypatch,
     rows = table_rows(res.stdout)
     assert ["policy", "smollm2-135m", "16", "4", "64", "4,096"] in rows
     by_source = {row[1]: row for row in rows if row[0] == "catalogs/rl.yaml"}
-    manifest = mix("catalogs/rl.yaml", out=tmp_path / "rl", show_progress=False).manifest
+    manifest = mix("catalogs/rl.yaml", tmp_path / "rl").manifest
     assert {s["name"]: f"{s['rows_out']:,}" for s in manifest["sources"]} == {
         name: row[3] for name, row in by_source.items()}
     assert "extractor=last_number" in by_source["arithmetic"][4]
@@ -179,7 +179,7 @@ def test_decontam_plan_reads_the_folder_and_counts_the_benchmarks(tmp_path, monk
     from rufus_data.decontam import run
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(run, "decontaminate", lambda *a, **k: pytest.fail("a dry run scanned"))
+    monkeypatch.setattr(run, "decontam", lambda *a, **k: pytest.fail("a dry run scanned"))
     shards = write_mix(tmp_path / "mix")
     config = tmp_path / "decontam.yaml"
     config.write_text("ngram: 13\nsemantic: true\nworkers: 2\ncontainment: 0.6\n")

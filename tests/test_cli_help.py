@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from rufus_data.cli import app
 from rufus_data.decontam.config import DecontamCommand, DecontamConfig
 from rufus_data.dedup.config import DedupCommand, DedupConfig
-from rufus_data.mix.config import MixOptions
+from rufus_data.mix.config import MixCommand, MixConfig
 
 
 def help_text(*path: str) -> str:
@@ -34,7 +34,7 @@ def test_root_help_names_what_rufus_data_does():
         assert command in said.split("Commands")[0], f"the root help's summary leaves out {command}"
 
 
-@pytest.mark.parametrize(("command", "models"), [("mix", (MixOptions,)), ("decontam", (DecontamCommand, DecontamConfig)),
+@pytest.mark.parametrize(("command", "models"), [("mix", (MixCommand, MixConfig)), ("decontam", (DecontamCommand, DecontamConfig)),
                                                   ("dedup", (DedupCommand, DedupConfig))])
 def test_decontam_dedup_and_mix_options_are_their_models_fields(command, models):
     """One option per field, its help the field's description: a setting added to the model is an option."""

@@ -62,13 +62,13 @@ def test_a_bad_reward_is_refused_when_the_catalog_loads(tmp_path):
         load_catalog(sft)
     # two sources sharing a label must share a reward: a row's reward is looked up by its label
     with pytest.raises(RufusError, match="share the label 'same' but declare different rewards"):
-        mix(rl_catalog(tmp_path, NUMBER, WORKED, label="same"), out=tmp_path / "x")
+        mix(rl_catalog(tmp_path, NUMBER, WORKED, label="same"), tmp_path / "x")
     assert not (tmp_path / "x").exists()
 
 
 def test_mix_writes_each_sources_reward_into_its_rows(tmp_path):
     """The default RL catalog declares a reward per source: every row carries its own."""
-    result = mix(REPO / "catalogs" / "rl.yaml", out=tmp_path / "rl", show_progress=False)
+    result = mix(REPO / "catalogs" / "rl.yaml", tmp_path / "rl")
     rows = read_shards(tmp_path / "rl").to_pylist() + read_shards(tmp_path / "rl", "holdout").to_pylist()
     by_source = {r["source"]: json.loads(r[REWARD_COLUMN]) for r in rows}
     assert by_source == {"arithmetic": [NUMBER], "word_problems": [WORKED]}

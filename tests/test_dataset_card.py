@@ -18,9 +18,9 @@ from rl_prompts import NUMBER_REWARD, arithmetic_rows, gsm8k_rows, write_rl_shar
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
-from rufus_data.decontam import decontaminate
+from rufus_data.decontam import decontam
 from rufus_data.decontam.config import DecontamConfig
-from rufus_data.dedup import deduplicate
+from rufus_data.dedup import dedup
 from rufus_data.folders.dataset_card import write_dataset_card
 from rufus_data.folders.shards import read_manifest, write_shards
 from rufus_data.mix import mix
@@ -49,9 +49,9 @@ def chain(tmp_path_factory, data_root, hub_offline_module):
     catalog.write_text(yaml.safe_dump({"kind": "sft", "name": "tiny", "tokenizer": "tiny-random", "seed": 1, "sources": [
         {"name": "code_alpaca", "path": str(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl"), "share": 0.9},
         {"name": "gsm8k_test", "path": str(leaked), "format": "question_answer", "share": 0.1}]}))
-    mix(catalog, out=root / "mix", holdout=20, on_bad_row="skip", show_progress=False)
-    decontaminate(root / "mix", ["gsm8k"], root / "clean", config=DecontamConfig(workers=1), show_progress=False)
-    deduplicate(root / "clean", root / "dedup", show_progress=False)
+    mix(catalog, root / "mix", {"holdout": 20, "on_bad_row": "skip"})
+    decontam(root / "mix", root / "clean", DecontamConfig(against=["gsm8k"], workers=1))
+    dedup(root / "clean", root / "dedup")
     return root
 
 

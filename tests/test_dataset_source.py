@@ -188,7 +188,7 @@ def test_fallback_with_a_builder_step_is_used_and_recorded(tmp_path, monkeypatch
         "  - name: pairs\n    hub: {id: no-such-org/prefs, split: train, revision: " + "b" * 40 + "}\n"
         "    format: preference\n    share: 1.0\n"
         "    fallback: {local: gsm8k/train.jsonl, build: perturbed_answer_pairs, format: preference}\n"))
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     source = result.manifest["sources"][0]
     assert source["label"] == "gsm8k/train.jsonl"  # the rows say where they came from
     provenance = source["fingerprint"]
@@ -202,7 +202,7 @@ def test_fallback_with_a_builder_step_is_used_and_recorded(tmp_path, monkeypatch
         chosen, rejected = row["chosen"][0]["content"], row["rejected"][0]["content"]
         assert chosen != rejected and chosen.rsplit("####", 1)[0] == rejected.rsplit("####", 1)[0]
     # deterministic: the same pairs on a second run
-    again = mix(catalog, out=tmp_path / "again", show_progress=False)
+    again = mix(catalog, tmp_path / "again")
     assert read_shards(again.out).to_pylist() == rows
 
 
@@ -228,7 +228,7 @@ def test_hub_shaped_folder_feeds_a_catalog(tmp_path, datasets_cache, builtin_mod
     catalog = write_catalog(tmp_path / "code.yaml", (
         f"  - name: code\n    hub: {{id: {folder}, config: sanitized, split: train+test+validation}}\n"
         "    ids: {field: task_id, outside: [11, 510]}\n    build: mbpp_task_prompts\n    share: 1.0\n"), "rl")
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     rows = read_shards(result.out).to_pylist()
     assert sorted(r["task_id"] for r in rows) == [511, 601, 602]  # the test ids 11 and 12 never arrive
     row = next(r for r in rows if r["task_id"] == 601)
@@ -244,7 +244,7 @@ def test_hh_transcripts_become_rl_prompts(tmp_path, data_root, builtin_model):
     catalog = write_catalog(tmp_path / "hh.yaml", (
         f"  - name: hh\n    path: {data_root / 'hh_rlhf_harmless_base' / 'test.jsonl'}\n"
         "    format: prompt_only\n    fields: {prompt: chosen}\n    share: 1.0\n"), "rl")
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     rows = read_shards(result.out).to_pylist()
     assert len(rows) == 2312
     assert all(r["prompt"][-1]["role"] == "user" and r["expected_output"] is None for r in rows)

@@ -20,7 +20,7 @@ from decontam_planting import KINDS, no_ngram_survives, shared_ngrams
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.benchmarks.against import resolve_against
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.folders.shards import read_shards, write_shards
 from rufus_data.similarity.minhash_lsh import BatchMinHasher, signatures
 from rufus_data.similarity.textnorm import words
@@ -88,7 +88,7 @@ def planted(data_root, tmp_path_factory):
     src = tmp_path_factory.mktemp("planted") / "mix"
     write_shards(to_table(rows), src, shard_rows=1500)
     out = src.parent / "clean"
-    result = decontaminate(src, ["gsm8k", "math500"], out, config=DecontamConfig(workers=2), show_progress=False)
+    result = decontam(src, out, DecontamConfig(against=["gsm8k", "math500"], workers=2))
     return result, truth, rows, src, out, short_ids
 
 
@@ -153,7 +153,7 @@ def test_clean_data_is_left_alone(data_root, tmp_path, training, benchmark):
                                                 {"role": "assistant", "content": r["code"]}]}
                 for r in read_jsonl(data_root / "mbpp_sanitized" / "sanitized-mbpp.jsonl")]
     write_shards(to_table(rows), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", [benchmark], report_only=True, config=DecontamConfig(workers=1), show_progress=False)
+    result = decontam(tmp_path / "mix", None, DecontamConfig(against=[benchmark], workers=1), report_only=True)
     print(f"{training} vs {benchmark}: {len(result.flagged_rows)} of {len(rows)} rows flagged")
     for hit in result.hits.to_pylist():
         print("  ", hit["row_id"], hit["eval_item_id"], hit["method"], hit["containment"], hit["matched_ngrams"][:3])
@@ -184,7 +184,7 @@ def test_every_text_field_is_checked(data_root, tmp_path):
     cfg = DecontamConfig(workers=1)
     found = {}
     for name in ("sft", "rl", "pref"):
-        hits = decontaminate(tmp_path / name, ["gsm8k"], report_only=True, config=cfg, show_progress=False).hits.to_pylist()
+        hits = decontam(tmp_path / name, None, cfg.model_copy(update={"against": ["gsm8k"]}), report_only=True).hits.to_pylist()
         found.update({h["row_id"]: (h["eval_item_id"], h["fields"]) for h in hits})
     assert found["sys"] == ("0", ["messages[0].system"])
     assert found["asst"] == ("1", ["messages[1].assistant"])
@@ -204,8 +204,7 @@ def test_short_answers_only_count_with_their_problem(data_root, tmp_path):
                       {"role": "assistant", "content": f"The answer is {aime[1]['answer']}."}]},
     ]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    hits = decontaminate(tmp_path / "mix", ["aime24"], report_only=True, config=DecontamConfig(workers=1),
-                         show_progress=False).hits.to_pylist()
+    hits = decontam(tmp_path / "mix", None, DecontamConfig(against=["aime24"], workers=1), report_only=True).hits.to_pylist()
     assert [(h["row_id"], h["eval_item_id"], h["answer_hit"]) for h in hits] == [("both", str(aime[1]["id"]), True)]
 
 
@@ -242,7 +241,7 @@ def test_eval_index_is_kept_in_the_cache_by_items_and_settings(data_root, tmp_pa
         m.setattr(eval_index, "build_exact_index", lambda *a: pytest.fail("built again instead of read"))
         read = eval_index.build_eval_index(loaded.items, DecontamConfig(workers=3, semantic_min_cosine=0.9), cache=True)
         assert all(np.array_equal(a, b) for a, b in zip(arrays(read), arrays(built), strict=True))
-        result = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, show_progress=False)
+        result = decontam(tmp_path / "mix", None, {"against": ["gsm8k"]}, report_only=True)
         assert result.hits.column("eval_item_id").to_pylist() == [loaded.items[5].item_id]
     for items, config in ((loaded.items[:-1], DecontamConfig()), (loaded.items, DecontamConfig(ngram=7)),
                           (loaded.items, DecontamConfig(shingle=3))):
@@ -321,19 +320,18 @@ def test_skip_missing_is_reported_and_bad_input_leaves_nothing(data_root, tmp_pa
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     rows = [{"id": "a", "source": "s", "label": "s", "messages": [{"role": "user", "content": "hello there"}]}]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["ifeval", "livecodebench"], tmp_path / "out", skip_missing=True,
-                           config=DecontamConfig(workers=1), show_progress=False)
+    result = decontam(tmp_path / "mix", tmp_path / "out", DecontamConfig(against=["ifeval", "livecodebench"], skip_missing=True, workers=1))
     assert "livecodebench" in (tmp_path / "out" / "report.md").read_text()
     assert result.rows_out == 1
     with pytest.raises(RufusError, match="livecodebench"):
-        decontaminate(tmp_path / "mix", ["livecodebench"], tmp_path / "out2", show_progress=False)
+        decontam(tmp_path / "mix", tmp_path / "out2", {"against": ["livecodebench"]})
     broken = tmp_path / "broken" / "data"
     broken.mkdir(parents=True)
     (broken / "train-00000-of-00001.parquet").write_bytes(b"not parquet")
     with pytest.raises(RufusError, match="not a readable parquet shard"):
-        decontaminate(tmp_path / "broken", ["ifeval"], tmp_path / "out3", show_progress=False)
+        decontam(tmp_path / "broken", tmp_path / "out3", {"against": ["ifeval"]})
     with pytest.raises(RufusError, match="does not exist"):
-        decontaminate(tmp_path / "nowhere", ["ifeval"], tmp_path / "out4", show_progress=False)
+        decontam(tmp_path / "nowhere", tmp_path / "out4", {"against": ["ifeval"]})
     assert not (tmp_path / "out2").exists() and not (tmp_path / "out3").exists() and not (tmp_path / "out4").exists()
     assert not list(tmp_path.glob(".out*"))
 

@@ -22,8 +22,8 @@ from rufus_data.benchmarks import load_benchmarks, load_registry
 from rufus_data.benchmarks.against import resolve_against
 from rufus_data.benchmarks.bfcl import bfcl_rows
 from rufus_data.cli import app
-from rufus_data.decontam import DecontamConfig, decontaminate
-from rufus_data.dedup import deduplicate
+from rufus_data.decontam import DecontamConfig, decontam
+from rufus_data.dedup import dedup
 from rufus_data.folders.shards import read_shards, write_shards
 from rufus_data.rewards.bfcl import BFCL_WHEEL
 from rufus_data.similarity.textnorm import words
@@ -141,10 +141,10 @@ def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):
     catalog.write_text(yaml.safe_dump({"kind": "sft", "name": "leak", "seed": 3, "holdout": 4, "sources": [
         {"name": "leaky", "path": str(leaky), "format": "question_answer", "share": 0.3},
         {"name": "clean", "path": str(clean), "format": "question_answer", "share": 0.7}]}))
-    mixed = mix(catalog, out=tmp_path / "mix", show_progress=False).out
+    mixed = mix(catalog, tmp_path / "mix").out
     held_in = read_shards(mixed, "holdout")
     assert "leaky" in held_in.column("source").to_pylist()
-    result = decontaminate(mixed, ["gsm8k"], tmp_path / "out", config=ONE, show_progress=False)
+    result = decontam(mixed, tmp_path / "out", ONE.model_copy(update={"against": ["gsm8k"]}))
     names = sorted(p.name for p in (tmp_path / "out" / "data").glob("*.parquet"))
     assert names == sorted(p.name for p in (mixed / "data").glob("*.parquet"))
     assert any(n.startswith("holdout-") for n in names)
@@ -159,7 +159,7 @@ def test_every_split_of_a_mix_is_scanned_and_written(data_root, tmp_path):
                                         "flagged": held_in.column("source").to_pylist().count("leaky")}
     assert "## Rows flagged, by split" in (tmp_path / "out" / "report.md").read_text()
     # dedup writes every split too
-    deduplicate(mixed, tmp_path / "dedup", show_progress=False)
+    dedup(mixed, tmp_path / "dedup")
     assert read_shards(tmp_path / "dedup", "holdout").num_rows == held_in.num_rows
 
 
@@ -196,14 +196,13 @@ def test_training_side_boilerplate_is_ignored_but_a_leak_among_it_is_not(data_ro
     texts |= {f"plain{i}": f for i, f in enumerate(fillers(data_root, 100, start=200))}
     texts["leak"] = f"{fillers(data_root, 1, start=400)[0]}\n\n{item['question']}"
     write_shards(rows_of(texts), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, config=ONE, show_progress=False)
+    result = decontam(tmp_path / "mix", None, ONE.model_copy(update={"against": ["gsm8k"]}), report_only=True)
     flagged = {(h["row_id"], h["eval_item_id"], h["method"]) for h in result.hits.to_pylist()}
     assert flagged == {("leak", str(index), "exact")}
     assert len(result.boilerplate_train_grams) == 5
     assert all(g in " ".join(words(prefix)) for g in result.boilerplate_train_grams)
     # with the floor above the 121 matching rows, the template counts: every templated row is flagged
-    loose = decontaminate(tmp_path / "mix", ["gsm8k"], report_only=True, show_progress=False,
-                          config=DecontamConfig(workers=1, min_rows_boilerplate=200))
+    loose = decontam(tmp_path / "mix", None, DecontamConfig(against=["gsm8k"], workers=1, min_rows_boilerplate=200), report_only=True)
     assert len(loose.flagged_rows) == 121
 
 
@@ -226,8 +225,7 @@ def test_eval_side_boilerplate_counts_item_families(data_root, tmp_path, sharing
     registry = write_benchmark(tmp_path, [{"id": f"q{i}", "seed": "one", "question": f"{shared} {q}"}
                                           for i, q in enumerate(questions)], "seed" if grouped else None)
     write_shards(rows_of({"row": f"{shared} Then tell me a joke about penguins."}), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["mine"], report_only=True, benchmarks_file=registry, config=ONE,
-                           show_progress=False)
+    result = decontam(tmp_path / "mix", None, ONE.model_copy(update={"against": ["mine"], "benchmarks": registry}), report_only=True)
     assert bool(result.flagged_rows) == flagged
     assert (result.index_stats["boilerplate_eval_grams"] > 0) == (not flagged)
     if flagged:
@@ -242,7 +240,7 @@ def test_gsm_plus_perturbations_are_not_boilerplate(data_root, tmp_path):
     assert len(family) == 8
     texts = {f"plant{i}": f"{f}\n\n{r['question']}" for (i, r), f in zip(family, fillers(data_root, 8))}
     write_shards(rows_of(texts), tmp_path / "mix")
-    result = decontaminate(tmp_path / "mix", ["gsm_plus"], report_only=True, config=ONE, show_progress=False)
+    result = decontam(tmp_path / "mix", None, ONE.model_copy(update={"against": ["gsm_plus"]}), report_only=True)
     assert result.index_stats["boilerplate_eval_grams"] < 50  # ungrouped, ~7.9k real n-grams were dropped
     own = {h["row_id"]: h for h in result.hits.to_pylist() if h["row_id"] == f"plant{h['eval_item_id']}"}
     assert set(own) == set(texts)
@@ -292,8 +290,7 @@ def test_answer_rules(data_root, tmp_path):
              "quarter": " ".join(solution[: len(solution) // 4]),
              "most": " ".join(solution[: len(solution) * 4 // 5])}
     write_shards(rows_of(texts), tmp_path / "mix")
-    hits = decontaminate(tmp_path / "mix", ["aime24", "math500"], report_only=True, config=ONE,
-                         show_progress=False).hits.to_pylist()
+    hits = decontam(tmp_path / "mix", None, ONE.model_copy(update={"against": ["aime24", "math500"]}), report_only=True).hits.to_pylist()
     found = {h["row_id"]: h for h in hits}
     assert found["reworded"]["method"] == "minhash" and found["reworded"]["eval_item_id"] == str(item["id"])
     assert found["reworded"]["answer_hit"]

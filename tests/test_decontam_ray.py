@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 from conftest import read_jsonl
 
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.folders.shards import write_shards
 
 
@@ -21,12 +21,10 @@ def test_ray_engine_finds_what_local_finds(data_root, tmp_path):
         rows.append({"id": f"r{i}", "source": "gsm8k_train", "label": "x",
                      "messages": [{"role": "user", "content": question}, {"role": "assistant", "content": r["answer"]}]})
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=200)
-    local = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "local",
-                          config=DecontamConfig(workers=1, batch_rows=100), show_progress=False)
+    local = decontam(tmp_path / "mix", tmp_path / "local", DecontamConfig(against=["gsm8k"], workers=1, batch_rows=100))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "ray",
-                               config=DecontamConfig(engine="ray", batch_rows=100), show_progress=False)
+        remote = decontam(tmp_path / "mix", tmp_path / "ray", DecontamConfig(against=["gsm8k"], engine="ray", batch_rows=100))
     finally:
         ray.shutdown()
     assert remote.hits.sort_by("row").to_pylist() == local.hits.sort_by("row").to_pylist()

@@ -19,7 +19,7 @@ from openai_stub import Reply, Request
 
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.decontam.semantic_stage import eval_side, spans
 from rufus_data.folders.shards import write_shards
 from rufus_data.rewards.llm_judge import LLMJudgeReward
@@ -74,9 +74,9 @@ def runs(slice_rows, tmp_path_factory):
     table, _ = slice_rows
     src = tmp_path_factory.mktemp("semantic") / "mix"
     write_shards(table, src, shard_rows=400)
-    base = decontaminate(src, ["gsm8k"], report_only=True, config=DecontamConfig(workers=1), show_progress=False)
+    base = decontam(src, None, DecontamConfig(against=["gsm8k"], workers=1), report_only=True)
     out = src.parent / "clean"
-    semantic = decontaminate(src, ["gsm8k"], out, config=DecontamConfig(workers=1, semantic=True), show_progress=False)
+    semantic = decontam(src, out, DecontamConfig(against=["gsm8k"], workers=1, semantic=True))
     return base, semantic, out
 
 
@@ -220,7 +220,7 @@ def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path, openai_stub
     write_shards(rows, tmp_path / "mix")
     server = VerdictServer(openai_stub)
     config = DecontamConfig(workers=1, semantic=True, judge_url=server.url, judge_model="judge")
-    result = decontaminate(tmp_path / "mix", ["gsm8k"], tmp_path / "out", config=config, show_progress=False)
+    result = decontam(tmp_path / "mix", tmp_path / "out", config.model_copy(update={"against": ["gsm8k"]}))
     items = {it.item_id: "\n".join(it.problems) for it in load_benchmarks(["gsm8k"]).items}
     attempts = LLMJudgeReward().retries + 1  # a failing request is retried
     pairs = result.judge["yes"] + result.judge["no"] + result.judge["failed"]
@@ -241,7 +241,7 @@ def test_judge_verdict_decides_and_is_recorded(slice_rows, tmp_path, openai_stub
 
 def test_judge_needs_the_semantic_stage(tmp_path):
     with pytest.raises(RufusError, match="--semantic"):
-        decontaminate(tmp_path, ["gsm8k"], report_only=True, config=DecontamConfig(judge_url="http://127.0.0.1:9/v1"))
+        decontam(tmp_path, None, DecontamConfig(against=["gsm8k"], judge_url="http://127.0.0.1:9/v1"), report_only=True)
 
 
 def test_cli_semantic_flag(data_root, tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from conftest import read_jsonl
 from decontam_planting import recased_respaced
 
 from rufus_data.base.errors import RufusError
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.shards import read_shards, write_shards
 
 
@@ -39,7 +39,7 @@ def test_near_duplicates_are_dropped_keeping_the_first(data_root, tmp_path):
                      "messages": [{"role": "user", "content": copy[0]}, {"role": "assistant", "content": copy[1]}]})
         expected[dup_id] = f"g{i}"
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=500)
-    result = deduplicate(tmp_path / "mix", tmp_path / "out", config=DedupConfig(), show_progress=False)
+    result = dedup(tmp_path / "mix", tmp_path / "out", DedupConfig())
     pairs = {p["duplicate_id"]: p["kept_id"] for p in result.clusters.to_pylist()}
     assert {d: pairs.get(d) for d in expected} == expected
     extra = {d: k for d, k in pairs.items() if d not in expected}
@@ -61,7 +61,7 @@ def test_dedup_bad_input_and_cli(data_root, tmp_path):
     from rufus_data.cli import app
 
     with pytest.raises(RufusError, match="does not exist"):
-        deduplicate(tmp_path / "nowhere", tmp_path / "out", show_progress=False)
+        dedup(tmp_path / "nowhere", tmp_path / "out")
     assert not (tmp_path / "out").exists()
     rows = [{"id": str(i), "source": "s", "label": "s", "messages": [{"role": "user", "content": text}]}
             for i, text in enumerate(["Write a poem about the sea and the sky.", "write a poem about the SEA and the sky",
@@ -91,7 +91,7 @@ def test_a_mixs_repeats_stay_and_moved_token_shares_are_reported(data_root, tmp_
         rows.append(row(f"dup{i}", f"dup{i}", "copies", text, 10))
     random.Random(0).shuffle(rows)  # mix shuffles: a repeat may come before its first copy
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    result = deduplicate(tmp_path / "mix", tmp_path / "out", show_progress=False)
+    result = dedup(tmp_path / "mix", tmp_path / "out")
     kept = set(read_shards(tmp_path / "out").column("id").to_pylist())
     assert {r["id"] for r in rows if r["source"] == "upsampled"} <= kept  # all 30: repeats left alone
     assert len(result.dropped) == 10
@@ -135,7 +135,7 @@ def test_copies_under_a_new_framing_go_and_rows_sharing_a_template_stay(data_roo
         copies.update({f"copy{i}": f"g{i}", f"system{i}": f"g{i}"})
     rows += [row(f"tool{k}", r["instruction"], r["output"], SHARED_PROMPT) for k, r in enumerate(alpaca[:30])]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
-    result = deduplicate(tmp_path / "mix", report_only=True, config=DedupConfig(scaffold_min_rows=20), show_progress=False)
+    result = dedup(tmp_path / "mix", None, DedupConfig(scaffold_min_rows=20), report_only=True)
     found = {c["duplicate_id"]: c for c in result.clusters.to_pylist()}
     assert {d: c["kept_id"] for d, c in found.items() if d in copies} == copies
     assert not [d for d in found if not d.startswith(("copy", "system"))]  # nothing else goes

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO, read_jsonl
 from decontam_planting import recased_respaced
 
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.shards import read_shards, write_shards
 
 
@@ -58,8 +58,8 @@ def outcome(result, out=None) -> tuple[list[dict], list[str] | None]:
 @pytest.mark.spawn
 def test_the_same_drops_in_one_process_and_in_two(data_root, tmp_path):
     write_shards(pa.Table.from_pylist(planted_rows(data_root)), tmp_path / "mix", shard_rows=150)
-    one = deduplicate(tmp_path / "mix", tmp_path / "one", config=DedupConfig(workers=1, batch_rows=64), show_progress=False)
-    two = deduplicate(tmp_path / "mix", tmp_path / "two", config=DedupConfig(workers=2, batch_rows=64), show_progress=False)
+    one = dedup(tmp_path / "mix", tmp_path / "one", DedupConfig(workers=1, batch_rows=64))
+    two = dedup(tmp_path / "mix", tmp_path / "two", DedupConfig(workers=2, batch_rows=64))
     assert outcome(one, tmp_path / "one") == outcome(two, tmp_path / "two")
     dropped = {c["duplicate_id"] for c in one.clusters.to_pylist()}
     assert {f"dup{k}" for k in range(90)} <= dropped  # every planted copy goes
@@ -70,10 +70,10 @@ def test_the_same_drops_in_one_process_and_in_two(data_root, tmp_path):
 def test_ray_engine_drops_what_local_drops(data_root, tmp_path):
     ray = pytest.importorskip("ray", reason="the `ray` extra is not installed")
     write_shards(pa.Table.from_pylist(planted_rows(data_root, n=600)), tmp_path / "mix", shard_rows=200)
-    local = deduplicate(tmp_path / "mix", tmp_path / "local", config=DedupConfig(workers=1), show_progress=False)
+    local = dedup(tmp_path / "mix", tmp_path / "local", DedupConfig(workers=1))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        remote = deduplicate(tmp_path / "mix", tmp_path / "ray", config=DedupConfig(engine="ray"), show_progress=False)
+        remote = dedup(tmp_path / "mix", tmp_path / "ray", DedupConfig(engine="ray"))
     finally:
         ray.shutdown()
     assert outcome(remote, tmp_path / "ray") == outcome(local, tmp_path / "local")
@@ -89,7 +89,7 @@ def test_a_chain_does_not_drop_a_row_unlike_the_kept_one(data_root, tmp_path):
     rows = [chat(name, " ".join(words[shift : shift + 60]), None) for name, shift in (("a", 0), ("b", 5), ("c", 10))]
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
     config = DedupConfig(measure="jaccard", threshold=0.8, numbers_must_match=False)
-    result = deduplicate(tmp_path / "mix", report_only=True, config=config, show_progress=False)
+    result = dedup(tmp_path / "mix", None, config, report_only=True)
     pairs = {p["duplicate_id"]: p for p in result.clusters.to_pylist()}
     assert set(pairs) == {"b"} and pairs["b"]["kept_id"] == "a"
     assert pairs["b"]["measure"] == "jaccard" and pairs["b"]["value"] == pairs["b"]["jaccard"] >= 0.8
@@ -107,7 +107,7 @@ def test_rows_copied_many_times_are_one_cluster_each(data_root, tmp_path):
         words[k % len(words)] = f"w{k}"
         rows.append(chat(f"near{k}", second["question"], " ".join(words)))
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=250)
-    result = deduplicate(tmp_path / "mix", report_only=True, config=DedupConfig(workers=1, batch_rows=100), show_progress=False)
+    result = dedup(tmp_path / "mix", None, DedupConfig(workers=1, batch_rows=100), report_only=True)
     kept_of = {p["duplicate_id"]: p["kept_id"] for p in result.clusters.to_pylist()}
     assert kept_of == {**{f"copy{k}": "g0" for k in range(300)}, **{f"near{k}": "g1" for k in range(300)}}
 
@@ -146,7 +146,7 @@ def test_a_killed_run_resumes_to_the_same_output(data_root, tmp_path):
     again = _run(command)
     assert "resuming the work of an earlier run" in " ".join(again.stderr.split())
     assert not (tmp_path / ".out.dedup-work").exists()  # removed once the output is in place
-    deduplicate(tmp_path / "mix", tmp_path / "clean", show_progress=False)  # an uninterrupted run
+    dedup(tmp_path / "mix", tmp_path / "clean")  # an uninterrupted run
     assert pq.read_table(tmp_path / "out" / "clusters.parquet").equals(pq.read_table(tmp_path / "clean" / "clusters.parquet"))
     assert read_shards(tmp_path / "out").equals(read_shards(tmp_path / "clean"))
     # run again with other settings, the work of a killed run is not reused: it starts afresh

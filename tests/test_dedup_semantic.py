@@ -16,7 +16,7 @@ from decontam_planting import paraphrased, shared_ngrams
 from typer.testing import CliRunner
 
 from rufus_data.cli import app
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.shards import read_shards, write_shards
 
 PAIRS = 40
@@ -51,8 +51,8 @@ def test_reworded_rows_go_and_distinct_rows_stay(data_root, tmp_path):
             break
     rows = originals + rows + copies  # the restated rows come first: they are the ones kept
     write_shards(pa.Table.from_pylist(rows), tmp_path / "mix", shard_rows=500)
-    base = deduplicate(tmp_path / "mix", report_only=True, show_progress=False)
-    result = deduplicate(tmp_path / "mix", tmp_path / "out", config=DedupConfig(semantic=True), show_progress=False)
+    base = dedup(tmp_path / "mix", report_only=True)
+    result = dedup(tmp_path / "mix", tmp_path / "out", DedupConfig(semantic=True))
     for run, name in ((base, "MinHash"), (result, "MinHash + semantic")):
         pairs = {p["duplicate_id"]: p["kept_id"] for p in run.clusters.to_pylist()}
         recall = {s: sum(pairs.get(d) == k for d, k in truth.items() if d.startswith(s)) / PAIRS for s in ("plus", "planted")}

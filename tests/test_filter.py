@@ -223,7 +223,7 @@ def test_vllm_filter_buckets_and_refuses_prompts_that_do_not_fit(vllm_server, vl
                           base_urls=[vllm_server.base_url], concurrency=8, **{**HF_SETTINGS, "max_tokens": 24})
     summary = filter_prompts([vllm_shards], out, config)
     assert_buckets_match_rewards(out, k=4)
-    assert summary["counts"]["learnable"] > 0 and summary["counts"]["all_fail"] > 0, summary
+    assert summary.counts["learnable"] > 0 and summary.counts["all_fail"] > 0, summary
     assert read_manifest(out)["max_model_len_check"] == "ok"
     assert pq.read_table(out / "rollouts.parquet").column("backend")[0].as_py() == "server"
 
@@ -274,7 +274,7 @@ def test_vllm_backend_starts_and_stops_its_own_server(tmp_path, monkeypatch):
     try:
         summary = filter_prompts([shards], tmp_path / "out", config)
         assert len(started) == 1
-        assert summary["completions"] == 8 and read_manifest(tmp_path / "out")["max_model_len_check"] == "ok"
+        assert summary.manifest["completions"] == 8 and read_manifest(tmp_path / "out")["max_model_len_check"] == "ok"
         assert_buckets_match_rewards(tmp_path / "out", k=2)
         assert group_members(started[0]) == [], f"vLLM processes left behind: {group_members(started[0])}"
     finally:

@@ -138,7 +138,7 @@ def test_filter_scores_with_the_llm_judge_and_the_overlong_penalty(judge, tmp_pa
     gold = {r["id"]: r["expected_output"] for r in arithmetic_rows(4)}
     config = FilterConfig(policy="tiny-random", reward=[judge_spec, overlong], k=2, max_tokens=12, temperature=0.7)
     summary = filter_prompts([shards], tmp_path / "out", config)
-    assert summary["completions"] == 8 and len(stub.requests) == 8  # one judge request per completion
+    assert summary.manifest["completions"] == 8 and len(stub.requests) == 8  # one judge request per completion
     for completion in pq.read_table(tmp_path / "out" / "rollouts.parquet").to_pylist():
         scores = json.loads(completion["rewards"])
         right = _last_number(completion["completion"]) == gold[completion["prompt_id"]]

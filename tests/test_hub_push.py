@@ -33,7 +33,7 @@ def test_data_push_sends_the_folder_as_a_private_dataset_repo(hub, tmp_path, dat
     catalog = tmp_path / "catalog.yaml"
     catalog.write_text(yaml.safe_dump({"kind": "sft", "name": "gsm", "tokenizer": "tiny-random", "sources": [
         {"name": "gsm8k_test", "path": str(tmp_path / "gsm.jsonl"), "format": "question_answer", "share": 1.0}]}))
-    out = mix(catalog, out=tmp_path / "mix", holdout=10, show_progress=False).out
+    out = mix(catalog, tmp_path / "mix", {"holdout": 10}).out
     result = CliRunner().invoke(app, ["push", str(out), "my-org/gsm-mix"])
     assert result.exit_code == 0, result.output
     repo = hub.repos["my-org/gsm-mix"]

@@ -67,7 +67,7 @@ def test_clean_sample_mix_has_no_warnings(tmp_path):
     from rufus_data.mix import mix
 
     repo = Path(__file__).resolve().parents[1]
-    result = mix(repo / "catalogs/sft.yaml", out=tmp_path / "sft", show_progress=False)
+    result = mix(repo / "catalogs/sft.yaml", tmp_path / "sft")
     assert inspect_shards(result.out).warnings == []
 
 

@@ -13,8 +13,8 @@ import yaml
 from conftest import read_jsonl
 
 from rufus_data.base.errors import RufusError
-from rufus_data.decontam import DecontamConfig, decontaminate
-from rufus_data.dedup import DedupConfig, deduplicate
+from rufus_data.decontam import DecontamConfig, decontam
+from rufus_data.dedup import DedupConfig, dedup
 from rufus_data.folders.lineage import check_against, folder_lineage
 from rufus_data.folders.run_folder import LINEAGE_JSON, read_lineage, write_lineage
 from rufus_data.folders.shards import DATA_DIR, file_sha256, read_manifest, shard_files
@@ -48,9 +48,9 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict[str, Path]:
     """mix -> decontam --against quick -> dedup, as the commands write them."""
     root = tmp_path_factory.mktemp("lineage")
     catalog = toy_catalog(root / "catalog", data_root, tiny_model)
-    mix(catalog, out=root / "mix", show_progress=False)
-    decontaminate(root / "mix", ["quick"], root / "clean", config=DecontamConfig(workers=1), show_progress=False)
-    deduplicate(root / "clean", root / "dedup", config=DedupConfig(workers=1), show_progress=False)
+    mix(catalog, root / "mix")
+    decontam(root / "mix", root / "clean", DecontamConfig(against=["quick"], workers=1))
+    dedup(root / "clean", root / "dedup", DedupConfig(workers=1))
     return {"root": root, "catalog": catalog, "mix": root / "mix", "clean": root / "clean", "dedup": root / "dedup"}
 
 
@@ -76,7 +76,7 @@ def test_a_changed_input_ends_the_chain(chain, tmp_path):
     copy = tmp_path / "clean"
     shutil.copytree(chain["clean"], copy)
     dedup = tmp_path / "dedup"
-    deduplicate(copy, dedup, config=DedupConfig(workers=1), show_progress=False)
+    dedup(copy, dedup, DedupConfig(workers=1))
     run = tmp_path / "run"
     run.mkdir()
     write_lineage(run, {"version": 1, "base": {"model": "x", "run": None},

@@ -51,7 +51,7 @@ def real_catalog(data_root: Path, **overrides) -> dict:
 def real_mix(tmp_path_factory, data_root):
     folder = tmp_path_factory.mktemp("realmix")
     catalog = write_catalog(folder, real_catalog(data_root))
-    result = mix(catalog, out=folder / "out", on_bad_row="skip", show_progress=False)
+    result = mix(catalog, folder / "out", {"on_bad_row": "skip"})
     return catalog, result
 
 
@@ -81,7 +81,7 @@ def test_ids_unique_and_stable(real_mix):
 
 def test_same_catalog_and_seed_give_byte_identical_shards(real_mix, tmp_path):
     catalog, result = real_mix
-    again = mix(catalog, out=tmp_path / "again", on_bad_row="skip", show_progress=False)
+    again = mix(catalog, tmp_path / "again", {"on_bad_row": "skip"})
     first = [p.read_bytes() for p in shard_files(result.out)]
     second = [p.read_bytes() for p in shard_files(again.out)]
     assert first == second
@@ -93,7 +93,7 @@ def test_small_shards_hold_the_same_shuffled_rows(real_mix, tmp_path):
     catalog, result = real_mix
     body = yaml.safe_load(Path(catalog).read_text())
     small = write_catalog(tmp_path, {**body, "shard_rows": 97})
-    again = mix(small, out=tmp_path / "small", on_bad_row="skip", show_progress=False)
+    again = mix(small, tmp_path / "small", {"on_bad_row": "skip"})
     files = shard_files(again.out)
     assert len(files) == -(-result.manifest["rows"]["train"] // 97) and all(pq.read_metadata(f).num_rows <= 97 for f in files)
     assert read_shards(again.out).to_pylist() == read_shards(result.out).to_pylist()
@@ -101,8 +101,7 @@ def test_small_shards_hold_the_same_shuffled_rows(real_mix, tmp_path):
 
 def test_other_seed_changes_selection(real_mix, tmp_path, data_root):
     _, result = real_mix
-    other = mix(write_catalog(tmp_path, real_catalog(data_root, seed=8)), out=tmp_path / "o", on_bad_row="skip",
-                show_progress=False)
+    other = mix(write_catalog(tmp_path, real_catalog(data_root, seed=8)), tmp_path / "o", {"on_bad_row": "skip"})
     assert set(read_shards(other.out).column("id").to_pylist()) != set(read_shards(result.out).column("id").to_pylist())
 
 
@@ -151,7 +150,7 @@ def test_small_source_with_long_answers_gets_its_token_share(tmp_path, data_root
             {"name": "long", "path": str(long_rows), "format": "question_answer", "share": 0.2},
         ],
     })
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     rows = read_shards(result.out).to_pylist()
     long_share_rows = sum(r["source"] == "long" for r in rows) / len(rows)
     assert long_share_rows < 0.01
@@ -169,7 +168,7 @@ def test_upsampling_repeats_and_unique_ids(tmp_path):
         {"name": "small", "path": str(small), "share": 0.5},
     ]}
     catalog = write_catalog(tmp_path, {**body, "sources": [body["sources"][0], {**body["sources"][1], "upsample": True}]})
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     small_info = next(s for s in result.manifest["sources"] if s["name"] == "small")
     assert small_info["repeat_factor"] > 2
     rows = read_shards(result.out).to_pylist()
@@ -182,7 +181,7 @@ def test_upsampling_repeats_and_unique_ids(tmp_path):
     from rufus_data.base.errors import RufusError
 
     with pytest.raises(RufusError, match=r"source 'small' has .* short by .*upsample: true"):
-        mix(refused, out=tmp_path / "refused", show_progress=False)
+        mix(refused, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
 
 
@@ -192,7 +191,7 @@ def test_holdout_rows_never_in_the_mix(tmp_path, data_root):
             {"name": "alpaca", "path": str(data_root / "code_alpaca_2k/code_alpaca_2k.jsonl"), "share": 1.0},
         ],
     })
-    result = mix(catalog, out=tmp_path / "out", holdout=25, on_bad_row="skip", show_progress=False)
+    result = mix(catalog, tmp_path / "out", {"holdout": 25, "on_bad_row": "skip"})
     train = set(read_shards(result.out).column("id").to_pylist())
     held = set(read_shards(result.out, split="holdout").column("id").to_pylist())
     assert len(held) == 25 and not train & held
@@ -227,7 +226,7 @@ def test_rl_catalog_rules(tmp_path, data_root):
         ],
         "budget": 4000,
     })
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     rows = {r["id"]: r for r in read_shards(result.out).to_pylist()}
     conv = rows["convs-0"]
     assert [m["content"] for m in conv["prompt"]] == ["2+2?", "4", "and 3+3?"]
@@ -255,7 +254,7 @@ def test_preference_catalog_from_hh_transcripts(tmp_path, data_root):
             {"name": "hh", "path": str(data_root / "hh_rlhf_harmless_base/test.jsonl"), "share": 1.0},
         ],
     })
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     row = read_shards(result.out).to_pylist()[0]
     assert row["prompt"][0]["role"] == "user"
     assert row["chosen"][0]["role"] == "assistant" and row["rejected"][0]["role"] == "assistant"
@@ -270,13 +269,13 @@ def test_system_prompt_and_past_reasoning(tmp_path, tiny_tokenizer):
     ]}) + "\n")
     catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
         {"name": "t", "path": str(src), "share": 1.0, "system": "/think"}]})
-    row = read_shards(mix(catalog, out=tmp_path / "out", show_progress=False).out).to_pylist()[0]
+    row = read_shards(mix(catalog, tmp_path / "out").out).to_pylist()[0]
     assert row["messages"][0] == {"role": "system", "content": "/think"}
     assert row["messages"][2]["content"] == "a1"
     assert row["messages"][4]["content"].startswith("<think>new</think>")
     kept = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
         {"name": "t", "path": str(src), "share": 1.0, "strip_past_reasoning": False}]})
-    row = read_shards(mix(kept, out=tmp_path / "kept", show_progress=False).out).to_pylist()[0]
+    row = read_shards(mix(kept, tmp_path / "kept").out).to_pylist()[0]
     assert row["messages"][1]["content"] == "<think>old</think>\n\na1"  # opted out: earlier reasoning stays
 
 
@@ -285,7 +284,7 @@ def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, tiny_token
     catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0,
          "max_tokens_per_example": 200}]})
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     source = result.manifest["sources"][0]
     rows = read_shards(result.out).to_pylist()
     assert max(r["num_tokens"] for r in rows) <= 200
@@ -317,7 +316,7 @@ def test_trainable_tokens_equal_trl_assistant_masks(tmp_path, tiny_model, real_m
 def test_sample_catalogs_run(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     for name in ("sft", "rl", "preference"):
-        result = mix(repo / "catalogs" / f"{name}.yaml", out=tmp_path / name, show_progress=False)
+        result = mix(repo / "catalogs" / f"{name}.yaml", tmp_path / name)
         assert result.manifest["rows"]["train"] > 100
         assert not result.manifest["notes"], result.manifest["notes"]
         assert pq.read_metadata(shard_files(result.out)[0]).num_rows > 0
@@ -396,9 +395,9 @@ def test_template_without_generation_markers(tmp_path, data_root, tiny_model, ca
     body = {"kind": "sft", "name": "plain", "chat_template": "plain.jinja", "basis": "trainable", "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0}], "budget": 3000}
     with pytest.raises(RufusError, match="no \\{% generation %\\} markers.*basis: total"):
-        mix(write_catalog(tmp_path, body), out=tmp_path / "out", show_progress=False)
+        mix(write_catalog(tmp_path, body), tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    result = mix(write_catalog(tmp_path, {**body, "basis": "total"}), out=tmp_path / "out", show_progress=False)
+    result = mix(write_catalog(tmp_path, {**body, "basis": "total"}), tmp_path / "out")
     assert "num_trainable_tokens will be 0" in capsys.readouterr().err
     rows = read_shards(result.out).to_pylist()
     text = (tmp_path / "plain.jinja").read_text()
@@ -417,7 +416,7 @@ def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, t
     rl = write_catalog(tmp_path, {"kind": "rl", "name": "rl", "budget": 60000, "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 0.7},
         {"name": "math", "path": str(data_root / "math500/test.jsonl"), "share": 0.3}]})
-    result = mix(rl, out=tmp_path / "rl", show_progress=False)
+    result = mix(rl, tmp_path / "rl")
     assert {*ROW_COLUMNS, *KIND_COLUMNS["rl"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     tokens: dict[str, int] = {}
     for row in read_shards(result.out).to_pylist():
@@ -431,7 +430,7 @@ def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, t
 
     pref = write_catalog(tmp_path, {"kind": "preference", "name": "pref", "budget": 40000, "sources": [
         {"name": "hh", "path": str(data_root / "hh_rlhf_harmless_base/test.jsonl"), "share": 1.0}]})
-    result = mix(pref, out=tmp_path / "pref", show_progress=False)
+    result = mix(pref, tmp_path / "pref")
     assert {*ROW_COLUMNS, *KIND_COLUMNS["preference"], ORIGIN_COLUMN} <= set(read_shards(result.out).column_names)
     total = 0
     for row in read_shards(result.out).to_pylist():
@@ -451,7 +450,7 @@ def test_question_answer_with_reasoning_trace(tmp_path):
     catalog = write_catalog(tmp_path, {"kind": "sft", "name": "t", "sources": [
         {"name": "s1k", "path": str(src), "format": "question_answer", "fields": fields, "share": 1.0,
          "system": "/think"}]})
-    row = read_shards(mix(catalog, out=tmp_path / "out", show_progress=False).out).to_pylist()[0]
+    row = read_shards(mix(catalog, tmp_path / "out").out).to_pylist()[0]
     assert row["messages"][0] == {"role": "system", "content": "/think"}
     assert row["messages"][2]["content"] == "<think>\n2 and 3 make 5.\n</think>\n\n**5**"
     assert row["solution"] == "5"  # unmapped columns pass through
@@ -466,6 +465,6 @@ def test_tiny_catalog_says_why_a_share_is_off(tmp_path):
     catalog = write_catalog(tmp_path, {"kind": "sft", "name": "tiny", "budget": 400, "sources": [
         {"name": "small", "path": str(small), "share": 0.5, "upsample": True},
         {"name": "big", "path": str(big), "share": 0.5, "upsample": True}]})
-    result = mix(catalog, out=tmp_path / "out", show_progress=False)
+    result = mix(catalog, tmp_path / "out")
     notes = " ".join(result.manifest["notes"])
     assert "source 'big'" in notes and "tiny catalog" in notes and "raise `budget`" in notes

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from rufus_data.base.errors import RufusError
 from rufus_data.cli import app
+from rufus_data.folders.output_step import StepResult
 from rufus_data.folders.shards import read_manifest, read_shards
 from rufus_data.rollouts.pairs import PairsConfig, build_pairs, make_pairs, perturb_final_answer
 from rufus_data.rollouts.prompts import read_prompt_rows
@@ -89,9 +90,9 @@ def test_pairs_cli_passes_every_sampling_and_server_option(tmp_path, monkeypatch
 
     seen = {}
 
-    def capture(shards, out, config, overwrite=False):
+    def capture(shards, out, config, overwrite=False, show_progress=False):
         seen["config"] = config
-        return {"method": config.method(), "counts": {}, "chosen_rejected_length_ratio": None, "out": str(out)}
+        return StepResult(out=out, manifest={"method": config.method(), "chosen_rejected_length_ratio": None})
 
     monkeypatch.setattr(rufus_data.rollouts.pairs, "build_pairs", capture)
     result = CliRunner().invoke(app, [
@@ -161,7 +162,7 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
     common = {"strong": "smollm2-135m", "weak": random_weak_model, "max_tokens": 12, "seed": 1}
     summary = build_pairs([shards], tmp_path / "plain", PairsConfig(**common))
     rows = read_shards(tmp_path / "plain").to_pylist()
-    assert len(rows) >= 5 and summary["counts"]["pairs"] == len(rows)
+    assert len(rows) >= 5 and summary.counts["pairs"] == len(rows)
     for row in rows:
         assert is_conversational(row)
         assert row["chosen_model"] == "smollm2-135m" and row["rejected_model"] == random_weak_model
@@ -169,11 +170,11 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
         assert row["chosen_sha256"] != row["rejected_sha256"]
         assert json.loads(row["sampling"])["strong"]["max_tokens"] == 12
         assert row["expected_output"]  # passthrough columns stay
-    assert summary["chosen_rejected_length_ratio"] > 0
+    assert summary.manifest["chosen_rejected_length_ratio"] > 0
     assert "length ratio" in (tmp_path / "plain" / "report.md").read_text()
 
     verified = build_pairs([shards], tmp_path / "verified", PairsConfig(**common, reward=[NUMBER_REWARD]))
-    counts = verified["counts"]
+    counts = verified.counts
     assert counts["prompts"] == 6
     assert counts.get("pairs", 0) + counts.get("dropped_tied", 0) + counts.get("dropped_identical", 0) == 6
     assert counts.get("dropped_tied", 0) >= 1  # both wrong: a tie under the verifier, dropped
@@ -184,7 +185,7 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
     reversed_ = build_pairs([shards], tmp_path / "reversed",
                             PairsConfig(**{**common, "strong": random_weak_model, "weak": "smollm2-135m"},
                                         reward=[NUMBER_REWARD]))
-    assert reversed_["counts"]["swapped_by_reward"] == reversed_["counts"]["pairs"] == counts["pairs"]
+    assert reversed_.counts["swapped_by_reward"] == reversed_.counts["pairs"] == counts["pairs"]
     keep = ("id", "chosen", "rejected", "chosen_model", "rejected_model", "chosen_reward", "rejected_reward")
     assert ([{k: r[k] for k in keep} for r in read_shards(tmp_path / "reversed").to_pylist()]
             == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
@@ -193,7 +194,7 @@ def test_strong_vs_weak_pairs_in_trl_format(builtin_model, random_weak_model, tm
     strict = build_pairs([shards], tmp_path / "reversed_verified",
                          PairsConfig(**{**common, "strong": random_weak_model, "weak": "smollm2-135m"},
                                      reward=[NUMBER_REWARD], require_verified=True))
-    assert strict["counts"]["pairs"] == counts["pairs"] and strict["counts"].get("dropped_not_verified", 0) == 0
+    assert strict.counts["pairs"] == counts["pairs"] and strict.counts.get("dropped_not_verified", 0) == 0
     assert ([{k: r[k] for k in keep} for r in read_shards(tmp_path / "reversed_verified").to_pylist()]
             == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "verified").to_pylist()])
 
@@ -218,8 +219,8 @@ def test_on_policy_pairs_resume_after_sigkill(tmp_path):
     assert generation["prompts_resumed"] == len(before_kill)
     assert generation["prompts_generated"] == 8 - len(before_kill)
     rows = read_shards(out).to_pylist()
-    assert len({r["id"] for r in rows}) == len(rows) == uninterrupted["counts"]["pairs"] >= 1
-    assert read_manifest(out)["counts"] == uninterrupted["counts"]
+    assert len({r["id"] for r in rows}) == len(rows) == uninterrupted.counts["pairs"] >= 1
+    assert read_manifest(out)["counts"] == uninterrupted.counts
     keep = ("id", "chosen", "rejected", "chosen_reward", "rejected_reward")
     assert [{k: r[k] for k in keep} for r in rows] == [{k: r[k] for k in keep} for r in read_shards(tmp_path / "whole").to_pylist()]
     for record in before_kill:  # samples journaled before the kill are the ones paired
@@ -242,7 +243,7 @@ def test_on_policy_pairs_through_vllm(vllm_server, tmp_path):
     for row in rows:
         assert row["chosen_reward"] == 1.0 and row["rejected_reward"] == 0.0
         assert row["pair_method"] == "on_policy" and row["chosen_model"] == row["rejected_model"] == "smollm2-135m"
-    counts = summary["counts"]
+    counts = summary.counts
     assert counts["pairs"] + counts["dropped_no_pass_fail_split"] + counts["dropped_not_verified"] == 12
     assert read_manifest(out)["generation"]["policy"]["max_model_len_check"] == "ok"
 
@@ -289,7 +290,7 @@ def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tm
     shards = write_rl_shards(tmp_path / "rl", gsm8k_rows(data_root, 3))
     perturbed = build_pairs([shards], tmp_path / "perturbed",
                             PairsConfig(perturb_answer=True, require_verified=True, reward=[judge, overlong]))
-    assert perturbed["counts"]["pairs"] == 3 and len(stub.requests) == 6
+    assert perturbed.counts["pairs"] == 3 and len(stub.requests) == 6
     assert all((r["chosen_reward"], r["rejected_reward"]) == (1.0, 0.0) for r in read_shards(tmp_path / "perturbed").to_pylist())
 
     short = {"name": "overlong_penalty", "max_length": 4, "cache": 2}
@@ -299,4 +300,4 @@ def test_pairs_score_with_the_llm_judge_and_the_overlong_penalty(openai_stub, tm
     generation = read_manifest(tmp_path / "sampled")["generation"]["policy"]
     assert generation["finish_length"] == 6  # 4 tokens never finish a GSM8K answer
     assert "| policy | 3 | 0 | 3 |" in (tmp_path / "sampled" / "report.md").read_text()
-    assert sampled["counts"]["prompts"] == 3
+    assert sampled.counts["prompts"] == 3

@@ -37,7 +37,7 @@ def small_root(data_root, tmp_path_factory):
 def mixed(catalog, root, out, monkeypatch):
     monkeypatch.setenv("RUFUS_DATA_ROOT", str(root))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return mix(catalog, out, overwrite=True, show_progress=False).out
+    return mix(catalog, out, overwrite=True).out
 
 
 def test_ifthink_rows_reason_every_turn_and_follow_each_instruction(small_root):

@@ -20,7 +20,7 @@ from decontam_planting import sentence_reworded
 from PIL import Image
 
 from rufus_data.benchmarks import load_benchmarks
-from rufus_data.decontam import DecontamConfig, decontaminate
+from rufus_data.decontam import DecontamConfig, decontam
 from rufus_data.decontam.hits_page import HITS_PAGE
 from rufus_data.folders.shards import write_shards
 from rufus_eval.vibe_page import write_vibe_page
@@ -117,8 +117,7 @@ def hits(data_root, tmp_path_factory) -> Path:
                                    "messages": r["messages"]} for i, r in enumerate(rows)])
     root = tmp_path_factory.mktemp("hits-page")
     write_shards(table, root / "mix")
-    result = decontaminate(root / "mix", ["gsm8k", "math500"], root / "clean", config=DecontamConfig(workers=1),
-                           show_progress=False)
+    result = decontam(root / "mix", root / "clean", DecontamConfig(against=["gsm8k", "math500"], workers=1))
     assert {"homework", "math"} <= set(result.hits.column("source").to_pylist())
     return root / "clean"
 

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 from conftest import REPO
 
-from rufus_data.dedup import deduplicate
+from rufus_data.dedup import dedup
 from rufus_data.folders.shards import write_shards
 
 
@@ -28,7 +28,7 @@ def test_bench_rows_are_distinct_but_for_the_planted_copies(data_root, tmp_path)
     assert rows.slice(8000, 1).to_pylist() == bench.make_rows(bases, 8000, 1).to_pylist()  # chunks join seamlessly
     assert len(set(rows.column("id").to_pylist())) == n
     write_shards(rows, tmp_path / "rows", shard_rows=5000)
-    result = deduplicate(tmp_path / "rows", report_only=True, show_progress=False)
+    result = dedup(tmp_path / "rows", report_only=True)
     dropped = {(c["duplicate_row"], c["kept_row"]) for c in result.clusters.to_pylist()}
     copied = bench.copied_rows(np.arange(n))
     planted = {(i, c) for i, c in enumerate(copied.tolist()) if c != i}

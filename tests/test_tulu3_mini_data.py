@@ -48,8 +48,7 @@ def stage_rows(gsm8k_rows, tmp_path_factory) -> dict[str, dict[str, dict]]:
         patch.setenv("HF_HUB_OFFLINE", "1")
         out = {}
         for stage in ("sft", "dpo", "rl"):
-            result = mix(REPO / "catalogs" / "data" / f"tulu3_mini_{stage}.yaml", tmp_path_factory.mktemp(stage) / "out",
-                         overwrite=True, show_progress=False)
+            result = mix(REPO / "catalogs" / "data" / f"tulu3_mini_{stage}.yaml", tmp_path_factory.mktemp(stage) / "out", overwrite=True)
             rows = [r for f in sorted((result.out / "data").glob("*.parquet")) for r in pq.read_table(f).to_pylist()]
             assert result.manifest["sources"][0]["fingerprint"]["from"] == str(root / "gsm8k" / "train.jsonl"), stage
             out[stage] = {_user(r["messages"] if stage == "sft" else r["prompt"]): r for r in rows}

@@ -174,6 +174,22 @@ def model_from_options(model: type[M], options: dict) -> M:
         raise RufusError(f"invalid option for {model.__name__}: {problems}") from None
 
 
+def settings_model(model: type[M], settings: M | dict | str | Path | None, where: str = "settings") -> M:
+    """A data step's settings from Python as its config model: the model itself, a dict of its
+    fields, or a YAML file of them (None: the defaults). A bad key is a RufusError naming it (in
+    `where`), as a bad line of a file is."""
+    if isinstance(settings, model):
+        return settings
+    if isinstance(settings, (str, Path)):
+        return load_yaml_model(settings, model)
+    if settings is not None and not isinstance(settings, dict):
+        raise TypeError(f"{where}: a {model.__name__}, a dict of its fields or a YAML path, not {type(settings).__name__}")
+    try:
+        return model.model_validate(settings or {})
+    except ValidationError as err:
+        raise RufusError(f"invalid {model.__name__}: " + format_validation_error(err, Path(where), None, model)) from None
+
+
 def config_from_cli(model: type[M], config_file: str | Path | None, options: dict) -> M:
     """`--config FILE` (if given) with the command-line options on top: options left unset do not
     override the file, and a bad option is named as an option, not as a line of the file."""

@@ -5,7 +5,7 @@ written. See docs/decontam.md.
 The package is a pipeline of small steps, one job per module:
 
     config.py         DecontamConfig, every knob, and DecontamCommand, the command's own settings
-    run.py            decontaminate(): the whole run, stage by stage
+    run.py            decontam(shards, out, settings): the whole run, stage by stage
     plan.py           --dry-run: what a run would read and check, nothing scanned
     texts.py          the tokenised eval texts and training fields every stage sees
     exact_stage.py    stage 1: exact word n-grams (n=8) of problems and distinctive answers
@@ -34,12 +34,12 @@ from rufus_data.base.lazy_exports import lazy_exports
 
 __all__ = [
     "HIT_SCHEMA", "Candidate", "DecontamCommand", "DecontamConfig", "DecontamResult", "EvalIndex", "build_eval_index",
-    "decontam_plan", "decontaminate", "finalise", "scan_table", "source_benchmark_counts", "summary_table",
+    "decontam", "decontam_plan", "finalise", "scan_table", "source_benchmark_counts", "summary_table",
 ]
 
 __getattr__ = lazy_exports(__name__, {
     "HIT_SCHEMA": "rules", "finalise": "rules", "Candidate": "candidates", "DecontamCommand": "config",
     "DecontamConfig": "config", "DecontamResult": "report", "source_benchmark_counts": "report",
     "summary_table": "report", "EvalIndex": "index", "build_eval_index": "index", "scan_table": "scan",
-    "decontaminate": "run", "decontam_plan": "plan",
+    "decontam": "run", "decontam_plan": "plan",
 })

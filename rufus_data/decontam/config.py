@@ -1,7 +1,8 @@
-"""Every knob of decontam in one model, DecontamConfig: the stages read their settings from here,
-`--config FILE.yaml` and the options on top of it fill it, and the manifest records it. Beside
-it, DecontamCommand: what one `rufus-data decontam` reads, checks against and writes. Both are
-the command's options (rufus_data/base/cli_options.py), so this module loads nothing heavy."""
+"""What decontam checks against and every knob of how, in one model, DecontamConfig: the stages
+read their settings from here, `--config FILE.yaml` and the options on top of it fill it,
+`decontam()` takes it as its settings, and the manifest records it. Beside it, DecontamCommand:
+what one `rufus-data decontam` reads and writes. Both are the command's options
+(rufus_data/base/cli_options.py), so this module loads nothing heavy."""
 
 from __future__ import annotations
 
@@ -17,8 +18,16 @@ from rufus_data.similarity import DEFAULT_EMBEDDER
 
 
 class DecontamConfig(StrictModel):
-    """Every knob of decontam; the defaults are the measured ones in docs/decontam.md."""
+    """What decontam checks against and every knob of how; the defaults are the measured ones in
+    docs/decontam.md."""
 
+    against: Annotated[list[str], Flag(metavar="NAME")] = Field(
+        default_factory=list, description="a benchmark or set of the registry, or an eval suite (catalogs/suites/NAME.yaml "
+        "or a path: its tasks' benchmarks), repeatable")
+    against_suite: Annotated[list[str], Flag(metavar="SUITE")] = Field(
+        default_factory=list, description="an eval suite only (as --against SUITE), repeatable")
+    benchmarks: Path | None = Field(None, description="registry file (default catalogs/benchmarks.yaml)")
+    skip_missing: bool = Field(False, description="go on without benchmarks that cannot be loaded (the report lists them)")
     ngram: int = Field(8, ge=1, description="word n-gram length of the exact stage")
     shingle: int = Field(2, ge=1, description="word shingle length of the MinHash stage")
     num_perm: int = Field(64, ge=16, description="MinHash permutations")
@@ -65,19 +74,12 @@ def check_judge(config: DecontamConfig) -> None:
 
 
 class DecontamCommand(StrictModel):
-    """What one `rufus-data decontam` reads, checks against and writes (its DecontamConfig apart)."""
+    """What one `rufus-data decontam` reads and writes (its DecontamConfig apart: what it checks against, and how)."""
 
     shards: Annotated[Path, Flag(argument=True)] = Field(
         description="shard folder to check (written by mix, filter, ...)")
-    against: Annotated[list[str], Flag(metavar="NAME")] = Field(
-        default_factory=list, description="a benchmark or set of the registry, or an eval suite (catalogs/suites/NAME.yaml "
-        "or a path: its tasks' benchmarks), repeatable")
-    against_suite: Annotated[list[str], Flag(metavar="SUITE")] = Field(
-        default_factory=list, description="an eval suite only (as --against SUITE), repeatable")
     out: Path | None = Field(None, description="output folder, required unless --report-only: clean shards, "
                              "contaminated.parquet, hits.html, report.md")
-    benchmarks: Path | None = Field(None, description="registry file (default catalogs/benchmarks.yaml)")
-    skip_missing: bool = Field(False, description="go on without benchmarks that cannot be loaded (the report lists them)")
     config: Path | None = Field(None, description="YAML of the settings below (docs/decontam.md); the options given "
                                 "on the command line override its keys")
     report_only: bool = Field(False, description=REPORT_ONLY_HELP)
@@ -87,7 +89,8 @@ class DecontamCommand(StrictModel):
                           "the engine and workers; nothing scanned")
 
 
-# settings that do not change the eval index
-RUN_ONLY = frozenset({"batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model"})
+# settings that do not change the eval index (what it is checked against reaches its key as the items)
+RUN_ONLY = frozenset({"batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model",
+                      "against", "against_suite", "benchmarks", "skip_missing"})
 # settings only the semantic stage reads: the exact and MinHash indexes do not depend on them
 SEMANTIC_ONLY = frozenset(name for name in DecontamConfig.model_fields if name.startswith(("semantic", "judge")))

@@ -13,6 +13,7 @@ from pathlib import Path
 from rufus_data.base.console import print_result, print_rows
 from rufus_data.base.engines import auto_workers, describe_engine, plan_row_groups
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import settings_model
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam.config import DecontamConfig, check_judge
 from rufus_data.folders.output_step import check_output
@@ -40,21 +41,21 @@ class DecontamPlan:
         return sum(rows for _, rows in self.splits.values())
 
 
-def decontam_plan(shards: str | Path, against: list[str], out: str | Path | None = None, *,
-                  benchmarks_file: str | Path | None = None, skip_missing: bool = False, report_only: bool = False,
-                  overwrite: bool = False, config: DecontamConfig | None = None, suites: list[str] = ()) -> DecontamPlan:
-    """The plan of `decontaminate` with the same arguments. Benchmarks that cannot be loaded are
+def decontam_plan(inputs: str | Path, out: str | Path | None = None,
+                  settings: DecontamConfig | dict | str | Path | None = None, *, overwrite: bool = False,
+                  report_only: bool = False) -> DecontamPlan:
+    """The plan of `decontam` with the same arguments. Benchmarks that cannot be loaded are
     listed; without `skip_missing` the run would stop at them, and so does the plan, once printed
     (print_decontam_plan)."""
-    config = config or DecontamConfig()
+    config = settings_model(DecontamConfig, settings)
     check_judge(config)
-    shards = shard_folder(shards, "rufus-data decontam")
+    shards = shard_folder(inputs, "rufus-data decontam")
     by_split = split_files(shards)
     out = None if out is None else Path(out)
     check_output("rufus-data decontam", out, overwrite=overwrite, report_only=report_only)
     splits = {split: (len(files), sum(shard_row_counts(files))) for split, files in by_split.items()}
-    loaded = load_benchmarks(against, benchmarks_file, True, list(suites))
-    asked = [*against, *(f"suite:{s}" for s in suites)]
+    loaded = load_benchmarks(config.against, config.benchmarks, True, config.against_suite)
+    asked = [*config.against, *(f"suite:{s}" for s in config.against_suite)]
     if not loaded.items:
         raise RufusError(f"no eval items loaded for {' '.join(asked)} (missing: {', '.join(loaded.missing) or 'none'})")
     items = Counter(item.benchmark for item in loaded.items)
@@ -63,13 +64,13 @@ def decontam_plan(shards: str | Path, against: list[str], out: str | Path | None
                         loaded.not_decontaminable, config, auto_workers(config.workers, rows, len(tasks)))
 
 
-def print_decontam_plan(plan: DecontamPlan, skip_missing: bool) -> None:
+def print_decontam_plan(plan: DecontamPlan) -> None:
     """The plan on stdout; then, when benchmarks are missing and the run would stop at them, the refusal."""
     config = plan.config
     print_result(f"decontam plan: reads {plan.shards}, {plan.rows:,} rows in every split", highlight=False)
     print_rows(["split", "files", "rows"], [(split, f"{files:,}", f"{rows:,}") for split, (files, rows) in plan.splits.items()])
     print_result(f"checks against {' '.join(plan.asked)}: {sum(plan.benchmarks.values()):,} eval items", highlight=False)
-    missing = "skipped (--skip-missing)" if skip_missing else "cannot be loaded: the run stops (--skip-missing goes on)"
+    missing = "skipped (--skip-missing)" if config.skip_missing else "cannot be loaded: the run stops (--skip-missing goes on)"
     rows = [(name, f"{count:,}", "checked") for name, count in plan.benchmarks.items()]
     rows += [(name, "-", missing) for name in plan.missing]
     rows += [(name, "-", f"not decontaminable: {why}") for name, why in plan.not_decontaminable.items()]
@@ -88,7 +89,7 @@ def print_decontam_plan(plan: DecontamPlan, skip_missing: bool) -> None:
                  highlight=False)
     target = f"write {plan.out}" if plan.out else "print the summary (--report-only)"
     print_result(f"dry run: nothing scanned or written (drop --dry-run to {target})", highlight=False)
-    if plan.missing and not skip_missing:
+    if plan.missing and not config.skip_missing:
         why = next(iter(plan.missing.values()))
         raise RufusError(f"the run would stop: {len(plan.missing)} benchmark(s) cannot be loaded here "
                          f"({', '.join(plan.missing)}); the first: {why}")

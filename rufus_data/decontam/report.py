@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 from rich.table import Table
 
 from rufus_data.decontam.config import DecontamConfig
+from rufus_data.folders.output_step import StepResult
 
 SEMANTIC = "semantic"
 STAGES = ("exact", "minhash", SEMANTIC)
 
 
-@dataclass
-class DecontamResult:
+@dataclass(kw_only=True)
+class DecontamResult(StepResult):
+    """A decontam run: the StepResult (counts: rows in, out, dropped, hits) and what it found."""
+
     hits: pa.Table  # rules.HIT_SCHEMA plus `split`
     rows_in: int
     rows_out: int
@@ -26,8 +28,7 @@ class DecontamResult:
     benchmarks: dict[str, dict]
     boilerplate_train_grams: list[str]
     index_stats: dict
-    seconds: float
-    out: Path | None = None
+    seconds: float = 0.0
     not_decontaminable: dict[str, str] = field(default_factory=dict)  # suite/task (or benchmark) -> why
     splits: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> {"rows", "flagged"}
     judge: dict[str, int] = field(default_factory=dict)  # the LLM judge's verdicts on semantic pairs, counted

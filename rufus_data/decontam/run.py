@@ -9,9 +9,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from rufus_data.base.console import print_result, progress
+from rufus_data.base.console import progress
 from rufus_data.base.engines import auto_workers
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import settings_model
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.decontam.config import DecontamConfig, check_judge
 from rufus_data.decontam.engines import ScanTask, plan_scan, scan_local, scan_ray
@@ -21,7 +22,6 @@ from rufus_data.decontam.report import (
     DecontamResult,
     decontam_report,
     rows_removed_by_benchmark,
-    summary_table,
 )
 from rufus_data.decontam.rules import finalise
 from rufus_data.decontam.semantic_judge import judge_candidates
@@ -30,26 +30,57 @@ from rufus_data.folders.shards import shard_row_counts, split_files
 from rufus_data.sources.inputs import shard_folder
 
 
-def decontaminate(shards: str | Path, against: list[str], out: str | Path | None = None, *,
-                  benchmarks_file: str | Path | None = None, skip_missing: bool = False, report_only: bool = False,
-                  overwrite: bool = False, config: DecontamConfig | None = None, show_progress: bool = True,
-                  suites: list[str] = ()) -> DecontamResult:
-    """Scan every split of a shard folder against benchmarks (`against`: benchmarks, sets and eval
-    suites; `suites`: eval suites only); write clean shards + provenance unless `report_only` (every
-    stage runs and the result is returned, nothing is written)."""
-    config = config or DecontamConfig()
+def decontam(inputs: str | Path, out: str | Path | None = None, settings: DecontamConfig | dict | str | Path | None = None,
+             *, overwrite: bool = False, report_only: bool = False, show_progress: bool = False) -> DecontamResult:
+    """Scan every split of a shard folder (`inputs`) against the benchmarks, sets and eval suites of
+    `settings` (DecontamConfig, or a dict or YAML file of its fields: `against`, `against_suite`
+    and every knob); write the clean shards and their provenance to `out`, unless `report_only`
+    (every stage runs and the result is returned, nothing is written)."""
+    config = settings_model(DecontamConfig, settings)
     check_judge(config)
-    shards = shard_folder(shards, "rufus-data decontam")
+    shards = shard_folder(inputs, "rufus-data decontam")
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
     step = OutputStep("rufus-data decontam", out, overwrite=overwrite, report_only=report_only)
     shard_row_counts(files)  # an unreadable shard is refused before the benchmarks load
-    loaded = load_benchmarks(against, benchmarks_file, skip_missing, list(suites))
-    asked = [*against, *(f"suite:{s}" for s in suites)]
+    loaded = load_benchmarks(config.against, config.benchmarks, config.skip_missing, config.against_suite)
+    asked = [*config.against, *(f"suite:{s}" for s in config.against_suite)]
     if not loaded.items:
         raise RufusError(f"no eval items loaded for {' '.join(asked)} (missing: {', '.join(loaded.missing) or 'none'})")
     index = cached_eval_index(loaded, config)
     tasks, rows_in = plan_scan(files, config.batch_rows)
+    cands = _scan(tasks, index, rows_in, config, show_progress)
+    hits, boiler = finalise(cands, index, rows_in)
+    verdicts = {}
+    if config.judge_url:  # the judge reads the pairs that only the semantic stage found, then the rules run again
+        verdicts = judge_candidates(cands, index, _flagged_by_text(hits, index))
+        hits, boiler = finalise(cands, index, rows_in)
+    hits, splits = _with_splits(hits, by_split, tasks)
+    flagged = set(hits.column("row").to_pylist())
+    result = DecontamResult(
+        out=None, counts={"rows_in": rows_in, "rows_out": rows_in - len(flagged), "rows_dropped": len(flagged),
+                          "hits": hits.num_rows},
+        hits=hits, rows_in=rows_in, rows_out=rows_in - len(flagged), flagged_rows=flagged, missing=loaded.missing,
+        benchmarks=loaded.sources, boilerplate_train_grams=boiler, index_stats=index.stats(),
+        not_decontaminable=loaded.not_decontaminable, splits=splits, judge=verdicts)
+    if not report_only:
+        result.manifest = step.write_without_rows(
+            shards, files, rows_in, flagged, why=("contaminated.parquet", hits), config=config.model_dump(mode="json"),
+            versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
+            report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
+            pages={HITS_PAGE: hits_page(hits, files, index.items, config)},
+            against=config.against, against_suites=loaded.suites, not_decontaminable=loaded.not_decontaminable,
+            splits=splits, benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
+            rows_dropped_by_benchmark=rows_removed_by_benchmark(result),
+            boilerplate_train_grams=boiler[:100], judge=verdicts,
+        )
+        result.out = step.out
+    result.seconds = step.seconds
+    return result
+
+
+def _scan(tasks: list[ScanTask], index: EvalIndex, rows_in: int, config: DecontamConfig, show_progress: bool) -> list:
+    """Every task through every stage, in processes or on Ray: the candidates, with a bar when asked."""
     workers = auto_workers(config.workers, rows_in, len(tasks))
     with progress("rows") as bar:
         job = bar.add_task("decontam", total=rows_in) if show_progress else None
@@ -59,35 +90,8 @@ def decontaminate(shards: str | Path, against: list[str], out: str | Path | None
                 bar.advance(job, task.rows)
 
         if config.engine == "ray":
-            cands = scan_ray(tasks, index, done)
-        else:
-            cands = scan_local(tasks, index, workers, done)
-    hits, boiler = finalise(cands, index, rows_in)
-    verdicts = {}
-    if config.judge_url:  # the judge reads the pairs that only the semantic stage found, then the rules run again
-        verdicts = judge_candidates(cands, index, _flagged_by_text(hits, index))
-        hits, boiler = finalise(cands, index, rows_in)
-    hits, splits = _with_splits(hits, by_split, tasks)
-    flagged = set(hits.column("row").to_pylist())
-    result = DecontamResult(hits, rows_in, rows_in - len(flagged), flagged, loaded.missing, loaded.sources, boiler,
-                            index.stats(), 0.0, not_decontaminable=loaded.not_decontaminable, splits=splits,
-                            judge=verdicts)
-    if not report_only:
-        step.write_without_rows(
-            shards, files, rows_in, flagged, why=("contaminated.parquet", hits), config=config.model_dump(),
-            versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
-            report=decontam_report(result, asked, config), counts={"hits": hits.num_rows},
-            pages={HITS_PAGE: hits_page(hits, files, index.items, config)},
-            against=against, against_suites=loaded.suites, not_decontaminable=loaded.not_decontaminable, splits=splits,
-            benchmarks=loaded.sources, skipped_benchmarks=loaded.missing, index=result.index_stats,
-            rows_dropped_by_benchmark=rows_removed_by_benchmark(result),
-            boilerplate_train_grams=boiler[:100], judge=verdicts,
-        )
-        result.out = step.out
-    result.seconds = step.seconds
-    if show_progress:
-        print_result(summary_table(result))
-    return result
+            return scan_ray(tasks, index, done)
+        return scan_local(tasks, index, workers, done)
 
 
 def _flagged_by_text(hits: pa.Table, index: EvalIndex) -> set[tuple[int, int]]:

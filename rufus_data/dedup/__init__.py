@@ -17,7 +17,7 @@ It is done the way large-scale dedup is done, so memory stays flat however many 
 and the work spreads over processes or a Ray cluster; the package is a pipeline of small steps:
 
     config.py      DedupConfig, every knob, and DedupCommand, the command's own settings
-    run.py         deduplicate(): the whole run, stage by stage
+    run.py         dedup(shards, out, settings): the whole run, stage by stage
     plan.py        --dry-run: what a run would read and check, nothing hashed
     signatures.py  stage 1, per batch of rows: shingle sets, MinHash signatures, band keys
     shuffle.py     keys written out by partition and read back one partition at a time
@@ -41,10 +41,10 @@ from __future__ import annotations
 
 from rufus_data.base.lazy_exports import lazy_exports
 
-__all__ = ["CLUSTER_SCHEMA", "SHARE_SHIFT_PP", "DedupCommand", "DedupConfig", "DedupResult", "dedup_plan", "deduplicate",
+__all__ = ["CLUSTER_SCHEMA", "SHARE_SHIFT_PP", "DedupCommand", "DedupConfig", "DedupResult", "dedup", "dedup_plan",
            "share_shifts"]
 
 __getattr__ = lazy_exports(__name__, {
     "CLUSTER_SCHEMA": "report", "SHARE_SHIFT_PP": "report", "DedupResult": "report", "share_shifts": "report",
-    "DedupCommand": "config", "DedupConfig": "config", "deduplicate": "run", "dedup_plan": "plan",
+    "DedupCommand": "config", "DedupConfig": "config", "dedup": "run", "dedup_plan": "plan",
 })

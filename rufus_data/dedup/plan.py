@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rufus_data.base.console import print_result, print_rows
 from rufus_data.base.engines import auto_workers, describe_engine, plan_row_groups
+from rufus_data.base.yaml_config import settings_model
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.dedup.run import token_column
 from rufus_data.folders.output_step import check_output
@@ -33,11 +34,11 @@ class DedupPlan:
         return sum(rows for _, rows in self.splits.values())
 
 
-def dedup_plan(shards: str | Path, out: str | Path | None = None, *, report_only: bool = False, overwrite: bool = False,
-               config: DedupConfig | None = None) -> DedupPlan:
-    """The plan of `deduplicate` with the same arguments."""
-    config = config or DedupConfig()
-    shards = shard_folder(shards, "rufus-data dedup")
+def dedup_plan(inputs: str | Path, out: str | Path | None = None, settings: DedupConfig | dict | str | Path | None = None,
+               *, overwrite: bool = False, report_only: bool = False) -> DedupPlan:
+    """The plan of `dedup` with the same arguments."""
+    config = settings_model(DedupConfig, settings)
+    shards = shard_folder(inputs, "rufus-data dedup")
     by_split = split_files(shards)
     out = None if out is None else Path(out)
     check_output("rufus-data dedup", out, overwrite=overwrite, report_only=report_only)

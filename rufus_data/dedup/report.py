@@ -4,7 +4,6 @@ tokens before and after, the summary table and report.md."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -14,6 +13,7 @@ from rich.table import Table
 
 from rufus_data.base.report import markdown_table
 from rufus_data.dedup.config import DedupConfig
+from rufus_data.folders.output_step import StepResult
 
 if TYPE_CHECKING:
     from rufus_data.dedup.semantic import SemanticPair
@@ -30,14 +30,15 @@ MEASURE_TEXT = {"containment": "containment of a row's own word shingles in the 
 SHARE_SHIFT_PP = 1.0  # a source whose token share moves more than this (percentage points) is warned about
 
 
-@dataclass
-class DedupResult:
+@dataclass(kw_only=True)
+class DedupResult(StepResult):
+    """A dedup run: the StepResult (counts: rows in, out, dropped, clusters) and what it found."""
+
     rows_in: int
     rows_out: int
     clusters: pa.Table  # per dropped row: the kept row it duplicates, their Jaccard, the stage (CLUSTER_SCHEMA)
     dropped: np.ndarray  # global row numbers, sorted
-    seconds: float
-    out: Path | None = None
+    seconds: float = 0.0
     shares: list[dict] = field(default_factory=list)  # per source: train token share before and after
     warnings: list[str] = field(default_factory=list)
     semantic_pairs: list[SemanticPair] = field(default_factory=list)  # what the semantic stage found (with --semantic)

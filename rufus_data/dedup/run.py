@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from rufus_data.base.console import console, print_result
 from rufus_data.base.engines import RowGroupTask, auto_workers, plan_row_groups
+from rufus_data.base.yaml_config import settings_model
 from rufus_data.dedup.clusters import Drops
 from rufus_data.dedup.config import RUN_ONLY, DedupConfig
 from rufus_data.dedup.pipeline import MinHashOutcome, MinHashStages
@@ -21,7 +21,6 @@ from rufus_data.dedup.report import (
     dedup_report,
     share_shifts,
     source_tokens,
-    summary_table,
 )
 from rufus_data.dedup.rows import ids_at, rows_at, shard_copier, task_of
 from rufus_data.dedup.work import remove_work, work_folder, work_key
@@ -33,12 +32,13 @@ from rufus_data.sources.inputs import shard_folder
 if TYPE_CHECKING:
     from rufus_data.dedup.semantic import SemanticPair
 
-def deduplicate(shards: str | Path, out: str | Path | None = None, *, report_only: bool = False, overwrite: bool = False,
-                config: DedupConfig | None = None, show_progress: bool = True) -> DedupResult:
-    """Drop near-duplicate rows (keep the first of each cluster); write clean shards + clusters.parquet,
-    unless `report_only` (every stage runs and the result is returned, nothing is written)."""
-    config = config or DedupConfig()
-    shards = shard_folder(shards, "rufus-data dedup")
+def dedup(inputs: str | Path, out: str | Path | None = None, settings: DedupConfig | dict | str | Path | None = None,
+          *, overwrite: bool = False, report_only: bool = False, show_progress: bool = False) -> DedupResult:
+    """Drop near-duplicate rows of a shard folder (`inputs`), keeping the first of each cluster;
+    `settings`: DedupConfig, or a dict or YAML file of its fields. Writes the clean shards and
+    clusters.parquet to `out`, unless `report_only` (every stage runs, nothing is written)."""
+    config = settings_model(DedupConfig, settings)
+    shards = shard_folder(inputs, "rufus-data dedup")
     by_split = split_files(shards)
     files = [path for paths in by_split.values() for path in paths]
     step = OutputStep("rufus-data dedup", out, overwrite=overwrite, report_only=report_only)
@@ -58,12 +58,13 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, report_onl
             clusters = pa.concat_tables([clusters, _cluster_table(tasks, by_split, drops, "cosine", (semantic, pair_of))])
             clusters = clusters.sort_by("duplicate_row")
         dropped = clusters.column("duplicate_row").to_numpy()
-        result = DedupResult(rows_in, rows_in - len(dropped), clusters, dropped, 0.0, semantic_pairs=semantic)
+        result = DedupResult(out=None, rows_in=rows_in, rows_out=rows_in - len(dropped), clusters=clusters,
+                             dropped=dropped, semantic_pairs=semantic)
+        result.counts = {"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(dropped),
+                         "clusters": result.n_clusters}
         result.shares, result.warnings = _shares(tasks, train_paths, minhash, dropped, share_column)
-        for warning in result.warnings:
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False)
         if not report_only:
-            step.write_without_rows(
+            result.manifest = step.write_without_rows(
                 shards, files, rows_in, dropped, why=("clusters.parquet", clusters), config=config.model_dump(),
                 versions=("datasketch", "pyarrow", "numpy", *(("wordllama", "sentence-transformers") if config.semantic else ())),
                 report=dedup_report(result, config), counts={"clusters": result.n_clusters},
@@ -74,8 +75,6 @@ def deduplicate(shards: str | Path, out: str | Path | None = None, *, report_onl
             result.out = step.out
             remove_work(folder)  # the output is in place: nothing left to resume
     result.seconds = step.seconds
-    if show_progress:
-        print_result(summary_table(result))
     return result
 
 

@@ -15,7 +15,10 @@ place only when the block ends without error. It is finished with `report.md` an
     versions     Rufus and the packages that shaped the output
     seconds      wall time from the step's start
 
-Each command adds its own keys beside the core."""
+Each command adds its own keys beside the core.
+
+Called from Python, every step returns a `StepResult` (a step may add fields to it); printing
+what it found is the CLI's part."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import json
 import time
 import weakref
 from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -44,6 +48,16 @@ from rufus_data.folders.shards import (
 
 REPORT = "report.md"
 CORE_KEYS = frozenset({"command", "config", "config_hash", "inputs", "counts", "versions", "seconds"})
+
+
+@dataclass(kw_only=True)
+class StepResult:
+    """What a data step returns: the folder it wrote (None: a report-only run), the manifest it
+    wrote there ({} when it wrote none) and its counts (the manifest's `counts`, also when none)."""
+
+    out: Path | None
+    manifest: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
 
 
 def hash_config(config: dict) -> str:
@@ -113,12 +127,12 @@ class OutputStep:
     def write_without_rows(self, shards: str | Path, files: list[Path], rows_in: int, drop: Collection[int], *,
                            why: tuple[str, pa.Table], config: dict, versions: Sequence[str], report: str,
                            counts: dict | None = None, copy: Callable[[list[Path], Collection[int], Path], None] = write_without_rows,
-                           pages: dict[str, str] | None = None, **own) -> None:
+                           pages: dict[str, str] | None = None, **own) -> dict:
         """The whole output of a step that drops rows (decontam, dedup): the input shards without
         the `drop` rows (global row numbers over `files`, `rows_in` in all; `copy` writes them,
         e.g. over many processes), `why` (file name, table: which rows went and why), `pages`
         (file name -> text, e.g. hits.html), and the manifest, whose counts start with rows in, out
-        and dropped."""
+        and dropped. Returns the manifest."""
         with self.folder() as tmp:
             copy(files, drop, tmp)
             pq.write_table(why[1], tmp / why[0])
@@ -131,3 +145,4 @@ class OutputStep:
                 **own,
             )
             self.finish(tmp, manifest, report)
+        return manifest

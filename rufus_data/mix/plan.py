@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rufus_data.base.console import print_result
+from rufus_data.base.yaml_config import settings_model
 from rufus_data.folders.output_step import check_output
-from rufus_data.mix.config import MixOptions, default_out
+from rufus_data.mix.config import MixConfig, default_out
 from rufus_data.mix.selection import (
     count_and_select,
     open_sources,
@@ -27,7 +28,7 @@ class MixPlan:
     """What a mix of `catalog` would write to `out`: each source's figures (selection.source_summaries)."""
 
     catalog: MixtureCatalog
-    catalog_path: Path
+    catalog_path: Path | None  # None: given from Python
     out: Path
     sources: list[dict]
     budget: float
@@ -41,18 +42,23 @@ class MixPlan:
         return sum(s["rows_holdout"] for s in self.sources)
 
 
-def mix_plan(options: MixOptions, show_progress: bool = True, check_out: bool = True) -> MixPlan:
-    """Count and select as the run would; `check_out`: refuse an output the run would refuse (an
-    existing folder without --overwrite), as the run does before its tokenizer loads."""
-    catalog_path, catalog, _ = read_catalog(options.catalog)  # the rewards are checked here too
-    out = options.out or default_out(catalog_path)
+def mix_plan(inputs: str | Path | dict | MixtureCatalog, out: str | Path | None = None,
+             settings: MixConfig | dict | str | Path | None = None, *, overwrite: bool = False,
+             show_progress: bool = False, check_out: bool = True) -> MixPlan:
+    """The plan of `mix` with the same arguments: count and select as the run would; `check_out`:
+    refuse an output the run would refuse (an existing folder without `overwrite`), as the run does
+    before its tokenizer loads."""
+    config = settings_model(MixConfig, settings)
+    read = read_catalog(inputs)  # the rewards are checked here too
+    catalog = read.catalog
+    out = Path(out) if out is not None else default_out(read.name)
     if check_out:
-        check_output("rufus-data mix", out, overwrite=options.overwrite)
-    opened, counter = open_sources(catalog, catalog_path)
-    counted, selections = count_and_select(catalog, opened, counter, holdout=options.holdout,
-                                           on_bad_row=options.on_bad_row or catalog.on_bad_row, parts_dir=None,
+        check_output("rufus-data mix", out, overwrite=overwrite)
+    opened, counter = open_sources(read)
+    counted, selections = count_and_select(catalog, opened, counter, holdout=config.holdout,
+                                           on_bad_row=config.on_bad_row or catalog.on_bad_row, parts_dir=None,
                                            show_progress=show_progress)
-    return MixPlan(catalog, catalog_path, out, source_summaries(catalog, counted, selections),
+    return MixPlan(catalog, read.path, out, source_summaries(catalog, counted, selections),
                    sum(s.target_tokens for s in selections))
 
 

@@ -10,55 +10,45 @@ manifest and a report, and only then moved into place."""
 from __future__ import annotations
 
 import hashlib
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rufus_data.base.report import bar_chart, markdown_table
-from rufus_data.base.yaml_config import model_from_options
-from rufus_data.folders.output_step import OutputStep
+from rufus_data.base.yaml_config import settings_model
+from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import write_shards
-from rufus_data.mix.config import MixOptions, OnBadRow, default_out
+from rufus_data.mix.config import MixConfig, default_out
 from rufus_data.mix.selection import (
+    CatalogRead,
     count_and_select,
     open_sources,
-    print_sources,
     read_catalog,
     share_notes,
     source_summaries,
 )
 from rufus_data.mix.shuffled_shards import read_picked_holdout, unified_schema, write_train
-from rufus_data.sources.catalog import MixtureCatalog, catalog_hash
+from rufus_data.sources.catalog import MixtureCatalog
 from rufus_data.sources.inputs import DataInput
 
 
-@dataclass
-class MixResult:
-    out: Path
-    manifest: dict
-
-
-def mix(
-    catalog_path: str | Path,
-    out: str | Path | None = None,
-    overwrite: bool = False,
-    holdout: int | None = None,
-    on_bad_row: OnBadRow | None = None,
-    show_progress: bool = True,
-) -> MixResult:
-    """Build the mixture described by a catalog; returns the output folder and its manifest. A
-    relative `catalogs/...` path the working folder lacks is read from the shipped catalogs (catalog_files.py)."""
-    options = model_from_options(MixOptions, {"catalog": catalog_path, "out": out, "overwrite": overwrite,
-                                              "holdout": holdout, "on_bad_row": on_bad_row})
-    catalog_path, catalog, rewards = read_catalog(options.catalog)
-    on_bad_row = options.on_bad_row or catalog.on_bad_row
-    step = OutputStep("rufus-data mix", options.out or default_out(catalog_path), overwrite=options.overwrite)
-    opened, counter = open_sources(catalog, catalog_path)
+def mix(inputs: str | Path | dict | MixtureCatalog, out: str | Path | None = None,
+        settings: MixConfig | dict | str | Path | None = None, *, overwrite: bool = False,
+        show_progress: bool = False) -> StepResult:
+    """Build the mixture a catalog describes (`inputs`: its file, or the catalog as a dict or a
+    MixtureCatalog) into `out` (None: outputs/<catalog name>); `settings`: MixConfig, or a dict or
+    YAML file of its fields. A relative `catalogs/...` path the working folder lacks is read from
+    the shipped catalogs (catalog_files.py)."""
+    config = settings_model(MixConfig, settings)
+    read = read_catalog(inputs)
+    catalog = read.catalog
+    on_bad_row = config.on_bad_row or catalog.on_bad_row
+    step = OutputStep("rufus-data mix", out if out is not None else default_out(read.name), overwrite=overwrite)
+    opened, counter = open_sources(read)
     with step.folder() as tmp:
         parts_dir = tmp / "_parts"
-        counted, selections = count_and_select(catalog, opened, counter, holdout=options.holdout, on_bad_row=on_bad_row,
+        counted, selections = count_and_select(catalog, opened, counter, holdout=config.holdout, on_bad_row=on_bad_row,
                                                parts_dir=parts_dir, show_progress=show_progress)
         schema, clashing = unified_schema([part for c in counted for part in c.parts])
         rows_train = write_train([(c.parts, sel.picks) for c, sel in zip(counted, selections, strict=True)],
@@ -67,16 +57,11 @@ def mix(
         rows_held = held.num_rows if held is not None else 0
         if rows_held:
             write_shards(held, tmp, catalog.shard_rows, split="holdout")
-        for part in parts_dir.rglob("*.parquet"):
-            part.unlink()
-        for folder in sorted(parts_dir.rglob("*"), reverse=True):
-            folder.rmdir()
-        parts_dir.rmdir()
-        manifest = _manifest(step, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
-                             {"holdout": options.holdout, "on_bad_row": on_bad_row}, rewards)
+        shutil.rmtree(parts_dir)
+        manifest = _manifest(step, read, counter, counted, selections, rows_train, rows_held,
+                             {"holdout": config.holdout, "on_bad_row": on_bad_row})
         step.finish(tmp, manifest, _report(tmp, catalog, manifest))
-    _print_summary(manifest)
-    return MixResult(out=step.out, manifest=manifest)
+    return StepResult(out=step.out, manifest=manifest, counts=manifest["counts"])
 
 
 @dataclass
@@ -89,7 +74,8 @@ class MixedInput:
     manifest: dict | None = None
 
 
-def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Path]) -> list[MixedInput]:
+def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Path],
+               show_progress: bool = False) -> list[MixedInput]:
     """Shard folders for the inputs of filter, pairs or a training stage: each catalog is mixed into
     `folder_for(input)` (replacing what is there: the same catalog gives the same shards), each
     folder is taken as it is."""
@@ -98,7 +84,7 @@ def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Pat
         if not item.catalog:
             found.append(MixedInput(item, item.path))
             continue
-        result = mix(item.path, out=folder_for(item), overwrite=True)
+        result = mix(item.path, folder_for(item), overwrite=True, show_progress=show_progress)
         found.append(MixedInput(item, result.out, result.manifest))
     return found
 
@@ -106,13 +92,14 @@ def mix_inputs(items: Sequence[DataInput], folder_for: Callable[[DataInput], Pat
 # --- manifest, report, summary ------------------------------------------------------------
 
 
-def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selections, rows_train, rows_held,
-              options: dict, rewards: dict[str, list]) -> dict:
+def _manifest(step: OutputStep, read: CatalogRead, counter, counted, selections, rows_train, rows_held,
+              options: dict) -> dict:
     """The common core (config: the catalog's content and the command's options) and mix's own keys."""
+    catalog = read.catalog
     sources = source_summaries(catalog, counted, selections)
-    catalog_file = {"path": str(catalog_path), "sha256": catalog_hash(catalog_path)}
+    catalog_file = read.file_record()
     return step.manifest(
-        config={"catalog": yaml.safe_load(catalog_path.read_text()), **options},
+        config={"catalog": read.written, **options},
         inputs=[catalog_file, *({"source": c.spec.name, **c.fingerprint} for c in counted)],
         counts={"rows_in": sum(c.rows_in for c in counted), "rows_train": rows_train, "rows_holdout": rows_held,
                 "rows_dropped": sum(len(c.bad_rows) + c.too_long for c in counted)},
@@ -127,7 +114,7 @@ def _manifest(step: OutputStep, catalog, catalog_path, counter, counted, selecti
         budget={"requested": catalog.budget, "used": round(sum(s.target_tokens for s in selections), 1)},
         rows={"train": rows_train, "holdout": rows_held},
         sources=sources,
-        rewards=rewards,
+        rewards=read.rewards,
         notes=share_notes(sources),
     )
 
@@ -166,6 +153,3 @@ def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
         f"(+{manifest['rows']['holdout']:,} held out).\n\n{table}\n![token shares](shares.png)\n\n## Notes\n\n{notes}"
     )
 
-
-def _print_summary(manifest: dict) -> None:
-    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])

@@ -6,6 +6,7 @@ report, the run's summary and the plan all show. One arithmetic, so a plan says 
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import yaml
 
 from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import RateColumn, console, print_rows, progress
@@ -20,7 +22,13 @@ from rufus_data.base.errors import RufusError
 from rufus_data.mix.config import OnBadRow
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.sources.canonical import Canonicaliser, OpenedSource, open_source
-from rufus_data.sources.catalog import MixtureCatalog, SourceSpec, load_catalog
+from rufus_data.sources.catalog import (
+    MixtureCatalog,
+    SourceSpec,
+    catalog_from_data,
+    catalog_hash,
+    load_catalog,
+)
 from rufus_data.sources.source_formats import BadRow, detect_format, resolve_columns
 from rufus_data.sources.tokens import TokenCounter
 
@@ -58,26 +66,61 @@ class Selection:
     repeat_factor: float
 
 
-def read_catalog(catalog_path: str | Path) -> tuple[Path, MixtureCatalog, dict[str, list]]:
-    """(the catalog's path, the catalog, its rewards by label); a relative `catalogs/...` path the
-    working folder lacks is read from the shipped catalogs (catalog_files.py)."""
-    path = resolve_entry(catalog_path)
-    catalog = load_catalog(path)
-    return path, catalog, _rewards_by_label(catalog)
+@dataclass
+class CatalogRead:
+    """A mix's catalog as read: from a file (`path`) or given from Python (`path` None), as written
+    (`written`: the manifest's config.catalog) and validated, with its rewards by label."""
+
+    path: Path | None
+    catalog: MixtureCatalog
+    written: dict
+    rewards: dict[str, list]
+
+    @property
+    def folder(self) -> Path:
+        """Where its relative paths (a chat template file) are read from: its file's folder, else here."""
+        return self.path.parent if self.path else Path.cwd()
+
+    @property
+    def name(self) -> str:
+        """The default output folder's name: the file's stem, else the catalog's `name`."""
+        return self.path.stem if self.path else self.catalog.name
+
+    def file_record(self) -> dict:
+        """Path (None: given from Python) and sha256 of the catalog, as manifests record it."""
+        if self.path is not None:
+            return {"path": str(self.path), "sha256": catalog_hash(self.path)}
+        text = yaml.safe_dump(self.written, sort_keys=True).encode()
+        return {"path": None, "sha256": hashlib.sha256(text).hexdigest()}
 
 
-def open_sources(catalog: MixtureCatalog, catalog_path: Path) -> tuple[list[OpenedSource], TokenCounter]:
+def read_catalog(given: str | Path | dict | MixtureCatalog) -> CatalogRead:
+    """A catalog file, or one given as a dict or a MixtureCatalog (its relative source paths read
+    from the working folder); a relative `catalogs/...` path the working folder lacks is read from
+    the shipped catalogs (catalog_files.py)."""
+    if isinstance(given, (str, Path)):
+        path = resolve_entry(given)
+        catalog = load_catalog(path)
+        written = yaml.safe_load(path.read_text())
+    else:
+        written = given.model_dump(mode="json", exclude_unset=True) if isinstance(given, MixtureCatalog) else given
+        path, catalog = None, catalog_from_data(written, Path.cwd())
+    return CatalogRead(path, catalog, written, _rewards_by_label(catalog))
+
+
+def open_sources(read: CatalogRead) -> tuple[list[OpenedSource], TokenCounter]:
     """Every source's rows found (before the tokenizer loads: a missing source is said first), then
     the tokenizer with the catalog's chat template."""
+    catalog = read.catalog
     opened = [open_source(spec) for spec in catalog.sources]
-    counter = TokenCounter(catalog.tokenizer, _read_template(catalog, catalog_path))
+    counter = TokenCounter(catalog.tokenizer, _read_template(catalog, read.folder, read.path or catalog.name))
     _check_trainable_spans(catalog, counter)
     return opened, counter
 
 
 def count_and_select(catalog: MixtureCatalog, opened: list[OpenedSource], counter: TokenCounter, *,
                      holdout: int | None, on_bad_row: OnBadRow, parts_dir: Path | None,
-                     show_progress: bool = True) -> tuple[list[SourceCounts], list[Selection]]:
+                     show_progress: bool = False) -> tuple[list[SourceCounts], list[Selection]]:
     """Passes 1 and 2: each source counted (its canonical rows written under `parts_dir`, or kept
     nowhere when it is None: a plan), then its rows chosen by token share."""
     counted = [_count_source(source, catalog, counter, parts_dir, on_bad_row, show_progress) for source in opened]
@@ -113,14 +156,14 @@ def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> No
                   f"num_trainable_tokens will be 0 (shares count total tokens, so the mix is right); to count them, {fix}")
 
 
-def _read_template(catalog: MixtureCatalog, catalog_path: Path) -> str | None:
-    """`chat_template:` may be inline jinja or a path to a .jinja file (relative to the catalog)."""
+def _read_template(catalog: MixtureCatalog, folder: Path, where: Path | str) -> str | None:
+    """`chat_template:` may be inline jinja or a path to a .jinja file (relative to `folder`, the catalog's)."""
     value = catalog.chat_template
     if value is None or "{%" in value or "{{" in value:
         return value
-    path = Path(value) if Path(value).is_absolute() else catalog_path.parent / value
+    path = Path(value) if Path(value).is_absolute() else folder / value
     if not path.exists():
-        raise RufusError(f"{catalog_path}: chat_template file {value} does not exist")
+        raise RufusError(f"{where}: chat_template file {value} does not exist")
     return path.read_text()
 
 

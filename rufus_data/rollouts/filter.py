@@ -33,7 +33,8 @@ import pyarrow.parquet as pq
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.report import markdown_table, pyplot
-from rufus_data.folders.output_step import OutputStep
+from rufus_data.base.yaml_config import settings_model
+from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import DATA_DIR, MANIFEST, read_shards, write_shards
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import SamplingParams
@@ -108,19 +109,20 @@ def partial_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.partial"
 
 
-def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, config: FilterConfig,
-                   overwrite: bool = False) -> dict:
-    """Sample, score and bucket; returns the summary that also goes into the manifest. `inputs`:
-    shard folders or catalogs (None: catalogs/rl.yaml); `out` None: outputs/<input name>-filtered."""
-    config = config.resolved()  # `auto` decided before the journal's key is made
+def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | None = None,
+                   settings: FilterConfig | dict | str | Path | None = None, *, overwrite: bool = False,
+                   show_progress: bool = False) -> StepResult:
+    """Sample, score and bucket. `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out`
+    None: outputs/<input name>-filtered; `settings`: FilterConfig, or a dict or YAML file of its
+    fields (`policy` at least)."""
+    config = settings_model(FilterConfig, settings).resolved()  # `auto` decided before the journal's key is made
     entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data filter", out if out is not None else default_out(entries, "filtered"), overwrite=overwrite)
-    out = step.out
     parse_band(config.keep)
     if config.reward:
         Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
     check_model(config.policy, config.access())
-    folders, catalogs = input_folders(entries, partial_dir(out))
+    folders, catalogs = input_folders(entries, partial_dir(step.out), show_progress)
     rows, prompts, inputs_, schema = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
         raise RufusError(f"no prompts in {', '.join(map(str, folders))}: nothing to filter")
@@ -128,65 +130,57 @@ def filter_prompts(inputs: list[str | Path] | None, out: str | Path | None, conf
     scorer = Scorer.from_specs(specs)
     for entry in inputs_:
         entry.update({"catalog": catalogs[entry["path"]]} if entry["path"] in catalogs else {})
-    sampling = config.sampling(config.k)
     config_hash = config.rollout_hash(inputs_, specs)
-    journal = Journal(partial_dir(out) / f"filter-{config_hash}.jsonl", config_hash)
+    journal = Journal(partial_dir(step.out) / f"filter-{config_hash}.jsonl", config_hash)
     by_id = {str(r["id"]): r for r in rows}
+    timings, context_status = _generate(config, prompts, journal, lambda result: _scored(scorer, by_id, result),
+                                        show_progress)
+    run = {"config": config.model_dump(), "config_hash": config_hash, "inputs": inputs_, "seed": config.seed,
+           "generation": timings, "max_model_len_check": context_status,
+           "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names,
+                       "weights": dict(zip(scorer.names, scorer.weights, strict=True))}}
+    rollouts = rollouts_table(prompts, by_id, journal, config, config.sampling(config.k))
+    result = write_filter_output(step, rows, schema, rollouts, config.k, config.keep, config.aggregation, run,
+                                 holdout=read_holdout(folders))
+    shutil.rmtree(partial_dir(step.out), ignore_errors=True)
+    return result
 
-    def to_record(result) -> dict:
-        row = by_id[result.prompt.id]
-        texts = [c.text for c in result.completions]
-        combined, per_function = scorer.score(row, result.prompt.messages, texts, known_token_ids(result.completions))
-        return {
-            "completions": [
-                {
-                    "text": c.text,
-                    "token_ids": c.token_ids,
-                    "num_tokens": c.num_tokens,  # from usage where a server sends no token ids
-                    "finish_reason": c.finish_reason,
-                    "seed": c.seed,
-                    "logprobs": c.logprobs,
-                    "reward": combined[i],
-                    "rewards": {name: scores[i] for name, scores in per_function.items()},
-                }
-                for i, c in enumerate(result.completions)
-            ]
-        }
 
-    timings = {}
-    context_status = "n/a"
+def _generate(config: FilterConfig, prompts: list, journal: Journal, to_record, show_progress: bool) -> tuple[dict, str]:
+    """k samples of each prompt the journal lacks, scored into it: (timings, max_model_len check)."""
     todo = [p for p in prompts if p.id not in journal]
-    if todo:
-        with open_generator(config.policy, config.access()) as generator:
-            context_status = check_prompts_fit(generator, config.policy, todo, sampling)
-            timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}")
-    else:
-        console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
-        timings = {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
+    if not todo:
+        if show_progress:
+            console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
+        return {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}, "n/a"
+    sampling = config.sampling(config.k)
+    with open_generator(config.policy, config.access()) as generator:
+        context_status = check_prompts_fit(generator, config.policy, todo, sampling)
+        timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}",
+                                show_progress=show_progress)
+    return timings, context_status
 
-    rollouts = rollouts_table(prompts, by_id, journal, config, sampling)
-    summary = write_filter_output(
-        step,
-        rows,
-        schema,
-        rollouts,
-        config.k,
-        config.keep,
-        config.aggregation,
-        run={
-            "config": config.model_dump(),
-            "config_hash": config_hash,
-            "inputs": inputs_,
-            "seed": config.seed,
-            "generation": timings,
-            "max_model_len_check": context_status,
-            "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names,
-                        "weights": dict(zip(scorer.names, scorer.weights, strict=True))},
-        },
-        holdout=read_holdout(folders),
-    )
-    shutil.rmtree(partial_dir(out), ignore_errors=True)
-    return summary
+
+def _scored(scorer: Scorer, by_id: dict[str, dict], result) -> dict:
+    """A prompt's journal record: each completion with its combined reward and each reward's score."""
+    row = by_id[result.prompt.id]
+    texts = [c.text for c in result.completions]
+    combined, per_function = scorer.score(row, result.prompt.messages, texts, known_token_ids(result.completions))
+    return {
+        "completions": [
+            {
+                "text": c.text,
+                "token_ids": c.token_ids,
+                "num_tokens": c.num_tokens,  # from usage where a server sends no token ids
+                "finish_reason": c.finish_reason,
+                "seed": c.seed,
+                "logprobs": c.logprobs,
+                "reward": combined[i],
+                "rewards": {name: scores[i] for name, scores in per_function.items()},
+            }
+            for i, c in enumerate(result.completions)
+        ]
+    }
 
 
 def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampling: SamplingParams) -> pa.Table:
@@ -263,7 +257,7 @@ def bucket_prompts(rollouts: pa.Table, k: int, keep: str, aggregation: str = "su
 
 
 def write_filter_output(step: OutputStep, rows: list[dict], schema: pa.Schema, rollouts: pa.Table, k: int, keep: str,
-                        aggregation: str, run: dict, holdout: pa.Table | None = None) -> dict:
+                        aggregation: str, run: dict, holdout: pa.Table | None = None) -> StepResult:
     """Write the bucket folders (input schema + pass_rate; each with report.md and manifest.json),
     the input's holdout split into learnable/, rollouts, report and manifest, atomically.
     `run`: what made the rollouts (config, config_hash, inputs, generation, ...), for the manifest."""
@@ -297,7 +291,7 @@ def write_filter_output(step: OutputStep, rows: list[dict], schema: pa.Schema, r
         manifest = step.manifest(**core, counts=counts, **own,
                                  **{key: value for key, value in summary.items() if key != "counts"})
         step.finish(tmp, manifest, filter_report(tmp, rows, rollouts, buckets, counts, keep, manifest))
-    return {**summary, "out": str(step.out), "generation": run.get("generation", {})}
+    return StepResult(out=step.out, manifest=manifest, counts=counts)
 
 
 BUCKET_MEANING = {
@@ -412,7 +406,7 @@ def _inputs_line(prompts: int, limit: int | None, holdout_rows: int) -> str:
 
 
 def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bool = False,
-             aggregation: str | None = None) -> dict:
+             aggregation: str | None = None) -> StepResult:
     """Re-bucket a finished filter output from its stored rewards (no generation); `aggregation`
     None: the earlier run's."""
     step = OutputStep("rufus-data filter --from-rollouts", out, overwrite=overwrite)

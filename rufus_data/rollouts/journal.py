@@ -81,6 +81,7 @@ def run_journaled(
     journal: Journal,
     to_record: Callable[[PromptResult], dict],
     description: str = "generating",
+    show_progress: bool = True,
 ) -> dict:
     """Generate the prompts the journal lacks, turning each result into a record (score it there)
     and appending it at once; shows prompts/s and generated tokens/s. Returns timing figures."""
@@ -90,7 +91,7 @@ def run_journaled(
     started = time.monotonic()
     generated_tokens = 0
     with progress("prompts", tokens) as bar:
-        task = bar.add_task(description, total=len(prompts), completed=len(prompts) - len(todo))
+        task = bar.add_task(description, total=len(prompts), completed=len(prompts) - len(todo), visible=show_progress)
         for result in generator.stream(todo, sampling):
             record = to_record(result)
             record["prompt_id"] = result.prompt.id

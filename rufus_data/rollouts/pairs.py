@@ -35,13 +35,15 @@ import json
 import random
 import shutil
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
 from rufus_data.base.errors import RufusError
 from rufus_data.base.report import markdown_table
-from rufus_data.folders.output_step import OutputStep
+from rufus_data.base.yaml_config import settings_model
+from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import read_manifest, write_shards
 from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
 from rufus_data.generate.sampling import prompt_seed
@@ -67,29 +69,17 @@ def _text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config: PairsConfig,
-                overwrite: bool = False) -> dict:
-    """Build the pairs; `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
-    outputs/<input name>-pairs. Returns the summary that also goes into the manifest."""
-    config = config.resolved()  # `auto` decided before the journals' keys are made
+def build_pairs(inputs: list[str | Path] | None = None, out: str | Path | None = None,
+                settings: PairsConfig | dict | str | Path | None = None, *, overwrite: bool = False,
+                show_progress: bool = False) -> StepResult:
+    """Build the pairs. `inputs`: shard folders or catalogs (None: catalogs/rl.yaml); `out` None:
+    outputs/<input name>-pairs; `settings`: PairsConfig, or a dict or YAML file of its fields."""
+    config = settings_model(PairsConfig, settings).resolved()  # `auto` decided before the journals' keys are made
     entries = data_inputs(inputs, DEFAULT_RL_CATALOG)
     step = OutputStep("rufus-data pairs", out if out is not None else default_out(entries, "pairs"), overwrite=overwrite)
-    out = step.out
-    config.method(data_rewards=True)  # refuses a configuration that builds no pairs, before anything loads
-    if config.reward:
-        Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
-    # which models sample, and how many samples each
-    roles: list[tuple[str, str, int, list[str]]] = []
-    if config.policy:
-        roles.append(("policy", config.policy, config.k, config.base_urls))
-    if config.strong:
-        roles.append(("strong", config.strong, 1, config.strong_base_urls))
-    if config.weak:
-        roles.append(("weak", config.weak, 1, config.weak_base_urls))
-    for _, model, _, urls in roles:
-        check_model(model, config.access(urls))
-    partial = out.parent / f".{out.name}.partial"
-    folders, catalogs = input_folders(entries, partial)
+    roles = _sampling_roles(config)
+    partial = step.out.parent / f".{step.out.name}.partial"
+    folders, catalogs = input_folders(entries, partial, show_progress)
     rows, prompts, inputs_, _ = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
         raise RufusError(f"no prompts in {', '.join(map(str, folders))}: nothing to pair")
@@ -101,49 +91,71 @@ def build_pairs(inputs: list[str | Path] | None, out: str | Path | None, config:
         raise RufusError("--require-verified needs a reward to verify that chosen passes and rejected fails: pass "
                          "--reward SPEC, or give the rows' sources a `reward:` in their catalog")
     scorer = Scorer.from_specs(specs) if specs else None
-    tokenizer = pair_tokenizer(config, folders)
-    counter = TokenCounter(tokenizer)
-    by_id = {str(r["id"]): r for r in rows}
-
-    def to_record(result) -> dict:
-        texts = [c.text for c in result.completions]
-        rewards = [None] * len(texts)
-        if scorer is not None:
-            rewards, _ = scorer.score(by_id[result.prompt.id], result.prompt.messages, texts,
-                                      known_token_ids(result.completions))
-        return {
-            "texts": texts,
-            "num_tokens": [c.num_tokens for c in result.completions],
-            "finish_reasons": [c.finish_reason for c in result.completions],
-            "rewards": rewards,
-        }
-
-    samples: dict[str, dict[str, dict]] = {}
-    generation = {}
+    samples, generation = {}, {}
     for role, model, n, urls in roles:
-        sampling = config.sampling(n)
         config_hash = config.config_hash(role, model, n, inputs_, specs)
         journal = Journal(partial / f"pairs-{role}-{config_hash}.jsonl", config_hash)
-        todo = [p for p in prompts if p.id not in journal]
-        if todo:
-            with open_generator(model, config.access(urls)) as generator:
-                status = check_prompts_fit(generator, model, todo, sampling)
-                generation[role] = run_journaled(generator, prompts, sampling, journal, to_record, description=f"pairs {role}")
-                generation[role]["max_model_len_check"] = status
-        else:
-            generation[role] = {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
-        samples[role] = {pid: journal.records[pid] for pid in by_id}
+        generation[role] = _sample(config, model, n, urls, prompts, journal, rows, scorer, f"pairs {role}", show_progress)
+        samples[role] = {str(row["id"]): journal.records[str(row["id"])] for row in rows}
         generation[role]["finish_length"] = sum(
             reason == "length" for record in samples[role].values() for reason in record["finish_reasons"])
-
+    tokenizer = pair_tokenizer(config, folders)
+    counter = TokenCounter(tokenizer)
     pairs, counts = make_pairs(rows, config, method, samples, scorer,
                                encode=lambda text: counter.tokenizer.encode(text, add_special_tokens=False))
     count_pair_tokens(pairs, counter)
     rewards = {"from": rewards_from, "specs": specs, "names": scorer.names if scorer else []}
-    summary = write_pairs_output(step, pairs, counts, config, method, inputs_, generation,
-                                 rewards=rewards, tokenizer=tokenizer)
+    result = write_pairs_output(step, pairs, counts, config, method, inputs_, generation, rewards=rewards,
+                                tokenizer=tokenizer)
     shutil.rmtree(partial, ignore_errors=True)
-    return summary
+    return result
+
+
+def _sampling_roles(config: PairsConfig) -> list[tuple[str, str, int, list[str]]]:
+    """(role, model, samples per prompt, server URLs) of each model that samples, after refusing a
+    configuration that builds no pairs, a bad --reward or a model that cannot load (nothing loads)."""
+    config.method(data_rewards=True)
+    if config.reward:
+        Scorer.from_specs(config.reward)
+    roles = []
+    if config.policy:
+        roles.append(("policy", config.policy, config.k, config.base_urls))
+    if config.strong:
+        roles.append(("strong", config.strong, 1, config.strong_base_urls))
+    if config.weak:
+        roles.append(("weak", config.weak, 1, config.weak_base_urls))
+    for _, model, _, urls in roles:
+        check_model(model, config.access(urls))
+    return roles
+
+
+def _sample(config: PairsConfig, model: str, n: int, urls: list[str], prompts: list, journal: Journal, rows: list[dict],
+            scorer: Scorer | None, description: str, show_progress: bool) -> dict:
+    """`n` answers of `model` to each prompt the journal lacks, scored into it; returns the timings."""
+    todo = [p for p in prompts if p.id not in journal]
+    if not todo:
+        return {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
+    by_id = {str(r["id"]): r for r in rows}
+    sampling = config.sampling(n)
+    with open_generator(model, config.access(urls)) as generator:
+        status = check_prompts_fit(generator, model, todo, sampling)
+        timings = run_journaled(generator, prompts, sampling, journal, lambda result: _answers_record(scorer, by_id, result),
+                                description=description, show_progress=show_progress)
+    return {**timings, "max_model_len_check": status}
+
+
+def _answers_record(scorer: Scorer | None, by_id: dict[str, dict], result) -> dict:
+    """A prompt's journal record: the answers, their token counts, finish reasons and rewards (None unscored)."""
+    texts = [c.text for c in result.completions]
+    rewards = [None] * len(texts)
+    if scorer is not None:
+        rewards, _ = scorer.score(by_id[result.prompt.id], result.prompt.messages, texts, known_token_ids(result.completions))
+    return {
+        "texts": texts,
+        "num_tokens": [c.num_tokens for c in result.completions],
+        "finish_reasons": [c.finish_reason for c in result.completions],
+        "rewards": rewards,
+    }
 
 
 def pair_tokenizer(config: PairsConfig, folders: list[Path]) -> str:
@@ -203,100 +215,125 @@ def reference_answer(row: dict) -> tuple[str, str] | None:
     return None
 
 
+@dataclass
+class Answer:
+    """One side of a pair: its text, the model (or dataset column) it came from, and its reward."""
+
+    text: str
+    model: str | None
+    reward: float | None = None
+
+
 def make_pairs(rows, config: PairsConfig, method: str, samples: dict, scorer, encode=None) -> tuple[list[dict], Counter]:
     """The pairs of `method` from the sampled answers (or the rows' own); `encode`: text -> token
     ids, for length rewards that score an answer no model generated."""
 
     def score_text(row: dict, text: str) -> float | None:
+        if scorer is None:
+            return None
         return scorer.score(row, _messages(row), [text], [encode(text)] if encode else None)[0][0]
 
     counts: Counter = Counter(dict.fromkeys(report_counters(config, method, scorer is not None), 0))
-    pairs = []
     sampling_json = json.dumps(
         {role: config.sampling(config.k if role == "policy" else 1).to_dict() for role in samples}, sort_keys=True
     )
+    pairs = []
     for row in rows:
-        pid = str(row["id"])
         counts["prompts"] += 1
-        chosen = rejected = None
-        chosen_model = rejected_model = None
-        chosen_reward = rejected_reward = None
-        if method.startswith("on_policy"):
-            record = samples["policy"][pid]
-            scored = [(r, i) for i, r in enumerate(record["rewards"]) if r is not None]
-            if not scored:
-                counts["dropped_unscored"] += 1
-                continue
-            passing = [s for s in scored if s[0] >= config.pass_threshold]
-            failing = [s for s in scored if s[0] < config.pass_threshold]
-            if not passing or (method == "on_policy" and not failing):
-                # all samples pass, or all fail (equal scores included): nothing to contrast
-                counts["dropped_no_passing_sample" if method == "on_policy_perturbed" else "dropped_no_pass_fail_split"] += 1
-                continue
-            best = max(passing, key=lambda x: (x[0], -x[1]))  # the best passing sample, first on ties
-            chosen, chosen_reward, chosen_model = record["texts"][best[1]], best[0], config.policy
-            if method == "on_policy":
-                worst = min(failing, key=lambda x: (x[0], x[1]))  # the worst failing sample
-                rejected, rejected_reward, rejected_model = record["texts"][worst[1]], worst[0], config.policy
-        elif method.startswith("strong"):
-            record = samples["strong"][pid]
-            chosen, chosen_reward, chosen_model = record["texts"][0], record["rewards"][0], config.strong
-            if method == "strong_vs_weak":
-                weak = samples["weak"][pid]
-                rejected, rejected_reward, rejected_model = weak["texts"][0], weak["rewards"][0], config.weak
-        else:  # reference_perturbed
-            reference = reference_answer(row)
-            if reference is None:
-                counts["dropped_no_reference_answer"] += 1
-                continue
-            chosen, chosen_model = reference[0], f"dataset:{reference[1]}"
-            if scorer is not None:
-                chosen_reward = score_text(row, chosen)
-        if method.endswith("perturbed"):
-            rng = random.Random(prompt_seed(config.seed or 0, pid))
-            rejected = perturb_final_answer(chosen, rng)
-            if rejected is None:
-                counts["dropped_no_answer_to_perturb"] += 1
-                continue
-            rejected_model = f"perturbed:{chosen_model}"
-            if scorer is not None:
-                rejected_reward = score_text(row, rejected)
-        if chosen.strip() == rejected.strip():
-            counts["dropped_identical"] += 1
-            continue
-        if scorer is not None and chosen_reward is not None and chosen_reward == rejected_reward:
-            counts["dropped_tied"] += 1
-            continue
-        if scorer is not None and chosen_reward is not None and rejected_reward is not None and chosen_reward < rejected_reward:
-            chosen, rejected = rejected, chosen  # the verifier outranks the model order
-            chosen_model, rejected_model = rejected_model, chosen_model
-            chosen_reward, rejected_reward = rejected_reward, chosen_reward
-            counts["swapped_by_reward"] += 1
-        if config.require_verified:
-            passes = chosen_reward is not None and chosen_reward >= config.pass_threshold
-            fails = rejected_reward is not None and rejected_reward < config.pass_threshold
-            if not (passes and fails):
-                counts["dropped_not_verified"] += 1
-                continue
-        pairs.append(
-            {
-                **{key: value for key, value in row.items() if key not in ("prompt", "chosen", "rejected")},
-                "id": pid,
-                "prompt": _messages(row),
-                "chosen": [{"role": "assistant", "content": chosen}],
-                "rejected": [{"role": "assistant", "content": rejected}],
-                "chosen_model": chosen_model,
-                "rejected_model": rejected_model,
-                "chosen_reward": chosen_reward,
-                "rejected_reward": rejected_reward,
-                "pair_method": method,
-                "sampling": sampling_json,
-                "chosen_sha256": _text_hash(chosen),
-                "rejected_sha256": _text_hash(rejected),
-            }
-        )
-        counts["pairs"] += 1
+        sides = _answers(row, config, method, samples, score_text, counts)
+        if sides is not None:
+            sides = _ranked(*sides, scorer is not None, config, counts)
+        if sides is not None:
+            pairs.append(_pair_row(row, *sides, method, sampling_json))
+            counts["pairs"] += 1
     return pairs, counts
+
+
+def _answers(row: dict, config: PairsConfig, method: str, samples: dict, score_text, counts: Counter) -> tuple[Answer, Answer] | None:
+    """One row's chosen and rejected answer, before the reward ranks them; None (counted) when it gives none."""
+    pid = str(row["id"])
+    if method.startswith("on_policy"):
+        sides = _on_policy(samples["policy"][pid], config, method, counts)
+    elif method.startswith("strong"):
+        strong = samples["strong"][pid]
+        weak = samples["weak"][pid] if method == "strong_vs_weak" else None
+        sides = (Answer(strong["texts"][0], config.strong, strong["rewards"][0]),
+                 None if weak is None else Answer(weak["texts"][0], config.weak, weak["rewards"][0]))
+    else:  # reference_perturbed
+        reference = reference_answer(row)
+        if reference is None:
+            counts["dropped_no_reference_answer"] += 1
+            return None
+        sides = (Answer(reference[0], f"dataset:{reference[1]}", score_text(row, reference[0])), None)
+    if sides is None or not method.endswith("perturbed"):
+        return sides
+    chosen = sides[0]
+    rejected = perturb_final_answer(chosen.text, random.Random(prompt_seed(config.seed or 0, pid)))
+    if rejected is None:
+        counts["dropped_no_answer_to_perturb"] += 1
+        return None
+    return chosen, Answer(rejected, f"perturbed:{chosen.model}", score_text(row, rejected))
+
+
+def _on_policy(record: dict, config: PairsConfig, method: str, counts: Counter) -> tuple[Answer, Answer | None] | None:
+    """The best passing of the policy's samples and, for `on_policy`, the worst failing one."""
+    scored = [(r, i) for i, r in enumerate(record["rewards"]) if r is not None]
+    if not scored:
+        counts["dropped_unscored"] += 1
+        return None
+    passing = [s for s in scored if s[0] >= config.pass_threshold]
+    failing = [s for s in scored if s[0] < config.pass_threshold]
+    if not passing or (method == "on_policy" and not failing):
+        # all samples pass, or all fail (equal scores included): nothing to contrast
+        counts["dropped_no_passing_sample" if method == "on_policy_perturbed" else "dropped_no_pass_fail_split"] += 1
+        return None
+    best = max(passing, key=lambda x: (x[0], -x[1]))  # the best passing sample, first on ties
+    chosen = Answer(record["texts"][best[1]], config.policy, best[0])
+    if method != "on_policy":
+        return chosen, None
+    worst = min(failing, key=lambda x: (x[0], x[1]))  # the worst failing sample
+    return chosen, Answer(record["texts"][worst[1]], config.policy, worst[0])
+
+
+def _ranked(chosen: Answer, rejected: Answer, scored: bool, config: PairsConfig, counts: Counter) -> tuple[Answer, Answer] | None:
+    """Identical and tied answers dropped; the two swapped where the reward ranks the rejected one
+    higher (the verifier outranks the model order); with --require-verified, only a passing chosen
+    against a failing rejected kept. None (counted) for a dropped pair."""
+    if chosen.text.strip() == rejected.text.strip():
+        counts["dropped_identical"] += 1
+        return None
+    if scored and chosen.reward is not None and chosen.reward == rejected.reward:
+        counts["dropped_tied"] += 1
+        return None
+    if scored and chosen.reward is not None and rejected.reward is not None and chosen.reward < rejected.reward:
+        chosen, rejected = rejected, chosen
+        counts["swapped_by_reward"] += 1
+    if config.require_verified:
+        passes = chosen.reward is not None and chosen.reward >= config.pass_threshold
+        fails = rejected.reward is not None and rejected.reward < config.pass_threshold
+        if not (passes and fails):
+            counts["dropped_not_verified"] += 1
+            return None
+    return chosen, rejected
+
+
+def _pair_row(row: dict, chosen: Answer, rejected: Answer, method: str, sampling_json: str) -> dict:
+    """The output row: the input row's other columns, the conversation and where each answer came from."""
+    return {
+        **{key: value for key, value in row.items() if key not in ("prompt", "chosen", "rejected")},
+        "id": str(row["id"]),
+        "prompt": _messages(row),
+        "chosen": [{"role": "assistant", "content": chosen.text}],
+        "rejected": [{"role": "assistant", "content": rejected.text}],
+        "chosen_model": chosen.model,
+        "rejected_model": rejected.model,
+        "chosen_reward": chosen.reward,
+        "rejected_reward": rejected.reward,
+        "pair_method": method,
+        "sampling": sampling_json,
+        "chosen_sha256": _text_hash(chosen.text),
+        "rejected_sha256": _text_hash(rejected.text),
+    }
 
 
 def _messages(row: dict) -> list[dict]:
@@ -304,8 +341,8 @@ def _messages(row: dict) -> list[dict]:
 
 
 def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsConfig, method: str, inputs, generation,
-                       rewards: dict | None = None, tokenizer: str | None = None) -> dict:
-    """Write the pairs as shards, with report.md and manifest.json, atomically; returns the summary."""
+                       rewards: dict | None = None, tokenizer: str | None = None) -> StepResult:
+    """Write the pairs as shards, with report.md and manifest.json, atomically."""
     chosen_chars = [len(p["chosen"][0]["content"]) for p in pairs]
     rejected_chars = [len(p["rejected"][0]["content"]) for p in pairs]
     ratio = (sum(chosen_chars) / sum(rejected_chars)) if pairs and sum(rejected_chars) else None
@@ -350,4 +387,4 @@ def write_pairs_output(step: OutputStep, pairs, counts: Counter, config: PairsCo
             tokenizer=tokenizer, **{key: value for key, value in summary.items() if key != "counts"},
         )
         step.finish(tmp, manifest, "\n".join(lines) + "\n")
-    return {**summary, "out": str(step.out)}
+    return StepResult(out=step.out, manifest=manifest, counts=manifest["counts"])

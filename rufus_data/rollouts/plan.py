@@ -22,7 +22,6 @@ from rufus_data.base.errors import RufusError
 from rufus_data.folders.output_step import check_output
 from rufus_data.folders.shards import shard_files, shard_row_counts
 from rufus_data.generate.backends import check_model
-from rufus_data.mix.config import MixOptions
 from rufus_data.mix.plan import mix_plan
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, declares_rewards, encode_specs, scoring_specs
 from rufus_data.rollouts.filter import ROLLOUTS, parse_band
@@ -126,7 +125,7 @@ def _input_sources(entries: list[DataInput]) -> list[SourcePrompts]:
     found = []
     for entry in entries:
         if entry.catalog:
-            plan = mix_plan(MixOptions(catalog=entry.path), show_progress=False, check_out=False)
+            plan = mix_plan(entry.path, check_out=False)
             found += [SourcePrompts(entry.given, s["name"], s["label"], s["rows_out"],
                                     encode_specs(s["reward"]) if s["reward"] else None) for s in plan.sources]
             continue

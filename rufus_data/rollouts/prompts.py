@@ -33,10 +33,10 @@ def default_out(items: Sequence[DataInput], suffix: str) -> Path:
     return Path("outputs") / f"{'+'.join(item.name for item in items)}-{suffix}"
 
 
-def input_folders(items: Sequence[DataInput], work: Path) -> tuple[list[Path], dict[str, dict]]:
+def input_folders(items: Sequence[DataInput], work: Path, show_progress: bool = False) -> tuple[list[Path], dict[str, dict]]:
     """Shard folders for the inputs: each catalog is mixed into `work`/input-<name>. Returns the
     folders and, per mixed folder, its catalog (path and sha256) for the manifest."""
-    found = mix_inputs(items, lambda item: Path(work) / f"input-{item.name}")
+    found = mix_inputs(items, lambda item: Path(work) / f"input-{item.name}", show_progress)
     return [m.folder for m in found], {str(m.folder): m.input.catalog_record() for m in found if m.manifest is not None}
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from rufus_data.base.errors import RufusError
-from rufus_data.base.yaml_config import StrictModel, load_yaml_model
+from rufus_data.base.yaml_config import StrictModel, load_yaml_model, settings_model
 from rufus_data.folders.shards import Kind
 from rufus_data.rewards.data_rewards import Spec as RewardSpec
 from rufus_data.rewards.data_rewards import normalise_specs
@@ -127,7 +127,17 @@ def load_catalog(path: str | Path) -> MixtureCatalog:
     """Read and validate a mixture catalog; relative source paths resolve against the catalog's
     folder. Labels default to the origin as written (a fallback's own, unless the source sets one)."""
     path = Path(path)
-    catalog = load_yaml_model(path, MixtureCatalog)
+    return _settled(load_yaml_model(path, MixtureCatalog), path.parent)
+
+
+def catalog_from_data(data: dict, base: Path) -> MixtureCatalog:
+    """A catalog given from Python as a dict, validated as a file is; relative source paths
+    resolve against `base` (the working folder, where a file's resolve against its folder)."""
+    return _settled(settings_model(MixtureCatalog, data, where="catalog"), base)
+
+
+def _settled(catalog: MixtureCatalog, base: Path) -> MixtureCatalog:
+    """Labels as written and source paths resolved against `base`, once, as a mix reads them."""
     for source in catalog.sources:
         given = source.label
         source.label = source.default_label  # the path as written, before it is resolved
@@ -135,7 +145,7 @@ def load_catalog(path: str | Path) -> MixtureCatalog:
             source.fallback.label = source.fallback.label or given or source.fallback.written_origin()
         for rows in (source, source.fallback):
             if rows is not None and rows.path is not None:
-                rows.path = str(resolve_source_path(rows.path, path.parent))
+                rows.path = str(resolve_source_path(rows.path, base))
     return catalog
 
 
