@@ -24,6 +24,7 @@ from rufus_data.generate.context import check_context_fits
 from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members, launch
 from rufus_data.generate.server import ServerConfig, ServerGenerator
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, server_command
+from rufus_data.models.reference import ModelRef
 
 ADD = [Prompt(f"add-{a}-{b}", [{"role": "user", "content": f"What is {a} + {b}? Answer with just the number."}])
        for a, b in [(1, 1), (2, 3), (4, 5)]]
@@ -46,7 +47,7 @@ def test_bad_sampling_parameters_name_the_field():
 def hf_generator(tiny_model):
     from rufus_data.generate.hf import HFGenerator
 
-    return HFGenerator(tiny_model, model_name="tiny-random")
+    return HFGenerator(ModelRef.of(tiny_model), model_name="tiny-random")
 
 
 def test_hf_completions_do_not_depend_on_batch_company(hf_generator):

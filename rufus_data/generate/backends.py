@@ -21,24 +21,31 @@ from rufus_data.models.hub import model_unavailable
 from rufus_data.models.reference import ModelRef
 
 
-def check_model(model: str, config: ModelAccess) -> None:
+def model_to_load(model: str, config: ModelAccess) -> str | ModelRef:
+    """The model a command generates with, resolved once where the command starts: a ModelRef for
+    the hf and vllm backends, which load it here; a server's name for its model as given (a served
+    name is not a reference: vLLM's default is the path it loaded, on another machine)."""
+    return model if config.backend == "server" else ModelRef.of(model)
+
+
+def check_model(model: str | ModelRef, config: ModelAccess) -> None:
     """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
     neither cached nor reachable (a built-in name is converted when it first loads, not here: a
     --dry-run checks its models too; a folder must exist). A server's model is the server's business."""
-    if config.backend == "server" or ModelRef.of(model).kind != "hub":
+    if config.backend == "server" or model.kind != "hub":
         return
-    problem = model_unavailable(model)
+    problem = model_unavailable(model.text)
     if problem:
         raise RufusError(
-            f"model {model!r} cannot be loaded: {problem}. Give a built-in name ({', '.join(sorted(BUILTINS))}), a "
+            f"model {model.text!r} cannot be loaded: {problem}. Give a built-in name ({', '.join(sorted(BUILTINS))}), a "
             "model folder, or a hub id that is cached here or reachable (or --backend server --base-url URL)"
         )
 
 
 @contextlib.contextmanager
-def open_generator(model: str, config: ModelAccess) -> Iterator[Generator]:
-    """A ready generator for `model`; anything it started (a vLLM server) is stopped on exit.
-    `config` is resolved: `auto` was decided where the command started."""
+def open_generator(model: str | ModelRef, config: ModelAccess) -> Iterator[Generator]:
+    """A ready generator for `model` (from `model_to_load`); anything it started (a vLLM server) is
+    stopped on exit. `config` is resolved: `auto` was decided where the command started."""
     if config.backend == "auto":
         raise ValueError("resolve the model access first (ModelAccess.resolved)")
     if config.backend == "server":  # the server's name for its model: nothing here to resolve
@@ -46,23 +53,23 @@ def open_generator(model: str, config: ModelAccess) -> Iterator[Generator]:
         with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
             yield gen
         return
-    ref = ModelRef.of(model)
     if config.backend == "hf":
-        with HFGenerator(ref, dtype=config.dtype or "bfloat16") as gen:
+        with HFGenerator(model, dtype=config.dtype or "bfloat16") as gen:
             yield gen
         return
-    with launch(config.launch_config(ref.folder(), config.served_model_name or model)) as server:
+    with launch(config.launch_config(model.folder(), config.served_model_name or model.text)) as server:
         cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
         with ServerGenerator(cfg) as gen:
             yield gen
 
 
-def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
-    """Tokens of the longest chat-templated prompt, with the model's tokenizer (None if unavailable)."""
+def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt]) -> int | None:
+    """Tokens of the longest chat-templated prompt, with the model's tokenizer (None if unavailable:
+    a served name without a local tokenizer)."""
     try:
         from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
 
-        tokenizer = AutoTokenizer.from_pretrained(ModelRef.of(model).folder())
+        tokenizer = AutoTokenizer.from_pretrained(model.folder() if isinstance(model, ModelRef) else model)
     except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
         return None
     longest = 0
@@ -72,7 +79,7 @@ def longest_prompt_tokens(model: str, prompts: Sequence[Prompt]) -> int | None:
     return longest
 
 
-def check_prompts_fit(generator: Generator, model: str, prompts: Sequence[Prompt], sampling: SamplingParams) -> str:
+def check_prompts_fit(generator: Generator, model: str | ModelRef, prompts: Sequence[Prompt], sampling: SamplingParams) -> str:
     """For server-backed generators: refuse prompts + max_tokens above any server's max_model_len
     (context.check_fits). Returns "ok", "n/a" (in-process hf), or "skipped: <why>" - no local
     tokenizer to count prompt tokens, or a server that did not answer - after printing that."""
@@ -81,7 +88,8 @@ def check_prompts_fit(generator: Generator, model: str, prompts: Sequence[Prompt
         return "n/a"
     longest = longest_prompt_tokens(model, prompts)
     if longest is None:
-        status = f"skipped: no local tokenizer for {model!r} to count the prompt tokens"
+        name = model.text if isinstance(model, ModelRef) else model
+        status = f"skipped: no local tokenizer for {name!r} to count the prompt tokens"
     else:
         silent = [url for url in base_urls
                   if check_context_fits(url, longest, sampling.max_tokens, model=generator.model) != "ok"]

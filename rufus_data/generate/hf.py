@@ -25,12 +25,12 @@ from rufus_data.models.reference import ModelRef
 
 
 class HFGenerator(Generator):
-    def __init__(self, model: str | ModelRef, dtype: str = "bfloat16", device: str | None = None,
+    def __init__(self, model: ModelRef, dtype: str = "bfloat16", device: str | None = None,
                  model_name: str | None = None):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        ref = ModelRef.of(model)
+        ref = model
         path = ref.folder()
         self.model = model_name or ref.text
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")

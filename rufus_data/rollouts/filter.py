@@ -36,8 +36,9 @@ from rufus_data.base.report import markdown_table, pyplot
 from rufus_data.base.yaml_config import settings_model
 from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import DATA_DIR, MANIFEST, read_shards, write_shards
-from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
+from rufus_data.generate.backends import check_model, check_prompts_fit, model_to_load, open_generator
 from rufus_data.generate.sampling import SamplingParams
+from rufus_data.models.reference import ModelRef
 from rufus_data.rewards.data_rewards import scoring_specs
 from rufus_data.rewards.groups import group_outcomes
 from rufus_data.rollouts.journal import Journal, run_journaled
@@ -121,7 +122,8 @@ def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | Non
     parse_band(config.keep)
     if config.reward:
         Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
-    check_model(config.policy, config.access())
+    policy = model_to_load(config.policy, config.access())
+    check_model(policy, config.access())
     folders, catalogs = input_folders(entries, partial_dir(step.out), show_progress)
     rows, prompts, inputs_, schema = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
@@ -133,7 +135,7 @@ def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | Non
     config_hash = config.rollout_hash(inputs_, specs)
     journal = Journal(partial_dir(step.out) / f"filter-{config_hash}.jsonl", config_hash)
     by_id = {str(r["id"]): r for r in rows}
-    timings, context_status = _generate(config, prompts, journal, lambda result: _scored(scorer, by_id, result),
+    timings, context_status = _generate(config, policy, prompts, journal, lambda result: _scored(scorer, by_id, result),
                                         show_progress)
     run = {"config": config.model_dump(), "config_hash": config_hash, "inputs": inputs_, "seed": config.seed,
            "generation": timings, "max_model_len_check": context_status,
@@ -146,7 +148,7 @@ def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | Non
     return result
 
 
-def _generate(config: FilterConfig, prompts: list, journal: Journal, to_record, show_progress: bool) -> tuple[dict, str]:
+def _generate(config: FilterConfig, policy: str | ModelRef, prompts: list, journal: Journal, to_record, show_progress: bool) -> tuple[dict, str]:
     """k samples of each prompt the journal lacks, scored into it: (timings, max_model_len check)."""
     todo = [p for p in prompts if p.id not in journal]
     if not todo:
@@ -154,8 +156,8 @@ def _generate(config: FilterConfig, prompts: list, journal: Journal, to_record, 
             console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
         return {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}, "n/a"
     sampling = config.sampling(config.k)
-    with open_generator(config.policy, config.access()) as generator:
-        context_status = check_prompts_fit(generator, config.policy, todo, sampling)
+    with open_generator(policy, config.access()) as generator:
+        context_status = check_prompts_fit(generator, policy, todo, sampling)
         timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}",
                                 show_progress=show_progress)
     return timings, context_status

@@ -45,9 +45,10 @@ from rufus_data.base.report import markdown_table
 from rufus_data.base.yaml_config import settings_model
 from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import read_manifest, write_shards
-from rufus_data.generate.backends import check_model, check_prompts_fit, open_generator
+from rufus_data.generate.backends import check_model, check_prompts_fit, model_to_load, open_generator
 from rufus_data.generate.sampling import prompt_seed
 from rufus_data.models.builtin import DEFAULT_MODEL
+from rufus_data.models.reference import ModelRef
 from rufus_data.rewards.data_rewards import declares_rewards, scoring_specs
 from rufus_data.rollouts.journal import Journal, run_journaled
 from rufus_data.rollouts.options import PairsConfig
@@ -92,10 +93,10 @@ def build_pairs(inputs: list[str | Path] | None = None, out: str | Path | None =
                          "--reward SPEC, or give the rows' sources a `reward:` in their catalog")
     scorer = Scorer.from_specs(specs) if specs else None
     samples, generation = {}, {}
-    for role, model, n, urls in roles:
+    for role, model, loadable, n, urls in roles:
         config_hash = config.config_hash(role, model, n, inputs_, specs)
         journal = Journal(partial / f"pairs-{role}-{config_hash}.jsonl", config_hash)
-        generation[role] = _sample(config, model, n, urls, prompts, journal, rows, scorer, f"pairs {role}", show_progress)
+        generation[role] = _sample(config, loadable, n, urls, prompts, journal, rows, scorer, f"pairs {role}", show_progress)
         samples[role] = {str(row["id"]): journal.records[str(row["id"])] for row in rows}
         generation[role]["finish_length"] = sum(
             reason == "length" for record in samples[role].values() for reason in record["finish_reasons"])
@@ -111,9 +112,10 @@ def build_pairs(inputs: list[str | Path] | None = None, out: str | Path | None =
     return result
 
 
-def _sampling_roles(config: PairsConfig) -> list[tuple[str, str, int, list[str]]]:
-    """(role, model, samples per prompt, server URLs) of each model that samples, after refusing a
-    configuration that builds no pairs, a bad --reward or a model that cannot load (nothing loads)."""
+def _sampling_roles(config: PairsConfig) -> list[tuple[str, str, str | ModelRef, int, list[str]]]:
+    """(role, model as given, the model to load, samples per prompt, server URLs) of each model that
+    samples, after refusing a configuration that builds no pairs, a bad --reward or a model that
+    cannot load (nothing loads)."""
     config.method(data_rewards=True)
     if config.reward:
         Scorer.from_specs(config.reward)
@@ -124,12 +126,15 @@ def _sampling_roles(config: PairsConfig) -> list[tuple[str, str, int, list[str]]
         roles.append(("strong", config.strong, 1, config.strong_base_urls))
     if config.weak:
         roles.append(("weak", config.weak, 1, config.weak_base_urls))
-    for _, model, _, urls in roles:
-        check_model(model, config.access(urls))
-    return roles
+    resolved = []
+    for role, model, n, urls in roles:
+        loadable = model_to_load(model, config.access(urls))
+        check_model(loadable, config.access(urls))
+        resolved.append((role, model, loadable, n, urls))
+    return resolved
 
 
-def _sample(config: PairsConfig, model: str, n: int, urls: list[str], prompts: list, journal: Journal, rows: list[dict],
+def _sample(config: PairsConfig, model: str | ModelRef, n: int, urls: list[str], prompts: list, journal: Journal, rows: list[dict],
             scorer: Scorer | None, description: str, show_progress: bool) -> dict:
     """`n` answers of `model` to each prompt the journal lacks, scored into it; returns the timings."""
     todo = [p for p in prompts if p.id not in journal]
