@@ -75,16 +75,16 @@ def test_a_changed_input_ends_the_chain(chain, tmp_path):
 
     copy = tmp_path / "clean"
     shutil.copytree(chain["clean"], copy)
-    dedup = tmp_path / "dedup"
-    dedup(copy, dedup, DedupConfig(workers=1))
+    deduped = tmp_path / "dedup"
+    dedup(copy, deduped, DedupConfig(workers=1))
     run = tmp_path / "run"
     run.mkdir()
     write_lineage(run, {"version": 1, "base": {"model": "x", "run": None},
-                        "data": [{"name": "dedup", "folder": folder_lineage(dedup)}]})
+                        "data": [{"name": "dedup", "folder": folder_lineage(deduped)}]})
     assert check_against(run, "gsm8k").status == "removed"
     first = shard_files(copy)[0]
     first.write_bytes(first.read_bytes() + b"\0")  # the decontam output changed after dedup read it
-    node = folder_lineage(dedup)
+    node = folder_lineage(deduped)
     assert node["inputs"][0]["on_disk"] == "changed" and "checked" not in node["inputs"][0]
     write_lineage(run, {"version": 1, "base": {"model": "x", "run": None}, "data": [{"name": "dedup", "folder": node}]})
     check = check_against(run, "gsm8k")
