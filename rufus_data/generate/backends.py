@@ -69,7 +69,7 @@ def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt]) -> i
     try:
         from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
 
-        tokenizer = AutoTokenizer.from_pretrained(model.folder() if isinstance(model, ModelRef) else model)
+        tokenizer = AutoTokenizer.from_pretrained(ModelRef.of(model).folder())  # a served name may be a local one
     except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
         return None
     longest = 0
