@@ -51,6 +51,26 @@ def shipped_root() -> Path:
     return root
 
 
+SHIPPED_DOCS = "rufus_docs"  # the repository's docs/ folder, and constraints.txt, in the wheel (setup.py)
+CONSTRAINTS = "constraints.txt"
+
+
+def constraints_file() -> Path:
+    """The versions CI last tested (`pip install -c FILE`): the checkout's constraints.txt, else the
+    copy the wheel ships (setup.py puts it into the package rufus_docs)."""
+    checkout = source_checkout()
+    if checkout is not None:
+        return checkout / CONSTRAINTS
+    try:
+        shipped = resources.files(SHIPPED_DOCS) / CONSTRAINTS
+    except ModuleNotFoundError:
+        shipped = None
+    if not isinstance(shipped, Path) or not shipped.is_file():
+        raise RufusError(f"this install of Rufus ships no {CONSTRAINTS}: reinstall it from a wheel built by pip "
+                         "(`pip wheel --no-deps .` in a checkout)")
+    return shipped
+
+
 def user_root() -> Path:
     return Path(USER_FOLDER)
 
