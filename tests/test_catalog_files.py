@@ -186,7 +186,7 @@ def test_every_catalog_taking_command_reads_the_shipped_catalog_from_an_empty_fo
 
 
 def test_vibe_reads_the_shipped_prompts_from_an_empty_folder(empty_folder, monkeypatch):
-    import rufus_eval.vibe as vibe
+    from rufus_eval import vibe
 
     asked = []
     monkeypatch.setattr(vibe, "answer_all", lambda ckpt, prompts, *args: asked.append(prompts) or
