@@ -5,6 +5,8 @@ The installed wheel is tests/test_wheel.py's."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from rufus_data.base.catalog_files import (
     catalog_file,
     copy_shipped,
+    docs_page,
     is_shipped,
     resolve_entry,
     shipped_catalogs,
@@ -216,3 +219,46 @@ def test_env_constraints_prints_the_tested_versions():
         res = CliRunner().invoke(app, ["env", "--constraints"])
         assert res.exit_code == 0, res.output
         assert res.stdout == (REPO / "constraints.txt").read_text()
+
+
+def _docstrings(tree) -> set[int]:
+    """ids of the docstring constants of a module and its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            found.add(id(body[0].value))
+    return found
+
+
+def test_messages_and_help_cite_docs_the_user_has():
+    """A wheel has no docs/ folder beside the user: every string a user reads (help, messages,
+    reports) names a docs page through docs_page, which gives the installed copy there."""
+    literal = []
+    for path in sorted(p for package in ("rufus_data", "rufus_train", "rufus_eval") for p in (REPO / package).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        literal += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+                    and re.search(r"docs/\w+\.md", node.value)]
+    assert not literal, f"strings naming docs/PAGE.md literally (use docs_page): {literal}"
+    assert docs_page("decontam.md") == str((REPO / "docs" / "decontam.md").relative_to(Path.cwd())) \
+        if REPO in Path.cwd().parents or REPO == Path.cwd() else str(REPO / "docs" / "decontam.md")
+
+
+def test_installed_the_docs_are_the_packaged_copy(monkeypatch, tmp_path):
+    from rufus_data.base import catalog_files
+
+    installed = tmp_path / "site" / "rufus_docs"  # as the wheel installs it
+    installed.mkdir(parents=True)
+    (installed / "train.md").write_text("# train\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(catalog_files, "source_checkout", lambda: None)
+    catalog_files.docs_root.cache_clear()
+    try:
+        monkeypatch.chdir(tmp_path / "site")
+        assert docs_page("train.md") == "rufus_docs/train.md"  # under the working folder: relative
+        monkeypatch.chdir(REPO)
+        assert docs_page("train.md") == str(installed / "train.md")  # anywhere else: the whole path
+    finally:
+        catalog_files.docs_root.cache_clear()

@@ -71,6 +71,29 @@ def constraints_file() -> Path:
     return shipped
 
 
+@functools.cache
+def docs_root() -> Path:
+    """The docs/ pages messages and help cite: the checkout's docs/, else the copy in the wheel."""
+    checkout = source_checkout()
+    if checkout is not None:
+        return checkout / "docs"
+    try:
+        root = resources.files(SHIPPED_DOCS)
+    except ModuleNotFoundError:
+        raise RufusError(f"Rufus's docs (the package {SHIPPED_DOCS}) are not installed: reinstall rufus") from None
+    return Path(root.joinpath(CONSTRAINTS)).parent  # a folder without __init__.py is a MultiplexedPath: its folder
+
+
+def docs_page(page: str) -> str:
+    """A docs page as the user can open it: `docs/PAGE` from a checkout's root (relative to the
+    working folder when under it), else the absolute path of the installed copy."""
+    path = docs_root() / page
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def user_root() -> Path:
     return Path(USER_FOLDER)
 
