@@ -148,6 +148,7 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         Path(out).write_text("\n".join(lines))
     shown = [f"{user} (turn {t + 1}/{len(c.user_turns)}, {answers[ckpts[0]][i][t].mode})"
              for i, c in enumerate(prompts) for t, user in enumerate(c.user_turns)]  # one card per turn
+    systems = [c.system for c in prompts for _ in c.user_turns]
     replies = {ckpt: [turn.reply for conversation in answers[ckpt] for turn in conversation] for ckpt in ckpts}
-    write_vibe_page(Path(out or "vibe.md").with_suffix(".html"), shown, replies)
+    write_vibe_page(Path(out or "vibe.md").with_suffix(".html"), shown, replies, systems)
     return answers
