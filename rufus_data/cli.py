@@ -292,8 +292,8 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
 
         print_decontam_plan(decontam_plan(given.shards, given.out, config, **how))
         return
-    from rufus_data.decontam.hits_page import HITS_PAGE
     from rufus_data.decontam import decontam  # heavy: arrow, datasketch
+    from rufus_data.decontam.hits_page import HITS_PAGE
     from rufus_data.decontam.report import summary_table
 
     result = decontam(given.shards, given.out, config, **how, show_progress=True)

@@ -9,7 +9,6 @@ from pathlib import Path
 from rufus_data.base.console import print_result
 from rufus_data.folders.review_page import card, escape, page
 
-
 EMPTY_REPLY = "<em>(empty reply: the model ended its turn at once)</em>"
 
 
