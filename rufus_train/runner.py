@@ -111,7 +111,7 @@ def metrics_callback(path: Path):
     return MetricsToJsonl()
 
 
-LOGGED = ("rufus_train", "transformers", "trl", "peft", "accelerate", "py.warnings")
+LOGGED = ("rufus_train", "rufus_data", "transformers", "trl", "peft", "accelerate", "py.warnings")
 
 
 @contextlib.contextmanager
