@@ -137,7 +137,8 @@ def mix_command(command: dict | None = None, settings: dict | None = None) -> No
 
     result = mix(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True)
     manifest = result.manifest
-    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])
+    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"],
+                  manifest["basis"])
     console.print(f"wrote {result.out} ({manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
