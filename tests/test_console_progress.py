@@ -64,6 +64,6 @@ def test_without_a_terminal_each_task_shows_where_it_started_and_ended_and_no_ba
         job = bar.add_task("mix", total=3)
         for _ in range(3):
             bar.advance(job)
-    lines = [line for line in out.getvalue().splitlines() if line]
+    lines = out.getvalue().splitlines()
     assert [line.split(",")[0] for line in lines] == ["progress mix: 0/3 rows (0%)", "progress mix: 3/3 rows (100%)"]
     assert "━" not in out.getvalue()

@@ -153,21 +153,23 @@ def progress_seconds() -> float:
 
 class ProgressLines(Progress):
     """A progress display for a stderr that is no terminal: rich would draw the bar only when the job
-    ends there, so it draws none (transient), and each visible task prints one plain line when it
+    ends there, so it draws none, and each visible task prints one plain line when it
     starts, at most one every `interval` seconds while it advances, and one when the display stops, e.g.
     `progress filter k=8: 120/384 prompts (31%), 0.4 prompts/s, 410 tok/s, elapsed 0:05:00, ETA 0:11:00`."""
 
     def __init__(self, *columns, unit: str, extra_columns: tuple = (), interval: float, **options):
-        super().__init__(*columns, transient=True, **options)
+        super().__init__(*columns, **options)
         self.unit, self.extra_columns, self.interval = unit, extra_columns, interval
         self._rate = RateColumn(unit)
         self._printed: dict[TaskID, float] = {}
+
+    def start(self) -> None:
+        """No live display: off a terminal rich would draw the bar only at the end, beside the lines."""
 
     def stop(self) -> None:
         for task_id in list(self._printed):  # where each task ended, once: no bar repeats it
             self._print_line(task_id, force=True)
         self._printed.clear()
-        super().stop()
 
     def add_task(self, description: str, *args, **kwargs) -> TaskID:
         task_id = super().add_task(description, *args, **kwargs)
