@@ -20,7 +20,7 @@ def commands(text: str) -> list[list[str]]:
     """Every `rufus-data STEP ...` line of the bash blocks, in order, as its words (comments and
     bracketed optional bounds left out), synopsis lines skipped."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", text, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, re.DOTALL):
         for line in block.splitlines():
             typed = re.sub(r"\[[^]]*\]", " ", line.split("#")[0]).strip()
             words = shlex.split(typed) if typed.startswith("rufus-data ") else []
@@ -45,7 +45,7 @@ def output_of(words: list[str]) -> Path | None:
 
 
 def test_the_readmes_commands_run_in_order_after_make_demo():
-    demo = re.search(r"^demo:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M).group(1)
+    demo = re.search(r"^demo:.*\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.MULTILINE).group(1)
     written = {output_of(shlex.split(line.replace("$(BIN)/", ""))) for line in demo.splitlines()
                if "rufus-data mix" in line}
     assert written == {Path("outputs/sft")}
