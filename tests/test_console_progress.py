@@ -67,3 +67,22 @@ def test_without_a_terminal_each_task_shows_where_it_started_and_ended_and_no_ba
     lines = out.getvalue().splitlines()
     assert [line.split(",")[0] for line in lines] == ["progress mix: 0/3 rows (0%)", "progress mix: 3/3 rows (100%)"]
     assert "━" not in out.getvalue()
+
+
+def test_a_table_on_stderr_keeps_whole_cells_in_a_file():
+    """A summary table squeezed to the 80 columns rich assumes for a file read as nonsense."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from rufus_data.base.console import print_whole
+
+    table = Table(title="checkpoint evaluation")
+    for name in ("step", *(f"task_with_a_long_name_{i}" for i in range(6))):
+        table.add_column(name)
+    table.add_row("100", *("0.1234 ± 0.0123" for _ in range(6)))
+    out = io.StringIO()
+    print_whole(Console(file=out, width=80, force_terminal=False), table)
+    text = out.getvalue()
+    assert all(f"task_with_a_long_name_{i}" in text for i in range(6)) and text.count("0.1234 ± 0.0123") == 6

@@ -44,16 +44,22 @@ results_console = Console()  # results
 def print_result(renderable, **options) -> None:
     """Print a result to stdout. Into a file or pipe, a table keeps its natural width: rich would
     fold or cut its cells at 80 columns there, and a value cut short is a wrong value."""
-    if results_console.is_terminal:
-        results_console.print(renderable, **options)
+    print_whole(results_console, renderable, **options)
+
+
+def print_whole(target: Console, renderable, **options) -> None:
+    """Print on `target` (stdout's or stderr's console): on a terminal as rich fits it, into a file
+    or pipe at the renderable's natural width (a table squeezed to 80 columns reads as nonsense)."""
+    if target.is_terminal:
+        target.print(renderable, **options)
         return
-    width = results_console.width
-    unbounded = results_console.options.update(max_width=1_000_000)
-    results_console.width = max(width, Measurement.get(results_console, unbounded, renderable).maximum)
+    width = target.width
+    unbounded = target.options.update(max_width=1_000_000)
+    target.width = max(width, Measurement.get(target, unbounded, renderable).maximum)
     try:
-        results_console.print(renderable, soft_wrap=isinstance(renderable, str), **options)
+        target.print(renderable, soft_wrap=isinstance(renderable, str), **options)
     finally:
-        results_console.width = width
+        target.width = width
 def rows_as_text(columns: list[str], rows: list[tuple], fmt: str) -> str:
     """Rows as CSV (a header line, then one line per row) or JSON (a list of objects, one per
     row), for files and pipes. Nested values (lists, structs) are written as JSON in both; dates
