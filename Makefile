@@ -52,7 +52,7 @@ test: venv
 # The inner loop: what needs neither the real model, nor other processes, nor vLLM (README: markers).
 FAST = not model and not spawn and not distributed and not vllm and not slow and not browser
 test-fast: venv
-	$(BIN)/python -m pytest -q -m "$(FAST)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=15 $(PYTEST_ARGS)
 
 test-slow: venv
 	RUFUS_SLOW=1 $(BIN)/python -m pytest -q -m slow

@@ -137,7 +137,8 @@ def mix_command(command: dict | None = None, settings: dict | None = None) -> No
 
     result = mix(given.catalog, given.out, config, overwrite=given.overwrite, show_progress=True)
     manifest = result.manifest
-    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"])
+    print_sources(f"mix {manifest['name']}: {manifest['rows']['train']:,} rows", manifest["sources"], manifest["notes"],
+                  manifest["basis"])
     console.print(f"wrote {result.out} ({manifest['rows']['train']:,} rows): see {result.out / 'report.md'}")
 
 
@@ -293,6 +294,7 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
         print_decontam_plan(decontam_plan(given.shards, given.out, config, **how))
         return
     from rufus_data.decontam import decontam  # heavy: arrow, datasketch
+    from rufus_data.decontam.hits_page import HITS_PAGE
     from rufus_data.decontam.report import summary_table
 
     result = decontam(given.shards, given.out, config, **how, show_progress=True)
@@ -301,7 +303,11 @@ def decontam_command(command: dict | None = None, settings: dict | None = None) 
         console.print(f"[yellow]skipped[/] {name}: {why}", highlight=False)
     for task, why in result.not_decontaminable.items():
         console.print(f"[yellow]not checked[/] {task}: {why}", highlight=False)
-    console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
+    if result.out is None:
+        console.print("report only: nothing written")
+        return
+    console.print(f"wrote {result.out}: see {result.out / 'report.md'} and {result.out / HITS_PAGE} (every hit beside "
+                  "its benchmark item, in a browser)", highlight=False, soft_wrap=True)
 
 
 @app.command("dedup")

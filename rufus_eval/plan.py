@@ -32,7 +32,7 @@ from rufus_data.models.builtin import BUILTINS, is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
 from rufus_data.models.reference import ModelRef
 from rufus_eval.request import EvalRequest, apply_sampling_overrides
-from rufus_eval.results import default_runs_root
+from rufus_eval.results import default_runs_root, print_left_out
 from rufus_eval.suite_trackers import check_trackers
 from rufus_eval.tasks import metric_name, task_data
 
@@ -61,6 +61,14 @@ def selected_tasks(suite: Suite, req: EvalRequest) -> list[Task]:
     if not tasks:
         raise RufusError(f"suite {suite.name} has only test tasks: pass --final to run them")
     return tasks
+
+
+def left_out(suite: Suite, tasks: list[Task], final: bool) -> dict[str, str]:
+    """Each task of the suite the run does not evaluate, with why, so a run never hides a task:
+    a test task without --final, or one --tasks left out."""
+    chosen = {t.name for t in tasks}
+    return {t.name: ("a test task: it runs with --final" if t.role == "test" and not final else "not in --tasks")
+            for t in suite.tasks if t.name not in chosen}
 
 
 @dataclass
@@ -187,7 +195,10 @@ def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
         # what is evaluated first, then how the model is reached
         "request": dict(sorted(req.model_dump(mode="json").items(), key=lambda item: item[0] in ModelAccess.model_fields)),
     }
+    plan["not_run"] = left_out(suite, resolved.tasks, req.final)
     _print_plan(plan, tasks, fmt)
+    if fmt != "json":
+        print_left_out(plan["not_run"])
     refuse_unrunnable(suite, sum(t.skip is None for t in tasks), {t.task: t.skip for t in tasks if t.skip}, req.strict)
     return plan
 

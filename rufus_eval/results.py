@@ -210,8 +210,15 @@ def print_summary(record: dict, fmt: str = "table") -> None:
         if t.get("status") == "skipped":
             console.print(f"skipped {name}: {t['reason']}\n  to get it: {t['fetch']}", highlight=False, markup=False,
                           soft_wrap=True)
+    print_left_out(record.get("not_run") or {})
     for note in flagged_notes(record):
         console.print(note, style="red", highlight=False, markup=False, soft_wrap=True)
+
+
+def print_left_out(not_run: dict[str, str]) -> None:
+    """The suite's tasks a run left out (plan.left_out), one line each on stderr."""
+    for name, why in not_run.items():
+        console.print(f"not run {name}: {why}", highlight=False, markup=False, soft_wrap=True)
 
 
 def write_report(record: dict, out_dir: Path) -> Path:

@@ -35,7 +35,7 @@ from rufus_eval.judge import pin_judge
 from rufus_eval.lm_eval_models import open_backend
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
-from rufus_eval.plan import model_source, refuse_unrunnable, resolve
+from rufus_eval.plan import left_out, model_source, refuse_unrunnable, resolve
 from rufus_eval.request import EvalRequest
 from rufus_eval.results import default_runs_root, print_summary, write_report, write_results
 from rufus_eval.resume import SuiteWork, request_key, suite_work
@@ -113,6 +113,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
                     "step": step,
                     "step_from": step_from,
                     "final": req.final,
+                    "not_run": left_out(suite, tasks, req.final),  # the suite's tasks left out, with why
                     "limit": req.limit,
                     "created": work.created,
                     "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit

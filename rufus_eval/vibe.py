@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, model_validator
 from rich.markup import escape
 from rich.table import Table
 
+from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import print_result
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, read_yaml
@@ -123,7 +124,7 @@ def answer_all(ckpt: str, prompts: list[VibeConversation], max_tokens: int, temp
 
 def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temperature: float = 0.0,
              out: Path | None = None) -> dict[str, list[list[TurnReply]]]:
-    prompts = load_prompts(Path(prompts_file))
+    prompts = load_prompts(resolve_entry(prompts_file))  # `catalogs/vibe_prompts.yaml` installed: the shipped one
     answers = {ckpt: answer_all(ckpt, prompts, max_tokens, temperature) for ckpt in ckpts}
     table = Table(title="vibe test", show_lines=True)
     for col in ("prompt", "turn", "mode"):
@@ -147,6 +148,7 @@ def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temper
         Path(out).write_text("\n".join(lines))
     shown = [f"{user} (turn {t + 1}/{len(c.user_turns)}, {answers[ckpts[0]][i][t].mode})"
              for i, c in enumerate(prompts) for t, user in enumerate(c.user_turns)]  # one card per turn
+    systems = [c.system for c in prompts for _ in c.user_turns]
     replies = {ckpt: [turn.reply for conversation in answers[ckpt] for turn in conversation] for ckpt in ckpts}
-    write_vibe_page(Path(out or "vibe.md").with_suffix(".html"), shown, replies)
+    write_vibe_page(Path(out or "vibe.md").with_suffix(".html"), shown, replies, systems)
     return answers

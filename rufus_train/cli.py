@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     RENAMED_ATTRIBUTE,
@@ -85,7 +86,7 @@ STAGE_HELP = (
     "sets any field of the stage's TRL config that Rufus does not set itself; a TRL key written at the top level "
     "(`--warmup_steps 0.1`) is taken as that, and one Rufus sets is refused with the key to use.\n\n"
     "`--num_processes N --accelerate_config ddp|fsdp2|zero2|zero3|FILE` runs the stage in N processes: Rufus "
-    "starts `accelerate launch` itself (docs/train.md, multi-GPU)."
+    f"starts `accelerate launch` itself ({docs_page('train.md')}, multi-GPU)."
 )
 STAGE_OPTIONS_WITH_VALUES = ("--config", "--show_mask", "--show-mask")
 

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.yaml_config import StrictModel
 from rufus_data.models.devices import DeviceRoles
 from rufus_eval.checkpoint_eval.config import CheckpointEvalConfig
@@ -85,7 +86,7 @@ class StageConfig(StrictModel):
         "auto", description="auto: on a GPU with native bf16, full fine-tuning keeps fp32 master weights (and fp32 AdamW "
         "states) and computes under bf16 autocast, async GRPO included; LoRA keeps its frozen base in bf16 and its "
         "adapter in fp32; an older GPU: fp16 autocast with a gradient scaler over fp32 weights; CPU: fp32. bfloat16: "
-        "pure bf16 (full fine-tuning: no fp32 masters, warned); float32, float16 as named (docs/train.md, Precision)"
+        f"pure bf16 (full fine-tuning: no fp32 masters, warned); float32, float16 as named ({docs_page('train.md')}, Precision)"
     )
     resume_from_checkpoint: str | None = Field(
         None, description="latest: the newest complete checkpoint of output_dir, else of checkpoint_mirror, else a fresh "

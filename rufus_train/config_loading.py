@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rufus_data.base.catalog_files import catalog_file
+from rufus_data.base.catalog_files import catalog_file, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import format_validation_error, node_line, override_key, read_yaml
@@ -171,7 +171,7 @@ def load_stage_config(
     line by default; a pipeline names its own file) with the key filled in. A TRL key written
     outside `trainer:` is taken into it (trl_keys.py): the note saying so is printed, or added to
     `notes` when the caller collects them."""
-    path = Path(config_file) if config_file else stage_file(name)
+    path = resolve_entry(config_file) if config_file else stage_file(name)
     data, node = read_yaml(path)
     data = data or {}
     if not isinstance(data, dict):

@@ -118,7 +118,7 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         "",
         "```bash",
         f"rufus-eval suite quick --ckpt {out}",
-        *([f"rufus-train export {out} --merge    # base + adapter as a plain model folder: {out / MERGED_DIR}"]
+        *([f"rufus-train export {out}    # base + adapter merged once into a plain model folder: {out / MERGED_DIR}"]
           if lora and not merged else []),
         "```",
         "",

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
 from rufus_data.models.merged_model import copy_merged, merged_model
@@ -48,7 +49,7 @@ PURE_BF16_WARNING = (
     "no fp32 master copy. That is the Smol training playbook's 'mystery of the melting GPUs': moving a run from "
     "DeepSpeed to plain data parallelism changed its losses because the weights and gradients were kept in bf16 "
     "with no fp32 master copy. It saves 8 bytes per parameter (8 instead of 16: weights 2 + gradients 2 + Adam "
-    "states 4). dtype: auto keeps fp32 master weights and optimizer states and computes in bf16 (docs/train.md, "
+    f"states 4). dtype: auto keeps fp32 master weights and optimizer states and computes in bf16 ({docs_page('train.md')}, "
     "precision)"
 )
 

@@ -92,7 +92,14 @@ def metrics_callback(path: Path):
 
     class MetricsToJsonl(TrainerCallback):
         """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads), and
-        a line of it to train.log."""
+        a line of it to train.log. A run shorter than `logging_steps` logs every step, so it too
+        has its per-step lines and its train_curves.png."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if 0 < state.max_steps < state.logging_steps:
+                log.info("logging every step: the run has %d steps, fewer than logging_steps %d",
+                         state.max_steps, state.logging_steps)
+                state.logging_steps = 1
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if state.is_world_process_zero and logs:
@@ -104,7 +111,7 @@ def metrics_callback(path: Path):
     return MetricsToJsonl()
 
 
-LOGGED = ("rufus_train", "transformers", "trl", "peft", "accelerate", "py.warnings")
+LOGGED = ("rufus_train", "rufus_data", "transformers", "trl", "peft", "accelerate", "py.warnings")
 
 
 @contextlib.contextmanager

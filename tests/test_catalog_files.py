@@ -5,6 +5,8 @@ The installed wheel is tests/test_wheel.py's."""
 
 from __future__ import annotations
 
+import ast
+import re
 import subprocess
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from typer.testing import CliRunner
 from rufus_data.base.catalog_files import (
     catalog_file,
     copy_shipped,
+    docs_page,
     is_shipped,
     resolve_entry,
     shipped_catalogs,
@@ -158,3 +161,104 @@ def test_env_reports_what_a_bug_report_needs():
                 "accelerate", "vllm", "lm_eval", "datasets"):
         assert f"│ {row} " in res.output, row
     assert code_version().version in res.output
+
+
+def test_every_catalog_taking_command_reads_the_shipped_catalog_from_an_empty_folder(empty_folder):
+    """Installed = cloned: a `catalogs/...` path the working folder lacks is the shipped file, for
+    vibe's prompts, a suite path, a stage's --config, decontam's and dedup's --config and
+    --benchmarks, as for mix."""
+    from rufus_data.base.yaml_config import config_from_cli
+    from rufus_data.benchmarks.registry import load_registry
+    from rufus_data.dedup.config import DedupConfig
+    from rufus_eval.vibe import load_prompts
+    from rufus_train.config_loading import load_stage_config
+    from rufus_train.stages import get_stage
+
+    assert len(load_prompts(resolve_entry("catalogs/vibe_prompts.yaml"))) >= 3
+    assert suite_path("catalogs/suites/quick.yaml") == shipped_root() / "suites" / "quick.yaml"
+    config = load_stage_config("sft", get_stage("sft").config_class, config_file="catalogs/stages/sft.yaml")
+    assert config.stage == "sft"
+    assert load_registry("catalogs/benchmarks.yaml")[1] == shipped_root() / "benchmarks.yaml"
+    dedup_file = empty_folder / "elsewhere.yaml"
+    dedup_file.write_text("threshold: 0.9\n")
+    (empty_folder / "catalogs").mkdir()
+    (empty_folder / "catalogs" / "dedup.yaml").write_text("threshold: 0.7\n")  # the user's own catalogs come first
+    assert config_from_cli(DedupConfig, "catalogs/dedup.yaml", {}).threshold == 0.7
+    with pytest.raises(RufusError, match="looked in your catalogs"):
+        config_from_cli(DedupConfig, "catalogs/nope.yaml", {})
+
+
+def test_vibe_reads_the_shipped_prompts_from_an_empty_folder(empty_folder, monkeypatch):
+    from rufus_eval import vibe
+
+    asked = []
+    monkeypatch.setattr(vibe, "answer_all", lambda ckpt, prompts, *args: asked.append(prompts) or
+                        [[vibe.TurnReply("-", "p", "") for _ in p.user_turns] for p in prompts])
+    res = CliRunner().invoke(eval_app, ["vibe", "catalogs/vibe_prompts.yaml", "--ckpt", "tiny-random"])
+    assert res.exit_code == 0, res.output
+    assert len(asked[0]) >= 3 and (empty_folder / "vibe.html").is_file()
+
+
+def test_env_prints_the_data_root_the_cache_and_the_offline_switches(monkeypatch, tmp_path):
+    monkeypatch.setenv("RUFUS_DATA_ROOT", "/data/here")
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    res = CliRunner().invoke(data_app, ["env"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in res.output.splitlines()
+            if line.startswith("│")}
+    assert rows["RUFUS_DATA_ROOT"] == "/data/here" and rows["HF_HUB_OFFLINE"] == "1"
+    assert rows["RUFUS_CACHE"] == f"{tmp_path / 'cache'} -> {tmp_path / 'cache'}"
+    assert rows["HF_DATASETS_OFFLINE"] == rows["TRANSFORMERS_OFFLINE"] == "(not set)"
+
+
+def test_env_constraints_prints_the_tested_versions():
+    for app in (data_app, train_app, eval_app):
+        res = CliRunner().invoke(app, ["env", "--constraints"])
+        assert res.exit_code == 0, res.output
+        assert res.stdout == (REPO / "constraints.txt").read_text()
+
+
+def _docstrings(tree) -> set[int]:
+    """ids of the docstring constants of a module and its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+            found.add(id(body[0].value))
+    return found
+
+
+def test_messages_and_help_cite_docs_the_user_has():
+    """A wheel has no docs/ folder beside the user: every string a user reads (help, messages,
+    reports) names a docs page through docs_page, which gives the installed copy there."""
+    literal = []
+    for path in sorted(p for package in ("rufus_data", "rufus_train", "rufus_eval") for p in (REPO / package).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        literal += [f"{path.relative_to(REPO)}:{node.lineno}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+                    and re.search(r"docs/\w+\.md", node.value)]
+    assert not literal, f"strings naming docs/PAGE.md literally (use docs_page): {literal}"
+    assert docs_page("decontam.md") == str((REPO / "docs" / "decontam.md").relative_to(Path.cwd())) \
+        if REPO in Path.cwd().parents or REPO == Path.cwd() else str(REPO / "docs" / "decontam.md")
+
+
+def test_installed_the_docs_are_the_packaged_copy(monkeypatch, tmp_path):
+    from rufus_data.base import catalog_files
+
+    installed = tmp_path / "site" / "rufus_docs"  # as the wheel installs it
+    installed.mkdir(parents=True)
+    (installed / "train.md").write_text("# train\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(catalog_files, "source_checkout", lambda: None)
+    catalog_files.docs_root.cache_clear()
+    try:
+        monkeypatch.chdir(tmp_path / "site")
+        assert docs_page("train.md") == "rufus_docs/train.md"  # under the working folder: relative
+        monkeypatch.chdir(REPO)
+        assert docs_page("train.md") == str(installed / "train.md")  # anywhere else: the whole path
+    finally:
+        catalog_files.docs_root.cache_clear()

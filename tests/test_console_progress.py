@@ -34,7 +34,8 @@ def test_a_long_job_without_a_terminal_prints_progress_lines(tmp_path):
 
     hourly = run_mix(tmp_path, "3600", "hourly")
     assert hourly.returncode == 0
-    assert len(re.findall(r"^progress ", hourly.stderr, re.MULTILINE)) == 2  # one line per task as it starts
+    assert len(re.findall(r"^progress ", hourly.stderr, re.MULTILINE)) == 4  # per task: as it starts, as it ends
+    assert "━" not in hourly.stderr  # and no bar drawn at the end beside them
 
     bad = run_mix(tmp_path, "soon", "bad")
     assert bad.returncode == 2 and "RUFUS_PROGRESS_SECONDS='soon' is not a number of seconds" in bad.stderr
@@ -50,3 +51,38 @@ def test_a_progress_line_says_count_share_rates_and_time():
     bar.update(task, completed=120)
     line = progress_line(bar.tasks[0], "prompts", [RateColumn("prompts")])
     assert re.fullmatch(r"progress filter k=8: 120/384 prompts \(31%\), \S+( prompts/s)?, elapsed 0:00:00, ETA \S+", line), line
+
+
+def test_without_a_terminal_each_task_shows_where_it_started_and_ended_and_no_bar():
+    """rich drew the finished bar at the end beside the progress lines: every progress twice."""
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    with ProgressLines(console=Console(file=out, force_terminal=False), unit="rows", interval=3600) as bar:
+        job = bar.add_task("mix", total=3)
+        for _ in range(3):
+            bar.advance(job)
+    lines = out.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == ["progress mix: 0/3 rows (0%)", "progress mix: 3/3 rows (100%)"]
+    assert "━" not in out.getvalue()
+
+
+def test_a_table_on_stderr_keeps_whole_cells_in_a_file():
+    """A summary table squeezed to the 80 columns rich assumes for a file read as nonsense."""
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from rufus_data.base.console import print_whole
+
+    table = Table(title="checkpoint evaluation")
+    for name in ("step", *(f"task_with_a_long_name_{i}" for i in range(6))):
+        table.add_column(name)
+    table.add_row("100", *("0.1234 ± 0.0123" for _ in range(6)))
+    out = io.StringIO()
+    print_whole(Console(file=out, width=80, force_terminal=False), table)
+    text = out.getvalue()
+    assert all(f"task_with_a_long_name_{i}" in text for i in range(6)) and text.count("0.1234 ± 0.0123") == 6

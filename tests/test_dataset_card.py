@@ -72,6 +72,13 @@ def test_mix_loads_train_and_holdout(chain):
     assert card.data.pretty_name == "mix" and "sft" in card.data.tags
     assert "| code_alpaca | 630 | 0.9 |" in card.text and "| gsm8k_test | 40 | 0.1 |" in card.text
     assert "No decontam step checked these rows" in card.text
+    # "tokens" is one thing in the card, the mix report and the mix table: the basis tokens, named
+    manifest = read_manifest(out)
+    basis = manifest["basis"]
+    alpaca = next(s for s in manifest["sources"] if s["name"] == "code_alpaca")
+    report = (out / "report.md").read_text()
+    assert f"{basis} tokens |" in card.text and f"{basis} tokens |" in report
+    assert f"| {alpaca['tokens']['basis']:,} |" in card.text and f"| {alpaca['tokens']['basis']} |" in report
 
 
 def test_decontam_loads_clean_rows_and_its_hits_as_a_config(chain):

@@ -177,6 +177,12 @@ def test_report_only_writes_nothing_and_prints_the_summary(data_root, tmp_path, 
     printed = " ".join(res.output.split())
     assert "decontam: 1 of 3 rows flagged" in printed and "report only: nothing written" in printed
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+    res = runner.invoke(app, ["decontam", str(tmp_path / "mix"), "--against", "gsm8k", "--out", str(tmp_path / "x"),
+                              "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    printed = " ".join(res.output.split())  # the page of hits is named where it was written
+    assert f"see {tmp_path / 'x' / 'report.md'} and {tmp_path / 'x' / 'hits.html'}" in printed
+    assert (tmp_path / "x" / "hits.html").is_file()
     res = runner.invoke(app, ["dedup", str(tmp_path / "mix"), "--report-only", "--out", str(tmp_path / "y")])
     assert res.exit_code == 0, res.output
     printed = " ".join(res.output.split())

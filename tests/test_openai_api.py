@@ -116,7 +116,8 @@ def test_a_server_that_never_answers_fails_within_the_bound(silent_server):
     started = time.monotonic()
     with sync_client([silent_server], timeout_s=60.0) as http, pytest.raises(GaveUp, match="ReadTimeout"):
         request(http, "GET", f"{silent_server}/v1/models", bounded)  # each attempt gets only the time left
-    assert 1.0 <= time.monotonic() - started < 2.5
+    # within the 1.5 s bound, not the 60 s client timeout (the slack is for a loaded machine)
+    assert 1.0 <= time.monotonic() - started < 1.5 + 10
 
 
 # --- proxies ---------------------------------------------------------------------------------------------

@@ -151,10 +151,10 @@ def test_http_500_every_time_gives_none_and_is_counted(judge_server):
 
 
 def test_timeout_is_retried(judge_server):
-    start = time.monotonic()
     scores, sleeps, _ = _judge(["[[case:slow]]"])
+    # the first attempt, answered after 1.5 s, was given up at the 0.5 s timeout: had the client
+    # waited for it, that answer would have scored with one attempt (no clock bound: it raced load)
     assert scores == [1.0] and sleeps == JITTERED_1_2[:1] and judge_server.attempts["slow"] == 2
-    assert time.monotonic() - start < 1.4  # gave up on the slow attempt at the 0.5 s timeout
 
 
 def test_unparsable_answer_gives_none_and_is_counted(judge_server):

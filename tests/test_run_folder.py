@@ -34,7 +34,8 @@ def test_model_card_names_the_base_model(tmp_path):
     assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card
     assert "[HuggingFaceTB/SmolLM2-135M-Instruct](https://huggingface.co/HuggingFaceTB/SmolLM2-135M-Instruct)" in card
     assert "`smollm2-135m`" in card and "None" not in card
-    assert f"rufus-train export {tmp_path / 'sft'} --merge" in card and "final training loss: 1.25" in card
+    assert f"rufus-train export {tmp_path / 'sft'}    #" in card and "final training loss: 1.25" in card
+    assert "--merge" not in card  # retired: exporting is merging
     hub = model_card(tmp_path / "x", {**SUMMARY, "base_model": "org/base", "lora": None})
     assert "base_model: org/base" in hub and "[org/base](https://huggingface.co/org/base)" in hub
     assert "library_name: transformers" in hub and "export" not in hub  # full fine-tuning: no adapter to merge

@@ -39,6 +39,18 @@ def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_p
     assert (args.project, args.run_name) == ("rufus", "sft")
 
 
+def test_a_run_shorter_than_logging_steps_logs_every_step(data_root, tiny_model, tmp_path):
+    """--max_steps 2 with logging_steps 10 (the shipped stages' value): each step still has its
+    metrics line, and the run its curves."""
+    shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
+    result = run_tiny("sft", shards, tmp_path / "sft", model="tiny-random", logging_steps=10)
+    lines = [json.loads(line) for line in (result.output_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines if "loss" in m] == [1, 2]
+    assert (result.output_dir / TRAIN_CURVES).is_file()
+    assert "logging every step: the run has 2 steps, fewer than logging_steps 10" in \
+        (result.output_dir / "train.log").read_text()
+
+
 def test_tracker_naming_follows_stage_folder_and_pipeline(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_PROJECT", raising=False)
     monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)

@@ -22,12 +22,14 @@ REPO = Path(__file__).resolve().parents[1]
 BUILD_LEFTOVERS = ("build", "rufus.egg-info")  # what an in-tree setuptools build leaves in the checkout
 
 
-def _build(args: list[str]) -> None:
+def _build(args: list[str]) -> str:
     """A pip build in the checkout, removing the build folders it leaves there (gitignored, but an
-    egg-info on sys.path would pose as an installed Rufus)."""
+    egg-info on sys.path would pose as an installed Rufus); returns what the build printed."""
     existing = {name for name in BUILD_LEFTOVERS if (REPO / name).exists()}
     try:
-        subprocess.run([sys.executable, "-m", "pip", *args], cwd=REPO, check=True, capture_output=True, timeout=300)
+        done = subprocess.run([sys.executable, "-m", "pip", "-v", *args], cwd=REPO, check=True, capture_output=True,
+                              text=True, timeout=300)
+        return done.stdout + done.stderr
     finally:
         for name in set(BUILD_LEFTOVERS) - existing:
             shutil.rmtree(REPO / name, ignore_errors=True)
@@ -54,7 +56,8 @@ def _package_files(site: Path) -> dict[Path, tuple[int, int]]:
 def installed(tmp_path_factory):
     """(wheel, venv, the user's empty folder, the environment the commands run in)."""
     work = tmp_path_factory.mktemp("wheel")
-    _build(["wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), "."])
+    printed = _build(["wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), "."])
+    assert "would be ignored" not in printed  # setuptools' banner: every file of the wheel is package data it names
     wheel = next((work / "dist").glob("rufus-*.whl"))
     venv = _fresh_venv(work / "venv")
     _pip_into(venv, str(wheel))
@@ -87,6 +90,22 @@ def test_the_wheel_ships_the_catalogs(installed):
     tracked = subprocess.run(["git", "ls-files", "catalogs"], cwd=REPO, capture_output=True, text=True, check=True)
     expected = {Path(p).relative_to("catalogs").as_posix() for p in tracked.stdout.split()}
     assert expected and shipped == expected  # every tracked catalog file, samples and __init__.py included
+
+
+def test_the_wheel_ships_the_docs_the_constraints_and_the_chat_template(installed):
+    names = set(zipfile.ZipFile(installed[0]).namelist())
+    docs = {f"rufus_docs/{p.name}" for p in (REPO / "docs").glob("*.md")}
+    assert docs and docs <= names
+    assert {"rufus_docs/constraints.txt", "rufus_data/models/templates/rufus_chatml.jinja"} <= names
+    printed = run_installed(installed, "rufus-data", "env", "--constraints").stdout
+    assert printed == (REPO / "constraints.txt").read_text()
+
+
+def test_vibe_reads_the_shipped_prompts(installed):
+    _, _, user, _ = installed
+    run_installed(installed, "rufus-eval", "vibe", "catalogs/vibe_prompts.yaml", "--ckpt", "tiny-random",
+                  "--max-tokens", "2")
+    assert (user / "vibe.html").is_file()
 
 
 def test_version_is_the_wheels_and_names_the_commit(installed):

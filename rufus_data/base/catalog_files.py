@@ -51,6 +51,49 @@ def shipped_root() -> Path:
     return root
 
 
+SHIPPED_DOCS = "rufus_docs"  # the repository's docs/ folder, and constraints.txt, in the wheel (setup.py)
+CONSTRAINTS = "constraints.txt"
+
+
+def constraints_file() -> Path:
+    """The versions CI last tested (`pip install -c FILE`): the checkout's constraints.txt, else the
+    copy the wheel ships (setup.py puts it into the package rufus_docs)."""
+    checkout = source_checkout()
+    if checkout is not None:
+        return checkout / CONSTRAINTS
+    try:
+        shipped = resources.files(SHIPPED_DOCS) / CONSTRAINTS
+    except ModuleNotFoundError:
+        shipped = None
+    if not isinstance(shipped, Path) or not shipped.is_file():
+        raise RufusError(f"this install of Rufus ships no {CONSTRAINTS}: reinstall it from a wheel built by pip "
+                         "(`pip wheel --no-deps .` in a checkout)")
+    return shipped
+
+
+@functools.cache
+def docs_root() -> Path:
+    """The docs/ pages messages and help cite: the checkout's docs/, else the copy in the wheel."""
+    checkout = source_checkout()
+    if checkout is not None:
+        return checkout / "docs"
+    try:
+        root = resources.files(SHIPPED_DOCS)
+    except ModuleNotFoundError:
+        raise RufusError(f"Rufus's docs (the package {SHIPPED_DOCS}) are not installed: reinstall rufus") from None
+    return Path(root.joinpath(CONSTRAINTS)).parent  # a folder without __init__.py is a MultiplexedPath: its folder
+
+
+def docs_page(page: str) -> str:
+    """A docs page as the user can open it: `docs/PAGE` from a checkout's root (relative to the
+    working folder when under it), else the absolute path of the installed copy."""
+    path = docs_root() / page
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def user_root() -> Path:
     return Path(USER_FOLDER)
 

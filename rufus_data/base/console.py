@@ -44,16 +44,22 @@ results_console = Console()  # results
 def print_result(renderable, **options) -> None:
     """Print a result to stdout. Into a file or pipe, a table keeps its natural width: rich would
     fold or cut its cells at 80 columns there, and a value cut short is a wrong value."""
-    if results_console.is_terminal:
-        results_console.print(renderable, **options)
+    print_whole(results_console, renderable, **options)
+
+
+def print_whole(target: Console, renderable, **options) -> None:
+    """Print on `target` (stdout's or stderr's console): on a terminal as rich fits it, into a file
+    or pipe at the renderable's natural width (a table squeezed to 80 columns reads as nonsense)."""
+    if target.is_terminal:
+        target.print(renderable, **options)
         return
-    width = results_console.width
-    unbounded = results_console.options.update(max_width=1_000_000)
-    results_console.width = max(width, Measurement.get(results_console, unbounded, renderable).maximum)
+    width = target.width
+    unbounded = target.options.update(max_width=1_000_000)
+    target.width = max(width, Measurement.get(target, unbounded, renderable).maximum)
     try:
-        results_console.print(renderable, soft_wrap=isinstance(renderable, str), **options)
+        target.print(renderable, soft_wrap=isinstance(renderable, str), **options)
     finally:
-        results_console.width = width
+        target.width = width
 def rows_as_text(columns: list[str], rows: list[tuple], fmt: str) -> str:
     """Rows as CSV (a header line, then one line per row) or JSON (a list of objects, one per
     row), for files and pipes. Nested values (lists, structs) are written as JSON in both; dates
@@ -152,9 +158,9 @@ def progress_seconds() -> float:
 
 
 class ProgressLines(Progress):
-    """A progress display for a stderr that is no terminal: rich draws the bar only when the job
-    ends there, so each visible task also prints one plain line when it starts and then at most
-    one every `interval` seconds while it advances, e.g.
+    """A progress display for a stderr that is no terminal: rich would draw the bar only when the job
+    ends there, so it draws none, and each visible task prints one plain line when it
+    starts, at most one every `interval` seconds while it advances, and one when the display stops, e.g.
     `progress filter k=8: 120/384 prompts (31%), 0.4 prompts/s, 410 tok/s, elapsed 0:05:00, ETA 0:11:00`."""
 
     def __init__(self, *columns, unit: str, extra_columns: tuple = (), interval: float, **options):
@@ -162,6 +168,14 @@ class ProgressLines(Progress):
         self.unit, self.extra_columns, self.interval = unit, extra_columns, interval
         self._rate = RateColumn(unit)
         self._printed: dict[TaskID, float] = {}
+
+    def start(self) -> None:
+        """No live display: off a terminal rich would draw the bar only at the end, beside the lines."""
+
+    def stop(self) -> None:
+        for task_id in list(self._printed):  # where each task ended, once: no bar repeats it
+            self._print_line(task_id, force=True)
+        self._printed.clear()
 
     def add_task(self, description: str, *args, **kwargs) -> TaskID:
         task_id = super().add_task(description, *args, **kwargs)

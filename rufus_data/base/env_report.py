@@ -9,10 +9,12 @@ import platform
 import sys
 from importlib import metadata
 
+import typer
 from rich.table import Table
 
-from rufus_data.base.catalog_files import shipped_root, source_checkout
+from rufus_data.base.catalog_files import constraints_file, shipped_root, source_checkout
 from rufus_data.base.console import cli_errors, print_result
+from rufus_data.base.paths import cache_dir
 from rufus_data.base.version import code_version
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "vllm", "lm_eval", "datasets", "deepspeed")
@@ -49,12 +51,36 @@ def environment_rows() -> list[tuple[str, str]]:
         ("platform", platform.platform()),
         *_torch_rows(),
         *((name, package_version(name)) for name in PACKAGES),
+        *setting_rows(),
+    ]
+
+
+OFFLINE_SWITCHES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+
+def setting_rows() -> list[tuple[str, str]]:
+    """Where the data and the cache are, and whether the hub is switched off: what decides whether a
+    run finds its benchmarks and models offline."""
+    root = os.environ.get("RUFUS_DATA_ROOT")
+    cache = os.environ.get("RUFUS_CACHE")
+    return [
+        ("RUFUS_DATA_ROOT", root or "(not set: tasks and stage data that need local benchmark copies are skipped "
+                                    "or refused)"),
+        ("RUFUS_CACHE", f"{cache} -> {cache_dir()}" if cache else f"(not set) -> {cache_dir()}"),
+        *((name, os.environ.get(name) or "(not set)") for name in OFFLINE_SWITCHES),
     ]
 
 
 @cli_errors
-def env_command() -> None:
-    """Print the environment for a bug report: Rufus, Python, platform, torch's CUDA, GPUs, library versions."""
+def env_command(
+    constraints: bool = typer.Option(False, "--constraints", help="print instead the versions CI last tested, "
+                                     "for `pip install -c FILE` (rufus-data env --constraints > constraints.txt)"),
+) -> None:
+    """Print the environment for a bug report: Rufus, Python, platform, torch's CUDA, GPUs, library versions,
+    the data root, the cache and the offline switches."""
+    if constraints:
+        sys.stdout.write(constraints_file().read_text())
+        return
     table = Table(title="rufus environment (paste it into a bug report)")
     table.add_column("what", style="bold")
     table.add_column("value")

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.errors import RufusError
 
 M = TypeVar("M", bound=BaseModel)
@@ -195,4 +196,4 @@ def config_from_cli(model: type[M], config_file: str | Path | None, options: dic
     override the file, and a bad option is named as an option, not as a line of the file."""
     options = {key: value for key, value in options.items() if value is not None}
     config = model_from_options(model, options)
-    return load_yaml_model(config_file, model, options) if config_file else config
+    return load_yaml_model(resolve_entry(config_file), model, options) if config_file else config

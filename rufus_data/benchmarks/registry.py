@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rufus_data.base.catalog_files import catalog_file
+from rufus_data.base.catalog_files import catalog_file, resolve_entry
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel
 from rufus_data.sources.dataset_source import DatasetSource, HubDataset
@@ -91,7 +91,7 @@ def default_registry() -> Path:
 
 def load_registry(path: str | Path | None = None) -> tuple[Registry, Path]:
     """Read and strictly validate the registry; an unknown key names itself and the nearest valid one."""
-    path = Path(path) if path else default_registry()
+    path = resolve_entry(path) if path else default_registry()
     if not path.exists():
         raise RufusError(f"benchmark registry {path} does not exist: pass --benchmarks FILE (see catalogs/benchmarks.yaml)")
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rufus_data.base.catalog_files import is_shipped
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import data_root
 from rufus_data.benchmarks.bfcl import bfcl_rows
@@ -34,7 +35,8 @@ def _locate(name: str, spec: BenchmarkSpec, registry_path: Path, what: str) -> L
         if not isinstance(spec.id_field, str):
             raise RufusError(f"benchmark `{name}`: id_range needs a single integer `id_field`; fix it in {registry_path}")
         source = spec.model_copy(update={"ids": IdRange(field=spec.id_field, within=[tuple(spec.id_range)])})
-    return load_rows(source, what, base=registry_path.parent, pin_hint=f" in {registry_path.name}")
+    return load_rows(source, what, base=registry_path.parent, pin_hint=f" in {registry_path.name}",
+                     shipped=is_shipped(registry_path))
 
 
 def benchmark_rows(name: str, what: str | None = None, registry_file: str | Path | None = None) -> tuple[list[dict], dict]:

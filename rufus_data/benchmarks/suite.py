@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, model_serializer, model_validator
 
-from rufus_data.base.catalog_files import catalog_names, find_catalog_file, looked_in
+from rufus_data.base.catalog_files import catalog_names, find_catalog_file, looked_in, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
@@ -218,7 +218,7 @@ def find_suite(name: str) -> Path | None:
     suite YAML; None when `name` is neither."""
     path = Path(name)
     if path.suffix in (".yaml", ".yml") or path.is_file():
-        return path
+        return resolve_entry(path)  # `catalogs/suites/X.yaml` installed: the shipped one
     return find_catalog_file(f"suites/{name}.yaml")
 
 

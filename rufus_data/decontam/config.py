@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.cli_options import DRY_RUN_HELP, REPORT_ONLY_HELP, Flag
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel
@@ -80,7 +81,7 @@ class DecontamCommand(StrictModel):
         description="shard folder to check (written by mix, filter, ...)")
     out: Path | None = Field(None, description="output folder, required unless --report-only: clean shards, "
                              "contaminated.parquet, hits.html, report.md")
-    config: Path | None = Field(None, description="YAML of the settings below (docs/decontam.md); the options given "
+    config: Path | None = Field(None, description=f"YAML of the settings below ({docs_page('decontam.md')}); the options given "
                                 "on the command line override its keys")
     report_only: bool = Field(False, description=REPORT_ONLY_HELP)
     overwrite: bool = Field(False, description="replace an existing output folder")

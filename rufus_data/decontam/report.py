@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from rich.table import Table
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.folders.output_step import StepResult
 
@@ -110,7 +111,7 @@ def decontam_report(result: DecontamResult, against: list[str], config: Decontam
         lines.append(f"| {hit['row_id']} | {hit['benchmark']} | {hit['eval_item_id']} | {hit['method']} | "
                      f"{hit['containment']:.2f} | {', '.join(hit['fields'][:2])} | {grams[:120]} |")
     lines += ["", ("contaminated.parquet holds every hit (one row per training row x eval item); "
-                   "docs/decontam.md explains the columns and the thresholds."), ""]
+                   f"{docs_page('decontam.md')} explains the columns and the thresholds."), ""]
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from rich.table import Table
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.report import markdown_table
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.folders.output_step import StepResult
@@ -73,7 +74,7 @@ def share_shifts(before: dict[str, int], after: dict[str, int], unit: str) -> tu
             warnings.append(f"dedup moved source {source!r} from {old:.1%} to {new:.1%} of the train {unit} "
                             f"({shift:+.1f} pp): the near duplicates were not spread evenly over the sources, so the "
                             "mix no longer has its token shares. Dedup belongs before mixing: dedup each source, then "
-                            "mix (docs/data.md)")
+                            f"mix ({docs_page('data.md')})")
     return shares, warnings
 
 

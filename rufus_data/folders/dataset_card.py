@@ -82,14 +82,21 @@ def lineage_node(folder: Path) -> dict:
     return folder_lineage(folder, {"path": str(folder), "files": {}})
 
 
-def mixed_sources(node: dict) -> list[dict]:
-    """The sources of the nearest mix in the lineage, as that mix's manifest records them."""
+def mixed_manifest(node: dict) -> dict:
+    """The manifest of the nearest mix in the lineage ({} when there is none)."""
     if node.get("command") == MIX:
-        return read_manifest(node["path"]).get("sources") or []
+        return read_manifest(node["path"])
     for item in node.get("inputs") or []:
-        if item.get("on_disk", "same") == "same" and (found := mixed_sources(item)):
+        if item.get("on_disk", "same") == "same" and (found := mixed_manifest(item)):
             return found
-    return []
+    return {}
+
+
+def tokens_column(basis: str) -> str:
+    """The header of a mix's per-source token count, naming what it counts (the mix's basis:
+    `trainable tokens`, what the loss sees, or `total tokens`): one name and one number in the mix
+    table, its report and the dataset card."""
+    return f"{basis} tokens"
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
@@ -110,14 +117,15 @@ def card_text(title: str, manifest: dict, configs: list[dict], rows: dict, node:
             note = "" if count else "empty: left out of the configs (datasets cannot load an empty split)"
             table.append([f"`{name}`" + (" (default)" if name == default else ""), split, f"{count:,}", note])
     lines += [markdown_table(["config", "split", "rows", "note"], table)]
-    sources = mixed_sources(node)
+    mixed = mixed_manifest(node)
+    sources = mixed.get("sources") or []
     if sources:
         lines += ["## Sources and shares", "", ("As mixed" + ("" if node.get("command") == MIX else
                   " (before the later steps below removed rows)") + ":"), ""]
         lines.append(markdown_table(
-            ["source", "rows", "share requested", "share realised", "tokens"],
+            ["source", "rows", "share requested", "share realised", tokens_column(mixed.get("basis", "total"))],
             [[s.get("name"), f"{s.get('rows_out', 0):,}", s.get("share_requested"), s.get("share_realised"),
-              f"{(s.get('tokens') or {}).get('total', 0):,}"] for s in sources]))
+              f"{(s.get('tokens') or {}).get('basis', 0):,}"] for s in sources]))
     lines += ["## Lineage", "", f"`{chain_text(node)}`", "", "## Decontamination", ""]
     checked = checked_benchmarks(node)
     if checked:

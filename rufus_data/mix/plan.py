@@ -69,5 +69,5 @@ def print_mix_plan(plan: MixPlan) -> None:
     print_result(f"mix plan {catalog.name} ({catalog.kind}): {plan.rows_train:,} rows (+{plan.rows_holdout:,} held out), "
                  f"budget {plan.budget:,.0f} {basis} tokens, tokenizer {catalog.tokenizer}, seed {catalog.seed}",
                  highlight=False)
-    print_sources(None, plan.sources, share_notes(plan.sources))
+    print_sources(None, plan.sources, share_notes(plan.sources), basis)
     print_result(f"dry run: nothing written (drop --dry-run to write {plan.out})", highlight=False)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rufus_data.base.report import bar_chart, markdown_table
 from rufus_data.base.yaml_config import settings_model
+from rufus_data.folders.dataset_card import tokens_column
 from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import write_shards
 from rufus_data.mix.config import MixConfig, default_out
@@ -143,7 +144,8 @@ def _report(folder: Path, catalog: MixtureCatalog, manifest: dict) -> str:
         for s in sources
     ]
     table = markdown_table(
-        ["source", "label", "rows in", "rows out", "holdout", "dropped", "tokens", "share", "realised", "repeat"], rows
+        ["source", "label", "rows in", "rows out", "holdout", "dropped", tokens_column(manifest["basis"]), "share",
+         "realised", "repeat"], rows
     )
     notes = "".join(f"- {n}\n" for n in manifest["notes"]) or "- every source is within 1 pp of its share\n"
     return (

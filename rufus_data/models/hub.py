@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import re
 import socket
@@ -16,18 +17,25 @@ from rufus_data.base.console import console
 from rufus_data.base.errors import UnpinnedRevision
 from rufus_data.folders.run_folder import MODEL_CONFIG
 
+log = logging.getLogger("rufus_data")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 OFFLINE_VALUES = ("1", "true", "yes", "on")
 PROBE_TIMEOUT_S = 3.0
 
 
-def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: str, where: str = "") -> None:
-    """Warn (console and `warnings`) when `revision` is a branch or tag: its rows can change."""
+def warn_if_unpinned(what: str, repo: str, revision: str | None, consequence: str, where: str = "",
+                     shipped: bool = False) -> None:
+    """Warn (console and `warnings`) when `revision` is a branch or tag: its rows can change. A
+    revision a shipped catalog holds is the maintainers' to pin, not the user's: it goes to the
+    log (logger rufus_data: a stage's train.log), not the screen."""
     if revision and COMMIT.fullmatch(revision):
         return
     state = f"revision {revision!r} of {repo} is a branch or tag, not a commit" if revision else f"{repo} has no revision"
     message = (f"{what}: {state}: {consequence}; pin a commit sha{where} "
                f"(https://huggingface.co/datasets/{repo}/commits/main)")
+    if shipped:
+        log.info("%s (a shipped catalog: for Rufus's maintainers)", message)
+        return
     console.print(f"[yellow]WARNING:[/] {message}", highlight=False, soft_wrap=True)
     warnings.warn(message, UnpinnedRevision, stacklevel=3)
 

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.errors import RufusError
 from rufus_data.rewards.registry import parse_spec
 
@@ -56,7 +57,7 @@ def specs_by_label(labels: Iterable[Any], encoded: Iterable[str | None]) -> dict
     if missing:
         raise RufusError(
             f"rows of label(s) {', '.join(sorted(missing))} declare no reward: pass --reward SPEC, or add "
-            "`reward:` to their source in the catalog (docs/filter.md) and mix it again"
+            f"`reward:` to their source in the catalog ({docs_page('filter.md')}) and mix it again"
         )
     return {label: json.loads(text) for label, text in sorted(found.items())}
 
@@ -81,7 +82,7 @@ def data_reward_specs(rows: list[dict]) -> list[dict[str, Any]]:
     if not declares_rewards(rows):
         raise RufusError(
             "no reward given and the rows declare none: pass --reward SPEC (e.g. 'string_match:gsm8k'), or add "
-            "`reward:` to the sources of the rl catalog (docs/filter.md) and mix it again"
+            f"`reward:` to the sources of the rl catalog ({docs_page('filter.md')}) and mix it again"
         )
     return label_scoped_specs(specs_by_label((r.get("label") for r in rows), (r.get(REWARD_COLUMN) for r in rows)))
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import Field
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.cli_options import Flag
 from rufus_data.base.errors import RufusError
 from rufus_data.generate.backend_config import ModelAccess
@@ -45,7 +46,7 @@ def parse_reward_option(values: list[str]) -> list[str | dict]:
 RewardSpecs = Annotated[
     list[str | dict],
     Field(description="reward spec, repeatable: 'string_match:gsm8k' or '{name: string_match, answer_column: expected_output}' "
-          "(default: each row's own, from its source's `reward:` in the catalog; docs/filter.md)"),
+          f"(default: each row's own, from its source's `reward:` in the catalog; {docs_page('filter.md')})"),
     Flag(type=list[str], parse=parse_reward_option, metavar="SPEC"),
 ]
 

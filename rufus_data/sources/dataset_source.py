@@ -123,9 +123,11 @@ class LoadedRows:
     count: int | None = None  # rows to expect, when known without reading them (None with `ids`)
 
 
-def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hint: str = "") -> LoadedRows:
+def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hint: str = "",
+              shipped: bool = False) -> LoadedRows:
     """The rows of the first place that loads: `path` (relative to `base`), `local`, then `hub`.
-    Raises DatasetUnavailable naming `what`, every place tried and the three ways to provide it."""
+    Raises DatasetUnavailable naming `what`, every place tried and the three ways to provide it.
+    `shipped`: the source is in a shipped catalog, so an unpinned revision is logged, not shown."""
     if source.path is None and source.local is None and source.hub is None:
         raise DatasetUnavailable(f"{what} names no place to load from. {PROVIDE_HINT}")
     tried: list[str] = []
@@ -145,7 +147,7 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
             tried.append(f"$RUFUS_DATA_ROOT/{source.local} " + ("(RUFUS_DATA_ROOT is not set)" if root is None
                                                                else f"(not in {root})"))
     if loaded is None and source.hub is not None:
-        loaded = _hub_rows(source.hub, what, tried, pin_hint)
+        loaded = _hub_rows(source.hub, what, tried, pin_hint, shipped)
     if loaded is None:
         raise DatasetUnavailable(f"{what} could not be loaded; tried: {'; '.join(tried)}. {PROVIDE_HINT}")
     if source.ids is not None:
@@ -217,11 +219,11 @@ def _count_rows(path: Path) -> int | None:
     return None
 
 
-def _hub_rows(hub: HubDataset, what: str, tried: list[str], pin_hint: str) -> LoadedRows | None:
+def _hub_rows(hub: HubDataset, what: str, tried: list[str], pin_hint: str, shipped: bool = False) -> LoadedRows | None:
     """Rows of a hub dataset at its revision, or None (with the reason in `tried`)."""
     folder = Path(hub.id).expanduser().is_dir()  # a download of the hub repo: no network, no pin needed
     if not folder:
-        warn_if_unpinned(what, hub.id, hub.revision, "its rows can change when the dataset does", pin_hint)
+        warn_if_unpinned(what, hub.id, hub.revision, "its rows can change when the dataset does", pin_hint, shipped)
         unreachable = None if offline_mode() else hub_unreachable()
         if unreachable:
             tried.append(f"hub dataset {hub.describe()}: the hub is not reachable here ({unreachable}; with a "

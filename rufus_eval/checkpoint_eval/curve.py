@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from rufus_data.base.console import console
+from rufus_data.base.console import console, print_whole
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import atomic_file
 from rufus_data.folders.run_folder import EVAL_LOG, EVAL_LOGS, METRICS, RESULTS_JSON, eval_step_dirs
@@ -133,4 +133,4 @@ class EvalCurve:
                              f"\n{verdict(row['delta'], row['delta_se'], row['paired_docs'])}")
                 cells.append(text)
             table.add_row(str(entry["eval/step"]), *cells)
-        console.print(table)
+        print_whole(console, table)  # a training log is often a file: whole cells there

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import warnings
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.generate.context import check_fits, server_max_model_len
@@ -82,7 +83,7 @@ def wait_for_max_model_len(base_url: str, wait_s: float, checks: str) -> int:
             f"grpo_execution: async: the vLLM server at {base_url} did not answer GET {models_url} within "
             f"{wait_s:g} s ({err}), so these checks could not run: {checks}. Async GRPO does not start without them "
             "(a prompt that does not fit fails minutes later, as an HTTP 400 the rollout worker retries). Start the "
-            "server first (`rufus-train serve --stage STAGE`, docs/train_rl.md), point vllm_server at it, or wait "
+            f"server first (`rufus-train serve --stage STAGE`, {docs_page('train_rl.md')}), point vllm_server at it, or wait "
             "longer with trainer.vllm_server_timeout"
         ) from None
     limit = models[0].get("max_model_len") if models else None

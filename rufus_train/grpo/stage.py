@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.models.builtin import read_model_config
@@ -55,7 +56,7 @@ class GRPOStage(Stage):
     def check(self, config: GRPOStageConfig) -> None:
         if uses_data_rewards(config) and not all(REWARD_COLUMN in columns_of(entry) for entry in config.data):
             raise RufusError(f"stage {config.stage} has no rewards: name at least one (e.g. rewards: ['string_match:gsm8k']), "
-                             "or train on data whose catalog sources declare `reward:` (docs/filter.md)")
+                             f"or train on data whose catalog sources declare `reward:` ({docs_page('filter.md')})")
         for spec in config.rewards:
             parse_spec(spec)
         if config.reward_model:
