@@ -28,9 +28,9 @@ from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
 from rufus_data.folders.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.generate.backend_config import ModelAccess
-from rufus_data.models.builtin import BUILTINS, is_cached
+from rufus_data.models.builtin import is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
-from rufus_data.models.reference import ModelRef
+from rufus_data.models.reference import ModelRef, require_loadable
 from rufus_eval.request import EvalRequest, apply_sampling_overrides
 from rufus_eval.results import default_runs_root
 from rufus_eval.suite_trackers import check_trackers
@@ -103,11 +103,7 @@ def model_source(model: ModelRef) -> str:
         return f"{model.describe()}: merged into {Path(model.path) / MERGED_DIR} when the run starts (kept for reuse)"
     if model.kind != "hub":
         return model.describe()
-    unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
-    if unreachable:
-        raise RufusError(f"model {model.text!r} is neither a model folder nor a built-in "
-                         f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
-                         f"({unreachable}): give a folder that exists")
+    require_loadable(model)  # a typo of a built-in, or a hub id that is neither cached nor reachable
     return f"{model.describe()}: downloaded when the run starts"
 
 
