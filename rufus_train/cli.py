@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
+from rufus_data.base.borrowed_options import borrowed_options
 from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     RENAMED_ATTRIBUTE,
@@ -40,6 +41,7 @@ from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
 from rufus_train.serve import ServeConfig, exec_server, serve_command, serve_config
+from rufus_train.trl_spellings import TRL_SPELLINGS
 
 app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
              context_settings={"help_option_names": ["-h", "--help"]})  # -h as TRL's argparse CLI takes it
@@ -134,6 +136,7 @@ STAGE_DRY_RUN_HELP = f"{DRY_RUN_HELP}; the plan: every key of the stage, resolve
 
 @app.command("stage", cls=StageCommand, context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
+@borrowed_options(TRL_SPELLINGS)
 def stage_cmd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`); with --help: its keys")],
