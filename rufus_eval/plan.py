@@ -87,9 +87,22 @@ def resolve(req: EvalRequest, say: bool = True) -> Resolved:
     suite = load_suite(req.suite)
     apply_sampling_overrides(suite, req)
     tasks = selected_tasks(suite, req)
+    if say and req.limit:
+        say_limit_samples(suite, tasks, req.limit)
     step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
     model = ModelRef.of(req.checkpoint) if req.backend in ("hf", "vllm") else None  # a file or missing folder refused
     return Resolved(req, suite, tasks, step, step_from, model)
+
+
+def say_limit_samples(suite: Suite, tasks: list[Task], limit: int) -> None:
+    """`--limit N` picks questions; each is answered k times: said before anything runs (16
+    generations for `--limit 4` at k=4 surprised a user as 3 minutes)."""
+    sampled = {task.name: suite.k(task) for task in tasks if suite.k(task) > 1}
+    if not sampled:
+        return
+    each = ", ".join(f"{name} {limit} x {k} = {limit * k}" for name, k in sampled.items())
+    console.print(f"note: --limit {limit} picks {limit} questions per task, each answered k times: {each} generations "
+                  "(--repeats 1 for one answer each)", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def model_source(model: ModelRef) -> str:
@@ -168,6 +181,8 @@ def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
     object); returns it. A request the run would refuse is refused here too, after the plan."""
     why = req.backend_choice()[1]
     resolved = resolve(req, say=False)
+    if req.limit:
+        say_limit_samples(resolved.suite, resolved.tasks, req.limit)
     req, suite = resolved.request, resolved.suite
     model = model_source(resolved.model) if resolved.model else \
         f"{req.checkpoint}, as {', '.join(req.base_urls)} serves it"
