@@ -33,6 +33,7 @@ from rufus_data.folders.shards import (
     shard_files,
 )
 from rufus_data.mix import mix_inputs
+from rufus_data.models.hub import hub_unreachable, offline_mode
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.sources.builders import BUILDERS
 from rufus_data.sources.canonical import open_source
@@ -43,14 +44,14 @@ log = logging.getLogger("rufus_train")
 
 
 def check_data(entries: list[str], stage: str) -> None:
-    """Every entry is a shard folder with shards, or a valid mixture catalog each of whose sources
-    is found here (a file, $RUFUS_DATA_ROOT's copy, or the hub): a missing data root is said before
-    any work and by --dry_run, not after the run has started."""
+    """Every entry is a shard folder with shards, or a valid mixture catalog; without the hub, each
+    of its sources must be found here (a file, $RUFUS_DATA_ROOT's copy, the datasets cache): a
+    missing data root is said before any work and by --dry_run, not after the run has started."""
     if not entries:
         raise RufusError(f"stage {stage} has no `data`: set `data: [SHARD_FOLDER or CATALOG.yaml, ...]`")
     for item in data_inputs(entries):
         item.check()  # names the folder, or the catalog's file/line/key
-        if item.catalog:
+        if item.catalog and (offline_mode() or hub_unreachable()):  # online, the hub holds them: nothing downloaded here
             for source in load_catalog(item.path).sources:
                 try:
                     open_source(source)  # finds its rows; reads none

@@ -53,6 +53,7 @@ def test_rufus_eval_and_rufus_data_answer_the_same_typo_the_same_way(tmp_path, n
 
 def test_rufus_train_dry_run_says_the_data_root_is_missing(tmp_path, monkeypatch, no_model_loads):
     monkeypatch.delenv("RUFUS_DATA_ROOT")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # online, the hub would supply the catalog's sources
     result = invoke(train_app, "stage", "sft", "--dry_run", "--output_dir", str(tmp_path / "run"))
     assert result.exit_code == 2, result.output
     assert "data catalogs/data/sft_mixture.yaml: source" in said(result) and "RUFUS_DATA_ROOT is not set" in said(result)
