@@ -3,7 +3,8 @@ training runs. It builds on rufus_data (benchmarks, rewards, the generation back
 imported by rufus_train, never the reverse.
 
 A suite run (`rufus-eval suite`):
-- cli.py: `rufus-eval` (suite, compare, vibe, data pull): thin wrappers.
+- cli.py: `rufus-eval` (suite, compare, vibe, data pull): thin wrappers; lm_eval_spellings.py:
+  lm-eval's options (--output_path, --model_args, --gen_kwargs) taken or refused with a note.
 - request.py: one evaluation request (suite, tasks, overrides, backend, model), whoever asks:
   the command line, a checkpoint evaluation's job.json, a pipeline.
 - runner.py: a suite's tasks through lm-eval, one model for all, results recorded; plan.py: how a run

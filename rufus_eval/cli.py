@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import Field
 
+from rufus_data.base.borrowed_options import borrowed_options
 from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
     CliApp,
@@ -24,6 +25,7 @@ from rufus_data.base.console import cli_errors, print_rows
 from rufus_data.base.env_report import env_command
 from rufus_data.base.yaml_config import StrictModel, model_from_options
 from rufus_eval.compare import compare_runs
+from rufus_eval.lm_eval_spellings import LM_EVAL_SPELLINGS
 from rufus_eval.request import EvalRequest, request_from_cli
 
 app = CliApp(help="Rufus evaluation suites.")
@@ -45,6 +47,7 @@ def _exit_on_sigterm() -> None:
 
 @app.command("suite")
 @cli_errors
+@borrowed_options(LM_EVAL_SPELLINGS)
 @model_options(EvalRequest, optional=("suite", "checkpoint"))  # or both in --request FILE
 def suite(
     request: Path = typer.Option(None, "--request", help="a JSON evaluation request (the fields below), or a "

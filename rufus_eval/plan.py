@@ -28,9 +28,9 @@ from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
 from rufus_data.folders.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
 from rufus_data.generate.backend_config import ModelAccess
-from rufus_data.models.builtin import BUILTINS, is_cached
+from rufus_data.models.builtin import is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
-from rufus_data.models.reference import ModelRef
+from rufus_data.models.reference import ModelRef, require_loadable
 from rufus_eval.request import EvalRequest, apply_sampling_overrides
 from rufus_eval.results import default_runs_root, print_left_out
 from rufus_eval.suite_trackers import check_trackers
@@ -95,9 +95,22 @@ def resolve(req: EvalRequest, say: bool = True) -> Resolved:
     suite = load_suite(req.suite)
     apply_sampling_overrides(suite, req)
     tasks = selected_tasks(suite, req)
+    if say and req.limit:
+        say_limit_samples(suite, tasks, req.limit)
     step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
     model = ModelRef.of(req.checkpoint) if req.backend in ("hf", "vllm") else None  # a file or missing folder refused
     return Resolved(req, suite, tasks, step, step_from, model)
+
+
+def say_limit_samples(suite: Suite, tasks: list[Task], limit: int) -> None:
+    """`--limit N` picks questions; each is answered k times: said before anything runs (16
+    generations for `--limit 4` at k=4 surprised a user as 3 minutes)."""
+    sampled = {task.name: suite.k(task) for task in tasks if suite.k(task) > 1}
+    if not sampled:
+        return
+    each = ", ".join(f"{name} {limit} x {k} = {limit * k}" for name, k in sampled.items())
+    console.print(f"note: --limit {limit} picks {limit} questions per task, each answered k times: {each} generations "
+                  "(--repeats 1 for one answer each)", style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def model_source(model: ModelRef) -> str:
@@ -111,11 +124,7 @@ def model_source(model: ModelRef) -> str:
         return f"{model.describe()}: merged into {Path(model.path) / MERGED_DIR} when the run starts (kept for reuse)"
     if model.kind != "hub":
         return model.describe()
-    unreachable = "HF_HUB_OFFLINE is set" if offline_mode() else hub_unreachable()
-    if unreachable:
-        raise RufusError(f"model {model.text!r} is neither a model folder nor a built-in "
-                         f"({', '.join(sorted(BUILTINS))}), and the hub is not reachable to download it "
-                         f"({unreachable}): give a folder that exists")
+    require_loadable(model)  # a typo of a built-in, or a hub id that is neither cached nor reachable
     return f"{model.describe()}: downloaded when the run starts"
 
 
@@ -180,6 +189,8 @@ def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
     object); returns it. A request the run would refuse is refused here too, after the plan."""
     why = req.backend_choice()[1]
     resolved = resolve(req, say=False)
+    if req.limit:
+        say_limit_samples(resolved.suite, resolved.tasks, req.limit)
     req, suite = resolved.request, resolved.suite
     model = model_source(resolved.model) if resolved.model else \
         f"{req.checkpoint}, as {', '.join(req.base_urls)} serves it"

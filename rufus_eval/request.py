@@ -57,6 +57,8 @@ class EvalSettings(ModelAccess):
     repeats: Annotated[int | None, Flag(old_names=("--samples",), renamed_because=REPEATS_RENAMED)] = Field(
         None, ge=1, description="override every task's k, the answers sampled per document (lm-eval's `repeats`)")
     max_tokens: int | None = Field(None, ge=1, description="override every task's max_tokens")
+    seed: int | None = Field(None, description="override the suite's seed (sampling, lm-eval's random, numpy and "
+                             "torch seeds)")
     temperature: float | None = Field(
         None, ge=0, description="override every task's sampling temperature (0: greedy decoding, one sample)")
     data_parallel_size: int | None = Field(
@@ -145,8 +147,10 @@ def say_repeats_renamed(where: str) -> None:
 
 
 def apply_sampling_overrides(suite: Suite, request: EvalSettings) -> None:
-    """repeats, max_tokens and temperature for every task of `suite` (a metric at more samples
-    than k falls back to @k)."""
+    """The suite's seed, and repeats, max_tokens and temperature for every task of `suite` (a metric at
+    more samples than k falls back to @k)."""
+    if request.seed is not None:
+        suite.seed = request.seed
     for task in suite.tasks:
         if request.repeats:
             task.repeats = request.repeats

@@ -7,7 +7,8 @@ The run, start to end:
   stage_help.py: `rufus-train stage NAME --help`, every key of the stage.
 - config.py: the strict per-stage configs, the schema of catalogs/stages/NAME.yaml;
   config_loading.py: a config from its YAML and CLI overrides, and the resolved YAML --dry-run prints;
-  trl_keys.py: which TRL fields Rufus sets, and TRL keys written outside `trainer:` taken into it.
+  trl_keys.py: which TRL fields Rufus sets, and TRL keys written outside `trainer:` taken into it;
+  trl_spellings.py: TRL's names of stage keys (--model_name_or_path, --use_peft) taken with a note.
 - guards.py: what is refused before any model or dataset loads.
 - guidance.py: the Smol playbook's advice as config-time warnings (packing, preference epochs and rates).
 - launch.py: `--num_processes N`: the stage starts `accelerate launch` itself.

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.rule import Rule
 from rich.table import Table
 
+from rufus_data.base.borrowed_options import borrowed_options
 from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.cli_options import (
     DRY_RUN_HELP,
@@ -41,6 +42,7 @@ from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
 from rufus_train.serve import ServeConfig, exec_server, serve_command, serve_config
+from rufus_train.trl_spellings import TRL_SPELLINGS
 
 app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
              context_settings={"help_option_names": ["-h", "--help"]})  # -h as TRL's argparse CLI takes it
@@ -135,6 +137,7 @@ STAGE_DRY_RUN_HELP = f"{DRY_RUN_HELP}; the plan: every key of the stage, resolve
 
 @app.command("stage", cls=StageCommand, context_settings=OVERRIDES, help=STAGE_HELP)
 @cli_errors
+@borrowed_options(TRL_SPELLINGS)
 def stage_cmd(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="stage name (see `rufus-train stages`); with --help: its keys")],
@@ -143,9 +146,9 @@ def stage_cmd(
     show_mask: Annotated[int, typer.Option("--show-mask", help="print N rendered examples, loss tokens highlighted")] = 0,
 ) -> None:
     """Run one stage (--help: STAGE_HELP)."""
-    from rufus_train.config_loading import resolved_yaml  # heavy: the runner and stages import TRL and peft
+    from rufus_train.config_loading import resolved_yaml  # the stage registry: about 1 s
     from rufus_train.launch import launch_command, run_launch, wants_launch
-    from rufus_train.runner import check_config, run_stage
+    from rufus_train.stages import check_config
 
     cfg = resolve_stage_config(name, config, list(ctx.args))
     if dry_run:
@@ -163,6 +166,9 @@ def stage_cmd(
         if code:
             raise typer.Exit(code)
         return
+    check_config(cfg)  # a typo'd model or missing data answered before the runner's imports (torch: 10-70 s)
+    from rufus_train.runner import run_stage
+
     run_stage(cfg)
 
 

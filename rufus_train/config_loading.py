@@ -158,6 +158,16 @@ def check_trainer_block(
         raise RufusError("; ".join(problems))
 
 
+def mentions_trl(config_cls: type[StageConfig], data: dict, overrides: dict[str, Any]) -> bool:
+    """Whether the YAML or the overrides hold a key that is no stage key, or a `trainer:` one: only
+    then is the stage's TRL config class imported (it imports torch: about 10 s of `--help` and
+    `--dry_run` otherwise)."""
+    stage_keys = set(config_cls.model_fields)
+    heads = {key.split(".")[0] for key in [*data, *overrides] if isinstance(key, str)}
+    unknown = {head for head in heads if head not in stage_keys and head.removeprefix("no_") not in stage_keys}
+    return bool(data.get("trainer")) or "trainer" in {key.split(".")[0] for key in overrides} or bool(unknown)
+
+
 def load_stage_config(
     name: str,
     config_cls: type[StageConfig],
@@ -179,18 +189,23 @@ def load_stage_config(
     if data.get("stage", name) != name:
         raise RufusError(f"{path} is a config for stage '{data['stage']}', not '{name}': run `rufus-train stage {data['stage']}`")
     data["stage"] = name
-    trl_class = trl_config_class(config_cls)
-    fields = trl_fields(trl_class)
-    data, taken = take_from_mapping(data, config_cls.model_fields, fields,
-                                    lambda key: f"{path}:{node_line(node, (key,))}")
+    keys = overrides if isinstance(overrides, dict) else dict(overrides or [])
+    trl_class = trl_config_class(config_cls) if mentions_trl(config_cls, data, keys) else None
+    fields = trl_fields(trl_class) if trl_class else {}
+    taken: dict[str, TakenKey] = {}
+    if trl_class:
+        data, taken = take_from_mapping(data, config_cls.model_fields, fields,
+                                        lambda key: f"{path}:{node_line(node, (key,))}")
     if isinstance(overrides, list):
-        overrides, from_command_line = take_from_pairs(overrides, config_cls.model_fields, trl_class, overrides_from)
+        if trl_class:
+            overrides, from_command_line = take_from_pairs(overrides, config_cls.model_fields, trl_class, overrides_from)
+            taken.update(from_command_line)
         overrides = dict(typed_override(config_cls, k, v) for k, v in overrides)
-    else:
+    elif trl_class:
         overrides, from_command_line = take_from_overrides(overrides or {}, config_cls.model_fields, fields,
                                                            overrides_from)
-    taken.update(from_command_line)
-    data = apply_overrides(data, overrides)
+        taken.update(from_command_line)
+    data = apply_overrides(data, overrides or {})
     data = _expand_env(data)
     try:
         config = config_cls.model_validate(data)
@@ -198,7 +213,8 @@ def load_stage_config(
         problems = format_validation_error(err, path, node, config_cls, overrides, overrides_from)
         hints = near_trl_keys(data, config_cls.model_fields, fields)
         raise RufusError(f"invalid {name} config: {problems}{hints}") from None
-    check_trainer_block(config, path, overrides, overrides_from, taken)
+    if config.trainer:
+        check_trainer_block(config, path, overrides, overrides_from, taken)
     said = [taken_key.note(key) for key, taken_key in taken.items()]
     if notes is not None:
         notes.extend(said)

@@ -33,8 +33,10 @@ from rufus_data.folders.shards import (
     shard_files,
 )
 from rufus_data.mix import mix_inputs
+from rufus_data.models.hub import hub_unreachable, offline_mode
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
 from rufus_data.sources.builders import BUILDERS
+from rufus_data.sources.canonical import open_source
 from rufus_data.sources.catalog import load_catalog
 from rufus_data.sources.inputs import data_input, data_inputs
 
@@ -42,11 +44,19 @@ log = logging.getLogger("rufus_train")
 
 
 def check_data(entries: list[str], stage: str) -> None:
-    """Every entry is a shard folder with shards, or a valid mixture catalog."""
+    """Every entry is a shard folder with shards, or a valid mixture catalog; without the hub, each
+    of its sources must be found here (a file, $RUFUS_DATA_ROOT's copy, the datasets cache): a
+    missing data root is said before any work and by --dry_run, not after the run has started."""
     if not entries:
         raise RufusError(f"stage {stage} has no `data`: set `data: [SHARD_FOLDER or CATALOG.yaml, ...]`")
     for item in data_inputs(entries):
         item.check()  # names the folder, or the catalog's file/line/key
+        if item.catalog and (offline_mode() or hub_unreachable()):  # online, the hub holds them: nothing downloaded here
+            for source in load_catalog(item.path).sources:
+                try:
+                    open_source(source)  # finds its rows; reads none
+                except RufusError as err:
+                    raise RufusError(f"data {item.given}: {err}") from None
 
 
 def columns_of(entry: str) -> set[str]:

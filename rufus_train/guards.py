@@ -13,7 +13,7 @@ from pathlib import Path
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.output_lock import check_unlocked
-from rufus_train.checkpoints import LATEST, storage
+from rufus_data.folders.run_folder import finished_steps, is_run_folder
 from rufus_train.data import check_data
 from rufus_train.launch import engine_keeps_fp32_masters, takes_output_lock
 from rufus_train.modeling import PURE_BF16_WARNING
@@ -116,15 +116,23 @@ def check_data_folders(data: list[str], stage: str) -> None:
 
 def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> None:
     """A run folder another live process writes is refused first, whatever the flags; a finished
-    run is not overwritten by accident (resume and overwrite are explicit)."""
+    run is not overwritten by accident (resume and overwrite are explicit); one that stopped before
+    its first checkpoint is taken over."""
     out = Path(output_dir)
     if takes_output_lock():
         check_unlocked(out)
-    if out.exists() and any(out.iterdir()) and not overwrite and not resume:
+    if out.exists() and any(out.iterdir()) and not overwrite and not resume and not taken_over(out):
+        finished = finished_steps(out)
+        held = f"a run ({', '.join(finished[:4])}{', ...' if len(finished) > 4 else ''})" if finished else "files"
         raise RufusError(
-            f"output_dir {out} already holds a run: pass --overwrite to replace it, "
+            f"output_dir {out} already holds {held}: pass --overwrite to replace it, "
             "--resume_from_checkpoint latest (or PATH) to continue it, or choose another --output_dir"
         )
+
+
+def taken_over(out: Path) -> bool:
+    """A run folder with no finished step (run_folder.finished_steps): the next run takes it over."""
+    return is_run_folder(out) and not finished_steps(out)
 
 
 def check_precision(config) -> None:
@@ -138,6 +146,13 @@ def check_precision(config) -> None:
 def check_resume(output_dir: str, resume: str | None, mirror: str | None) -> None:
     """A named checkpoint exists; a mirror opens (its fsspec backend installed) and is not the
     run folder itself, whose checkpoint-N folders it would replace."""
+    if not resume and not mirror:
+        return
+    from rufus_train.checkpoints import (  # transformers (about 10 s): only when resuming or mirroring
+        LATEST,
+        storage,
+    )
+
     if resume and resume != LATEST and not Path(resume).is_dir():
         raise RufusError(
             f"resume_from_checkpoint {resume} is not a folder: give a checkpoint-N folder of the run, or `latest` "
@@ -161,3 +176,4 @@ def check_stage(config) -> None:
     check_output_dir(config.output_dir, config.overwrite, config.resume_from_checkpoint)
     check_resume(config.output_dir, config.resume_from_checkpoint, config.checkpoint_mirror)
     config.devices.check()  # every pair of GPU roles: trainer, vLLM server, checkpoint evaluation
+

@@ -34,8 +34,8 @@ from rufus_train import guidance
 from rufus_train.config import StageConfig
 from rufus_train.config_loading import _expand_env, load_stage_config, resolved_yaml, stage_file
 from rufus_train.modeling import export_merged
-from rufus_train.runner import check_config, run_stage
-from rufus_train.stages import get_stage
+from rufus_train.runner import run_stage
+from rufus_train.stages import check_config, get_stage
 
 CHAINED_KEYS = ("model", "output_dir")  # set by the pipeline for every stage
 

@@ -52,7 +52,7 @@ from rufus_data.folders.shards import package_versions
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
-from rufus_train import checkpoints, data, guards, guidance, launch, modeling, weight_update
+from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig
 from rufus_train.config_loading import resolved_yaml
 from rufus_train.mirror import Mirror, open_mirror
@@ -60,7 +60,7 @@ from rufus_train.model_card import write_model_card
 from rufus_train.push import push_run
 from rufus_train.resume import resume_checkpoint
 from rufus_train.run_summary import summary_table, write_train_curves
-from rufus_train.stages import StageContext, get_stage
+from rufus_train.stages import StageContext, check_config, get_stage
 from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
@@ -76,15 +76,6 @@ class RunResult:
     total_params: int
     initial_adapter: dict = field(default_factory=dict, repr=False)  # tensors before training (LoRA)
     trainer: Any = field(default=None, repr=False)
-
-
-def check_config(config: StageConfig) -> None:
-    """Every guard that needs nothing loaded: the common ones, the data columns, the stage's own."""
-    stage = get_stage(config.stage)
-    guards.check_stage(config)
-    guidance.check_stage(config)
-    data.check_columns(config.data, stage.required_columns, config.stage)
-    stage.check(config)
 
 
 def metrics_callback(path: Path):
@@ -159,7 +150,11 @@ def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Pat
     out = Path(config.output_dir)
     if launch.takes_output_lock():
         held.enter_context(OutputLock(out, f"rufus-train stage {config.stage}"))
-    if out.exists() and config.overwrite and not config.resume_from_checkpoint:
+    if out.exists() and not config.resume_from_checkpoint and guards.taken_over(out):
+        console.print(f"note: {out} holds no finished step (no checkpoint, no run.json: a run that stopped before "
+                      "its first checkpoint): taken over", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        shutil.rmtree(out)
+    elif out.exists() and config.overwrite and not config.resume_from_checkpoint:
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_YAML).write_text(resolved_yaml(config))

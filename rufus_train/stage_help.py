@@ -6,13 +6,18 @@ Imported only for that help: it loads the stage registry, hence TRL."""
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import importlib.util
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel
 from rich.console import Console, Group
+from rich.padding import Padding
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -86,40 +91,42 @@ def resolved_defaults(name: str, config_cls) -> tuple[Any, str]:
         return config_cls.model_construct(stage=name), f"defaults: the config model's ({err})"
 
 
-def trl_names(trl_class: type) -> tuple[str, str | None]:
-    """(how the class is imported, the TRL class it extends when it is not TRL's own)."""
-    import trl
-
-    own = next(c for c in trl_class.__mro__ if c.__module__.split(".")[0] == "trl")
-    public = f"trl.{own.__name__}" if getattr(trl, own.__name__, None) is own else f"{own.__module__}.{own.__name__}"
-    if own is trl_class:
-        return public, None
-    return f"{trl_class.__module__}.{trl_class.__name__}", public
+def trl_names(trl_config: str) -> tuple[str, str | None]:
+    """(the class a stage's `trl_config` path names, the TRL class it extends when it is not TRL's
+    own), read without importing it: TRL's config classes import torch (about 10 s, the whole of
+    `stage NAME --help` otherwise). A Rufus subclass's base is read from its module's source."""
+    module, _, name = trl_config.rpartition(".")
+    if module.split(".")[0] == "trl":
+        return trl_config, None
+    spec = importlib.util.find_spec(module)
+    tree = ast.parse(Path(spec.origin).read_text())
+    imported = {alias.asname or alias.name: f"{node.module}.{alias.name}" for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == name)
+    base = ast.unparse(cls.bases[0])
+    return trl_config, imported.get(base, base)
 
 
 def trainer_lines(config) -> list[str]:
     """What `trainer.*` takes, how to list it, and the TRL fields Rufus sets from its own keys."""
-    import trl
+    from rufus_train.trl_keys import managed_fields
 
-    from rufus_train.config import trl_config_class
-    from rufus_train.trl_keys import managed_fields, trl_fields
-
-    trl_class = trl_config_class(type(config))
-    name, extends = trl_names(trl_class)
+    name, extends = trl_names(type(config).trl_config)
     base = (extends or name).rpartition(".")[2]
+    module, _, short = name.rpartition(".")
     lister = (f"`trl {TRL_COMMANDS[base]} --help`" if base in TRL_COMMANDS
-              else f"`python -c \"from {trl_class.__module__} import {trl_class.__name__}; help({trl_class.__name__})\"`")
-    fields = trl_fields(trl_class)
+              else f"`python -c \"from {module} import {short}; help({short})\"`")
     try:
         managed = managed_fields(config)
     except Exception:  # noqa: BLE001 - a half-built fallback config; the help still lists the keys
         managed = {}
     by_key: dict[str, list[str]] = {}
     for field, how in managed.items():
-        if field in fields and how.key != field:
+        if how.key != field:
             by_key.setdefault(how.key or "set by Rufus itself", []).append(field)
     owned = "; ".join(f"{', '.join(sorted(fs))} -> {key}" for key, fs in sorted(by_key.items()))
-    version = f"extends {extends}, TRL {trl.__version__}" if extends else f"TRL {trl.__version__}"
+    trl_version = importlib.metadata.version("trl")
+    version = f"extends {extends}, TRL {trl_version}" if extends else f"TRL {trl_version}"
     takes = (f"trainer.*: any field of {name} ({version}) that "
              f"Rufus does not set, e.g. --trainer.warmup_steps 0.1; {lister} lists them with their help.")
     routed = ("A TRL key written at the top level (--warmup_steps 0.1, or in the stage YAML) is taken as "
@@ -127,24 +134,46 @@ def trainer_lines(config) -> list[str]:
     return [takes, routed]
 
 
-def stage_keys_help(name: str) -> Group:
-    """The key table and the `trainer.*` lines of stage `name` (unknown names: RufusError)."""
-    from rufus_train.stages import get_stage
+# Below this many columns the keys are listed one block each (key, type and default on one line,
+# the description wrapped beneath), as argparse and `trl sft --help` do; above, as a table.
+TABLE_WIDTH = 120
+KEYS_HINT = "--key value (--lora.r 8); a boolean: --KEY, --no_KEY"
 
-    config_cls = get_stage(name).config_class
-    config, source = resolved_defaults(name, config_cls)
+
+def key_table(rows: list[tuple[str, str, str, str]], source: str) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False, expand=True, caption=source, caption_justify="left")
     table.add_column("key", style="bold cyan", no_wrap=True)
     table.add_column("type", style="yellow", overflow="fold", max_width=18)
     table.add_column("default", overflow="fold", max_width=22)
     table.add_column("description", overflow="fold", ratio=1)
-    for row in key_rows(config_cls, config.model_dump(mode="json")):
+    for row in rows:
         table.add_row(*(Text(cell) for cell in row))  # text, never markup: `[none]` is a value
-    title = f"Keys of stage {name} (--key value, --lora.r 8; a boolean: --KEY, --no_KEY)"
-    panel = Panel(table, title=title, title_align="left", border_style="dim")
+    return table
+
+
+def key_blocks(rows: list[tuple[str, str, str, str]], source: str) -> Group:
+    """One block per key for a narrow terminal: `--lora.r  int  (default: 4)`, then the description."""
+    blocks = []
+    for key, kind, default, description in rows:
+        head = Text.assemble((f"--{key}", "bold cyan"), "  ", (kind, "yellow"), f"  (default: {default})")
+        blocks += [head, Padding(Text(description), (0, 0, 0, 4))]
+    return Group(*blocks, Text(source, style="dim"))
+
+
+def stage_keys_help(name: str, width: int) -> Group:
+    """The keys and the `trainer.*` lines of stage `name` for a terminal `width` wide (unknown names: RufusError)."""
+    from rufus_train.stages import get_stage
+
+    config_cls = get_stage(name).config_class
+    config, source = resolved_defaults(name, config_cls)
+    rows = key_rows(config_cls, config.model_dump(mode="json"))
+    keys = key_table(rows, source) if width >= TABLE_WIDTH else key_blocks(rows, source)
+    panel = Panel(Group(Text(KEYS_HINT, style="dim"), keys), title=f"Keys of stage {name}", title_align="left",
+                  border_style="dim")
     trainer = Text("\n".join(trainer_lines(config)))
     return Group(panel, Panel(trainer, title="trainer.*", title_align="left", border_style="dim"))
 
 
 def print_stage_keys(name: str) -> None:
-    Console().print(stage_keys_help(name))
+    console = Console()
+    console.print(stage_keys_help(name, console.width))

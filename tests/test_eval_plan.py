@@ -91,7 +91,7 @@ def test_a_dry_run_refuses_what_the_run_would_refuse(gsm8k_only, no_model_loads)
     nothing = CliRunner().invoke(app, ["suite", "quick", "--ckpt", "tiny-random", "--tasks", "ifeval", "--dry-run"])
     assert nothing.exit_code == 2 and "no task of suite quick can run here: ifeval" in nothing.stderr
     missing = CliRunner().invoke(app, ["suite", "quick", "--ckpt", "no-such/model", "--dry-run"])
-    assert missing.exit_code == 2 and "the hub is not reachable to download it (HF_HUB_OFFLINE is set)" in missing.stderr
+    assert missing.exit_code == 2 and "HF_HUB_OFFLINE is set and it is not in the Hugging Face cache" in missing.stderr
     assert "Traceback" not in strict.output + nothing.output + missing.output
     assert written(gsm8k_only) == [] and os.environ["HF_HUB_OFFLINE"] == "1"
 

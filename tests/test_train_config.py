@@ -13,8 +13,7 @@ from rufus_train import guards
 from rufus_train.cli import app
 from rufus_train.config_loading import load_stage_config, parse_cli_overrides
 from rufus_train.plan import plan
-from rufus_train.runner import check_config
-from rufus_train.stages import all_stages, get_stage
+from rufus_train.stages import all_stages, check_config, get_stage
 
 MY_STAGES = ("sft", "midtrain", "dpo", "kto", "orpo", "distill")
 
@@ -143,8 +142,31 @@ def test_guards_run_from_the_config_before_loading(sft_shards, tmp_path, monkeyp
 def test_guard_existing_run_folder_not_overwritten(sft_shards, tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "run.json").write_text("{}")
-    with pytest.raises(RufusError, match="already holds a run: pass --overwrite to replace it"):
+    with pytest.raises(RufusError, match=r"already holds a run \(run.json\): pass --overwrite to replace it"):
         check_config(load("sft", data=[str(sft_shards["sft"])], output_dir=str(tmp_path / "run")))
+
+
+def test_a_run_folder_without_a_finished_step_is_taken_over(sft_shards, tmp_path, capsys):
+    """A run that failed before its first checkpoint (a bad model, no data root) leaves config.yaml,
+    train.log and data/: the corrected command takes the folder over, with a note; a checkpoint in it
+    asks for --overwrite or --resume_from_checkpoint."""
+    import contextlib
+
+    from rufus_train.runner import prepare_output
+
+    run = tmp_path / "run"
+    (run / "data" / "mix").mkdir(parents=True)
+    (run / "config.yaml").write_text("stage: sft\n")
+    (run / "train.log").write_text("it failed\n")
+    config = load("sft", data=[str(sft_shards["sft"])], output_dir=str(run))
+    check_config(config)
+    with contextlib.ExitStack() as held:
+        out, resume = prepare_output(config, held)
+    assert resume is None and not (out / "data").exists() and (out / "config.yaml").read_text() != "stage: sft\n"
+    assert "holds no finished step" in capsys.readouterr().err
+    (run / "checkpoint-2").mkdir()
+    with pytest.raises(RufusError, match=r"already holds a run \(checkpoint-2\): pass --overwrite"):
+        check_config(config)
 
 
 def test_kto_refuses_the_source_label_column(sft_shards, tmp_path):

@@ -2,7 +2,8 @@
 
 - errors.py: `RufusError` (bad input: one paragraph, exit 2) and the warnings the CLIs handle.
 - console.py: the one rich console, errors as one paragraph, progress bars with rate and ETA.
-- cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`).
+- cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`);
+  borrowed_options.py: TRL's and lm-eval's spellings of options, taken or refused with a note.
 - yaml_config.py: strict YAML configs whose errors name the file, line and key; a step's settings
   given from Python (model, dict or YAML path).
 - cpu_threads.py: OpenMP defaults set before torch loads.

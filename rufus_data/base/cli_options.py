@@ -34,11 +34,13 @@ import typer
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
+from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
+from rufus_data.base.borrowed_options import BORROWED_ATTRIBUTE, translate_borrowed
 from rufus_data.base.console import console
 from rufus_data.base.cpu_threads import cpu_thread_defaults
-from rufus_data.base.errors import UnpinnedRevision
+from rufus_data.base.errors import RufusError, UnpinnedRevision
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,18 @@ class _RufusCommand:
                     console.print(f"note: {old} is now {respell(new, self.spelling)} ({note}); {old} still works for now",
                                   style="yellow", highlight=False, markup=False, soft_wrap=True)
         names = {old: respell(new, self.spelling) for old, (new, _) in renamed.items()}
+        borrowed = getattr(self.callback, BORROWED_ATTRIBUTE, {})
+        if borrowed:
+            try:
+                args = translate_borrowed(list(args), borrowed, _say_note)
+            except RufusError as err:  # before the command runs: cli_errors does not see it
+                console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
+                ctx.exit(2)
         return super().parse_args(ctx, accept_both_spellings(list(args), known, names))
+
+
+def _say_note(line: str) -> None:
+    console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
 
 
 def _list_type(param, ctx=None) -> str:

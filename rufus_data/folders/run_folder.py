@@ -133,6 +133,16 @@ def is_run_folder(path: str | Path) -> bool:
         (path / CONFIG_YAML).is_file() and (path / TRAIN_LOG).is_file())
 
 
+def finished_steps(run: str | Path) -> list[str]:
+    """What in a run folder shows a finished step: its checkpoint-N folders, run.json, a saved
+    model. A run folder without any (config.yaml, train.log, data/ of a run that stopped before
+    its first checkpoint) holds nothing to resume or keep: the next run takes it over."""
+    run = Path(run)
+    found = sorted(p.name for p in run.glob(CHECKPOINT_GLOB) if p.is_dir() and checkpoint_step_of(p) is not None)
+    found += [RUN_JSON] if (run / RUN_JSON).is_file() else []
+    return found + sorted({p.name for pattern in WEIGHT_PATTERNS for p in run.glob(pattern)})
+
+
 def run_of(model: str | Path) -> Path | None:
     """The run folder a model reference belongs to (the run itself, RUN/checkpoint-N,
     RUN/_eval_staging/checkpoint-N, RUN/merged); None for a built-in, a hub id or another folder."""

@@ -16,9 +16,7 @@ from rufus_data.generate.hf import HFGenerator
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
-from rufus_data.models.builtin import BUILTINS
-from rufus_data.models.hub import model_unavailable
-from rufus_data.models.reference import ModelRef
+from rufus_data.models.reference import ModelRef, require_loadable
 
 
 def model_to_load(model: str, config: ModelAccess) -> str | ModelRef:
@@ -29,17 +27,15 @@ def model_to_load(model: str, config: ModelAccess) -> str | ModelRef:
 
 
 def check_model(model: str | ModelRef, config: ModelAccess) -> None:
-    """Refuse, in one paragraph, a model the hf or vllm backend could not load from here: a hub id
-    neither cached nor reachable (a built-in name is converted when it first loads, not here: a
-    --dry-run checks its models too; a folder must exist). A server's model is the server's business."""
-    if config.backend == "server" or model.kind != "hub":
+    """Refuse, in one paragraph, a model the hf or vllm backend could not load from here (reference.py's
+    require_loadable: a typo of a built-in, a hub id neither cached nor reachable). A server's model
+    is the server's business."""
+    if config.backend == "server":
         return
-    problem = model_unavailable(model.text)
-    if problem:
-        raise RufusError(
-            f"model {model.text!r} cannot be loaded: {problem}. Give a built-in name ({', '.join(sorted(BUILTINS))}), a "
-            "model folder, or a hub id that is cached here or reachable (or --backend server --base-url URL)"
-        )
+    try:
+        require_loadable(model)
+    except RufusError as err:
+        raise RufusError(f"{err} (or --backend server --base-url URL)") from None
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ converted and nothing is downloaded or merged until a caller asks for a loadable
 
 from __future__ import annotations
 
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Literal
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import ADAPTER_CONFIG, checkpoint_step_of, is_run_folder, run_of
 from rufus_data.models.builtin import BUILTINS, builtin_path, pull
+from rufus_data.models.hub import model_unavailable
 
 Kind = Literal["builtin", "hub", "folder", "adapter", "run", "checkpoint"]
 
@@ -99,3 +101,27 @@ def _adapter_base_text(folder: Path) -> str:
         raise RufusError(f"{folder}/{ADAPTER_CONFIG} does not name its base model (base_model_name_or_path): "
                          "set it to the model the adapter was trained on")
     return base
+
+
+def require_loadable(model: str | ModelRef, what: str = "model") -> ModelRef:
+    """`model` resolved, or a one-paragraph RufusError before any work when it can load from nowhere:
+    a name with no `/` that is close to a built-in is a typo, refused without asking the hub; a hub
+    id neither cached nor reachable (offline, no network) is refused without the minute of retries
+    transformers would spend. A folder must exist (ModelRef.of); a built-in converts when it loads."""
+    ref = ModelRef.of(model)
+    if ref.kind != "hub":
+        return ref
+    near = difflib.get_close_matches(ref.text, list(BUILTINS), n=1, cutoff=0.75)
+    problem = "it is no built-in and no folder here" if near and "/" not in ref.text else model_unavailable(ref.text)
+    if problem:
+        raise RufusError(unloadable_message(ref.text, problem, what))
+    return ref
+
+
+def unloadable_message(text: str, problem: str, what: str = "model") -> str:
+    """The paragraph that answers a model reference that cannot load: why, a did-you-mean, the built-ins."""
+    near = difflib.get_close_matches(text, list(BUILTINS), n=1, cutoff=0.6)
+    hint = f" Did you mean {near[0]!r}?" if near else ""
+    builtins = "; ".join(f"{name} ({spec.description})" for name, spec in BUILTINS.items())
+    return (f"{what} {text!r} cannot be loaded: {problem}.{hint} The built-ins: {builtins}. Or give a model folder, "
+            "or a hub id (ORG/NAME) that is in the Hugging Face cache here or reachable")

@@ -45,3 +45,19 @@ def get_stage(name: str) -> Stage:
         hint = f"; did you mean '{close[0]}'?" if close else ""
         raise RufusError(f"unknown stage '{name}'{hint} (the stages are: {', '.join(sorted(stages))})")
     return stages[name]
+
+
+def check_config(config) -> None:
+    """Every check that needs nothing loaded, run by --dry_run and before a run does any work (a
+    catalog mixed, a model loaded): the model reference first, then the common guards and the
+    playbook's advice, the data columns, the stage's own. Imports no torch: a dry run answers in seconds."""
+    from rufus_data.models.reference import require_loadable
+    from rufus_train import guards, guidance
+    from rufus_train.data import check_columns
+
+    stage = get_stage(config.stage)
+    require_loadable(config.model)
+    guards.check_stage(config)
+    guidance.check_stage(config)
+    check_columns(config.data, stage.required_columns, config.stage)
+    stage.check(config)
