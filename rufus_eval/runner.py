@@ -27,7 +27,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.folders.output_lock import OutputLock
-from rufus_data.folders.shards import package_versions
+from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
 from rufus_eval.data_check import task_data_checks
@@ -102,10 +102,12 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)
     key = request_key(suite.model_dump_json(), [t.name for t in tasks], model, req.model_dump(mode="json"))
     parent = Path(req.out).parent if req.out else default_runs_root()
+    refuse_existing_output(Path(req.out or parent / default_name), req.overwrite)  # before a work folder
     with suite_work(parent, key, default_name) as work:
         out = Path(req.out or default_runs_root() / work.run_name)
         try:
             with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, before any task runs
+                refuse_existing_output(out, req.overwrite)
                 record = {
                     "run": work.run_name,
                     "suite": suite.name,
@@ -127,7 +129,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
                 _repoint(work.run / "tasks", work.run, out)
                 write_results(record, work.run)
                 write_report(record, work.run)
-                work.finish(out)
+                work.finish(out, req.overwrite)
         except BaseException as err:
             done = len(work.done())
             if not done:  # nothing to continue from: no work folder left behind

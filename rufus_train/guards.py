@@ -13,6 +13,7 @@ from pathlib import Path
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.output_lock import check_unlocked
+from rufus_data.folders.shards import refuse_existing_output
 from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
 from rufus_train.launch import engine_keeps_fp32_masters, takes_output_lock
@@ -125,6 +126,8 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
             f"output_dir {out} already holds a run: pass --overwrite to replace it, "
             "--resume_from_checkpoint latest (or PATH) to continue it, or choose another --output_dir"
         )
+    if overwrite and not resume and out.exists() and any(out.iterdir()):
+        refuse_existing_output(out, overwrite)  # --overwrite replaces a run folder, never a folder of other files
 
 
 def check_precision(config) -> None:

@@ -48,7 +48,7 @@ from rufus_data.folders.run_folder import (
     TRAIN_LOG,
     write_run_json,
 )
-from rufus_data.folders.shards import package_versions
+from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
@@ -153,6 +153,7 @@ def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Pat
     if launch.takes_output_lock():
         held.enter_context(OutputLock(out, f"rufus-train stage {config.stage}"))
     if out.exists() and config.overwrite and not config.resume_from_checkpoint:
+        refuse_existing_output(out, overwrite=True)  # checked again under the lock: a run folder, or empty
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_YAML).write_text(resolved_yaml(config))
