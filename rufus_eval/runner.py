@@ -24,6 +24,7 @@ from lm_eval.utils import handle_non_serializable
 
 from rufus_data.base.console import console, progress
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.folders.output_lock import OutputLock
@@ -257,7 +258,7 @@ def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Pat
     """Save lm-eval's results and samples for the task; pull out the headline number."""
     results = output["results"][lm_name]
     (work / "lm_eval" / f"results_{task.name}.json").write_text(
-        json.dumps({k: v for k, v in output.items() if k != "samples"}, indent=2, default=handle_non_serializable)
+        json.dumps(redact({k: v for k, v in output.items() if k != "samples"}), indent=2, default=handle_non_serializable)
     )
     # a native lm-eval group (global_mmlu_en, ruler) logs samples under its subtasks
     samples = [s for name in sorted(output["samples"]) for s in output["samples"][name]]

@@ -39,6 +39,7 @@ from typing import Any
 
 from rufus_data.base.console import console, print_result
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import RedactingFormatter
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.run_folder import (
     CONFIG_YAML,
@@ -113,7 +114,7 @@ def run_logging(output_dir: Path):
     peft and accelerate, and Python warnings; the console keeps showing what it showed before
     (the libraries' own stderr handlers stay at their level, warnings are still printed)."""
     handler = logging.FileHandler(output_dir / TRAIN_LOG)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     loggers = [logging.getLogger(n) for n in LOGGED]
     levels = [lg.level for lg in loggers]

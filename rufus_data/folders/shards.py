@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact
 from rufus_data.base.version import DISTRIBUTION, rufus_version
 from rufus_data.folders.run_folder import (
     CONFIG_YAML,
@@ -235,7 +236,8 @@ def folder_fingerprint(folder: str | Path, files: list[Path]) -> dict:
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
-    (Path(folder) / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    """manifest.json, credentials in its URLs hidden (redaction.py)."""
+    (Path(folder) / MANIFEST).write_text(json.dumps(redact(manifest), indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_manifest(folder: str | Path) -> dict:
