@@ -33,9 +33,9 @@ def test_overwrite_replaces_only_what_rufus_wrote(tmp_path):
     mine = users_folder(tmp_path / "mine")
     with pytest.raises(RufusError, match="already exists: pass --overwrite"):
         refuse_existing_output(mine, overwrite=False)
-    with pytest.raises(RufusError, match=r"not written by Rufus .*it holds notes.txt. --overwrite replaces only"):
-        with atomic_output_dir(mine, overwrite=True) as tmp:
-            (tmp / "manifest.json").write_text("{}")
+    refused = pytest.raises(RufusError, match=r"not written by Rufus .*it holds notes.txt. --overwrite replaces only")
+    with refused, atomic_output_dir(mine, overwrite=True) as tmp:
+        (tmp / "manifest.json").write_text("{}")
     assert (mine / "notes.txt").read_text() == "my notes"
     (tmp_path / "file").write_text("x")
     with pytest.raises(RufusError, match="is a file"):
@@ -62,6 +62,7 @@ def test_mix_and_stage_overwrite_refuse_a_users_folder(tmp_path, data_root):
     assert res.exit_code == 2 and "it holds notes.txt" in flat(res.output), res.output
     assert (out / "notes.txt").exists()
     import example_shards
+
     from rufus_train.cli import app as train_app
 
     sft = example_shards.gsm8k_sft(data_root, tmp_path / "sft", limit=4)
