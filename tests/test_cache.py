@@ -9,7 +9,6 @@ import pickle
 from pathlib import Path
 
 import numpy as np
-
 from typer.testing import CliRunner
 
 from rufus_data.base import cache
