@@ -83,6 +83,19 @@ def rufus_record(folder: Path) -> str | None:
     return CONFIG_YAML if is_run_folder(folder) else None
 
 
+def content_text(value) -> str | None:
+    """The one rule that reads a turn's content as text: a string stays, a list of parts keeps its
+    text parts joined with a newline (as vLLM's chat layer joins them for a text model's template,
+    which takes a string; templates that walk the parts themselves, Qwen2.5-VL's or SmolVLM's,
+    put nothing between them, which runs the words of two parts together), null stays null."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in value
+                         if not isinstance(part, dict) or part.get("type", "text") == "text")
+    return str(value)
+
+
 def refuse_existing_output(out: Path, overwrite: bool) -> None:
     """The one rule of every writer for an output that exists: without --overwrite it is refused;
     with it, only a folder a Rufus command wrote (rufus_record) or an empty one is replaced; a
