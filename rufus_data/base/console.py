@@ -42,14 +42,14 @@ from rufus_data.base.redaction import redact_text
 
 class RedactingConsole(Console):
     """A console whose every line has the credentials in its URLs hidden (redaction.py): what
-    Rufus prints ends in logs (eval.log, a job's captured stderr)."""
+    Rufus says on stderr ends in logs (eval.log, a job's captured stderr)."""
 
     def _render_buffer(self, buffer) -> str:
         return redact_text(super()._render_buffer(buffer))
 
 
 console = RedactingConsole(stderr=True)  # diagnostics
-results_console = RedactingConsole()  # results
+results_console = Console()  # results: what was asked for (rows of the user's data), printed as it is
 
 
 def print_result(renderable, **options) -> None:
