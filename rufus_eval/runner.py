@@ -89,8 +89,9 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     printed on stdout as a table, or CSV / JSON (`fmt`).
 
     Everything is written into the request's work folder (resume.py), renamed into place as the
-    run folder at the end: a run that fails leaves no half-written run folder (and a re-run
-    replaces an old one only then), and the tasks it finished stay in the work folder, so running
+    run folder at the end: a run that fails leaves no half-written run folder (and a re-run with
+    `overwrite` replaces an old one only then; without, an existing one is refused before any
+    work), and the tasks it finished stay in the work folder, so running
     the same command again continues after them. A task whose data is not here is skipped
     (recorded with the reason and the command that fetches it), or, with `strict`, refused before
     the model loads."""
