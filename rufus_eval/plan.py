@@ -27,6 +27,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task, load_suite, suite_path
 from rufus_data.folders.run_folder import MERGED_DIR, RUN_JSON, checkpoint_step_of, run_step
+from rufus_data.folders.shards import refuse_existing_output
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.models.builtin import is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
@@ -211,6 +212,7 @@ def dry_run(req: EvalRequest, fmt: str = "table") -> dict:
     if fmt != "json":
         print_left_out(plan["not_run"])
     refuse_unrunnable(suite, sum(t.skip is None for t in tasks), {t.task: t.skip for t in tasks if t.skip}, req.strict)
+    refuse_existing_output(out, req.overwrite)
     return plan
 
 

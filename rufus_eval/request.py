@@ -97,7 +97,9 @@ class EvalRequest(EvalSettings):
     out: Path | None = Field(None, description="run folder (default outputs/eval/<run>)")
     step: int | None = Field(None, description="training step of the checkpoint (default: N of checkpoint-N, a run "
                              "folder's run.json global_step, else 0 for a base model)")
-    run_name: Annotated[str | None, Flag("--name")] = Field(None, description="run name (default suite-ckpt-time)")
+    run_name: Annotated[str | None, Flag("--name")] = Field(
+        None, description="run name: the run folder's name under outputs/eval (default suite-ckpt-time)")
+    overwrite: bool = Field(False, description="replace an existing run folder (never a folder Rufus did not write)")
     report_to: Annotated[list[Tracker], Flag("--report-to")] = Field(
         default_factory=list, description="log results and sample tables to wandb or trackio through lm-eval's loggers "
         "(project rufus, the run's name; repeatable)")
@@ -119,6 +121,16 @@ class EvalRequest(EvalSettings):
         if len(self.base_urls) > 1:
             raise ValueError(f"rufus-eval talks to one endpoint: give one --base-url, not {len(self.base_urls)}")
         return self
+
+    @field_validator("run_name")
+    @classmethod
+    def _one_folder_name(cls, name: str | None) -> str | None:
+        """The name is joined to outputs/eval: one plain folder name, never a path out of it."""
+        if name is not None and (not name.strip() or name in (".", "..") or name.startswith(".")
+                                 or any(sep in name for sep in ("/", "\\", "\0"))):
+            raise ValueError(f"--name {name!r} is not a folder name: the run folder is outputs/eval/NAME, so a name "
+                             "has no / and does not start with a dot; give --out DIR to write the run elsewhere")
+        return name
 
     @field_validator("report_to", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from rufus_data.base.console import console, print_result, print_rows
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact, redact_text
 from rufus_data.folders.lineage import DataCheck
 from rufus_data.folders.run_folder import RESULTS_JSON
 from rufus_eval.data_check import check_of, check_text, flagged_notes
@@ -45,7 +46,7 @@ def default_runs_root() -> Path:
 def write_results(record: dict, out_dir: Path) -> Path:
     path = out_dir / RESULTS_JSON
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=False, default=str))
+    tmp.write_text(json.dumps(redact(record), indent=2, sort_keys=False, default=str))
     tmp.replace(path)
     return path
 
@@ -240,5 +241,5 @@ def write_report(record: dict, out_dir: Path) -> Path:
         lines += [f"- {name}: {check.text}" + (f" ({check.why})" if check.why else "")
                   for name, check in ((name, check_of(t)) for name, t in record["tasks"].items()) if check]
     path = out_dir / REPORT
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(redact_text("\n".join(lines) + "\n"))
     return path

@@ -21,7 +21,6 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
-import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from filelock import FileLock, Timeout
 
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import atomic_file
+from rufus_data.folders.shards import move_into_place, refuse_existing_output
 
 FORMAT = 1  # bump when the layout changes: older work folders then start afresh
 KEY_FILE = "key.json"
@@ -79,16 +79,12 @@ class SuiteWork:
     def task_done(self, name: str, record: dict, judge: dict | None) -> None:
         _write_json(self.folder / "done" / f"{name}.json", {"record": record, "judge": judge})
 
-    def finish(self, out: Path) -> None:
-        """run/ becomes `out` (replacing an older run folder only now), and the work folder goes."""
+    def finish(self, out: Path, overwrite: bool) -> None:
+        """run/ becomes `out` (replacing an older run folder, with `overwrite`, only now), and the
+        work folder goes."""
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            out.rename(old)
-            self.run.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            self.run.rename(out)
+        refuse_existing_output(out, overwrite)
+        move_into_place(self.run, out, overwrite)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -24,10 +24,11 @@ from lm_eval.utils import handle_non_serializable
 
 from rufus_data.base.console import console, progress
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact
 from rufus_data.benchmarks.registry import benchmark_spec
 from rufus_data.benchmarks.suite import Suite, Task
 from rufus_data.folders.output_lock import OutputLock
-from rufus_data.folders.shards import package_versions
+from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
 from rufus_eval.data_check import task_data_checks
@@ -88,8 +89,9 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     printed on stdout as a table, or CSV / JSON (`fmt`).
 
     Everything is written into the request's work folder (resume.py), renamed into place as the
-    run folder at the end: a run that fails leaves no half-written run folder (and a re-run
-    replaces an old one only then), and the tasks it finished stay in the work folder, so running
+    run folder at the end: a run that fails leaves no half-written run folder (and a re-run with
+    `overwrite` replaces an old one only then; without, an existing one is refused before any
+    work), and the tasks it finished stay in the work folder, so running
     the same command again continues after them. A task whose data is not here is skipped
     (recorded with the reason and the command that fetches it), or, with `strict`, refused before
     the model loads."""
@@ -102,10 +104,12 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     training_run, data_checks = task_data_checks(tasks, req.checkpoint)
     key = request_key(suite.model_dump_json(), [t.name for t in tasks], model, req.model_dump(mode="json"))
     parent = Path(req.out).parent if req.out else default_runs_root()
+    refuse_existing_output(Path(req.out or parent / default_name), req.overwrite)  # before a work folder
     with suite_work(parent, key, default_name) as work:
         out = Path(req.out or default_runs_root() / work.run_name)
         try:
             with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, before any task runs
+                refuse_existing_output(out, req.overwrite)
                 record = {
                     "run": work.run_name,
                     "suite": suite.name,
@@ -128,7 +132,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
                 _repoint(work.run / "tasks", work.run, out)
                 write_results(record, work.run)
                 write_report(record, work.run)
-                work.finish(out)
+                work.finish(out, req.overwrite)
         except BaseException as err:
             done = len(work.done())
             if not done:  # nothing to continue from: no work folder left behind
@@ -256,7 +260,7 @@ def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Pat
     """Save lm-eval's results and samples for the task; pull out the headline number."""
     results = output["results"][lm_name]
     (work / "lm_eval" / f"results_{task.name}.json").write_text(
-        json.dumps({k: v for k, v in output.items() if k != "samples"}, indent=2, default=handle_non_serializable)
+        json.dumps(redact({k: v for k, v in output.items() if k != "samples"}), indent=2, default=handle_non_serializable)
     )
     # a native lm-eval group (global_mmlu_en, ruler) logs samples under its subtasks
     samples = [s for name in sorted(output["samples"]) for s in output["samples"][name]]

@@ -157,6 +157,14 @@ class StageConfig(StrictModel):
         return self
 
     @model_validator(mode="after")
+    def _trains_some_steps(self) -> StageConfig:
+        """max_steps 0 trained one step and said so; below -1 means nothing either."""
+        if self.max_steps == 0 or self.max_steps < -1:
+            raise ValueError(f"max_steps {self.max_steps} trains nothing: give N >= 1 optimizer steps, or -1 to let "
+                             "num_train_epochs decide")
+        return self
+
+    @model_validator(mode="after")
     def _refuse_unused_max_length(self) -> StageConfig:
         if self.max_length is not None and self.max_length_unused_because:
             raise ValueError(

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from rufus_data.base.catalog_files import catalog_file, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact
 from rufus_data.base.yaml_config import format_validation_error, node_line, override_key, read_yaml
 from rufus_train.config import StageConfig, trl_config_class
 from rufus_train.trl_keys import (
@@ -240,4 +241,4 @@ def _expand_env(value: Any) -> Any:
 
 def resolved_yaml(config: StageConfig) -> str:
     """The resolved config as YAML (what --dry-run prints and every run folder keeps)."""
-    return yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    return yaml.safe_dump(redact(config.model_dump(mode="json")), sort_keys=False, allow_unicode=True)

@@ -14,6 +14,8 @@ from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.output_lock import check_unlocked
 from rufus_data.folders.run_folder import finished_steps, is_run_folder
+from rufus_data.folders.shards import refuse_existing_output
+from rufus_train.checkpoints import LATEST, storage
 from rufus_train.data import check_data
 from rufus_train.launch import engine_keeps_fp32_masters, takes_output_lock
 from rufus_train.modeling import PURE_BF16_WARNING
@@ -128,6 +130,8 @@ def check_output_dir(output_dir: str, overwrite: bool, resume: str | None) -> No
             f"output_dir {out} already holds {held}: pass --overwrite to replace it, "
             "--resume_from_checkpoint latest (or PATH) to continue it, or choose another --output_dir"
         )
+    if overwrite and not resume and out.exists() and any(out.iterdir()):
+        refuse_existing_output(out, overwrite)  # --overwrite replaces a run folder, never a folder of other files
 
 
 def taken_over(out: Path) -> bool:
@@ -148,10 +152,6 @@ def check_resume(output_dir: str, resume: str | None, mirror: str | None) -> Non
     run folder itself, whose checkpoint-N folders it would replace."""
     if not resume and not mirror:
         return
-    from rufus_train.checkpoints import (  # transformers (about 10 s): only when resuming or mirroring
-        LATEST,
-        storage,
-    )
 
     if resume and resume != LATEST and not Path(resume).is_dir():
         raise RufusError(

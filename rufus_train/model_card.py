@@ -14,6 +14,7 @@ from pathlib import Path
 
 from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
+from rufus_data.base.redaction import redact_text
 from rufus_data.folders.run_folder import (
     ADAPTER_CONFIG,
     CONFIG_YAML,
@@ -154,5 +155,5 @@ def evaluation_lines(results: list[EvalResult]) -> list[str]:
 
 def write_model_card(out: Path, summary: dict, merged: bool = False) -> Path:
     path = out / MODEL_CARD
-    path.write_text(model_card(out, summary, merged))
+    path.write_text(redact_text(model_card(out, summary, merged)))  # a card is pushed: no credential in its URLs
     return path

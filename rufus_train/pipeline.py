@@ -176,7 +176,8 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         out = Path(pipeline.output_dir)
         rows: list[dict] = []
         if pipeline.eval:
-            rows.append({"stage": "base", "model": pipeline.model, **stage_eval(pipeline.model, pipeline.eval, out, "00-base")})
+            base = stage_eval(pipeline.model, pipeline.eval, out, "00-base", pipeline.overwrite)
+            rows.append({"stage": "base", "model": pipeline.model, **base})
             print_table(rows, pipeline.name)
         for config, label in zip(configs, pipeline.labels(), strict=True):
             started = time.time()
@@ -184,7 +185,8 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
             row = {"stage": label, "model": config.output_dir, "steps": result.global_step,
                    "train_s": round(time.time() - started, 1)}
             if pipeline.eval:
-                row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name))
+                row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name,
+                                      pipeline.overwrite))
             rows.append(row)
             print_table(rows, pipeline.name)
         final = ModelRef.of(configs[-1].output_dir)
@@ -199,17 +201,19 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         return rows
 
 
-def stage_request(model_ref: str, settings: StageEval, out: Path, tag: str) -> EvalRequest:
-    """The evaluation of one model of the pipeline: run OUT/eval/<tag> (`rufus-eval results --runs OUT/eval` queries them)."""
-    return settings.request(checkpoint=model_ref, out=out / "eval" / tag, run_name=f"{out.name}-{tag}")
+def stage_request(model_ref: str, settings: StageEval, out: Path, tag: str, overwrite: bool = False) -> EvalRequest:
+    """The evaluation of one model of the pipeline: run OUT/eval/<tag> (`rufus-eval results --runs OUT/eval`
+    queries them), replaced by a rerun only with the pipeline's `overwrite`."""
+    return settings.request(checkpoint=model_ref, out=out / "eval" / tag, run_name=f"{out.name}-{tag}",
+                            overwrite=overwrite)
 
 
-def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str) -> dict:
+def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str, overwrite: bool) -> dict:
     """Run the suite on one model; returns {task: metric value, ..., eval_s} for the table."""
     from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, only when the pipeline evaluates
 
     started = time.time()
-    record = run_suite(stage_request(model_ref, settings, out, tag))
+    record = run_suite(stage_request(model_ref, settings, out, tag, overwrite))
     scores = {f"{name} {t['metric']}": t["value"] for name, t in record["tasks"].items()}
     return {**scores, "eval_s": round(time.time() - started, 1)}
 

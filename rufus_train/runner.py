@@ -39,6 +39,7 @@ from typing import Any
 
 from rufus_data.base.console import console, print_result
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import RedactingFormatter
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.run_folder import (
     CONFIG_YAML,
@@ -48,7 +49,7 @@ from rufus_data.folders.run_folder import (
     TRAIN_LOG,
     write_run_json,
 )
-from rufus_data.folders.shards import package_versions
+from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
@@ -111,7 +112,7 @@ def run_logging(output_dir: Path):
     peft and accelerate, and Python warnings; the console keeps showing what it showed before
     (the libraries' own stderr handlers stay at their level, warnings are still printed)."""
     handler = logging.FileHandler(output_dir / TRAIN_LOG)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     handler.setLevel(logging.INFO)
     loggers = [logging.getLogger(n) for n in LOGGED]
     levels = [lg.level for lg in loggers]
@@ -155,6 +156,7 @@ def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Pat
                       "its first checkpoint): taken over", style="yellow", highlight=False, markup=False, soft_wrap=True)
         shutil.rmtree(out)
     elif out.exists() and config.overwrite and not config.resume_from_checkpoint:
+        refuse_existing_output(out, overwrite=True)  # checked again under the lock: a run folder, or empty
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / CONFIG_YAML).write_text(resolved_yaml(config))

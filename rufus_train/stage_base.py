@@ -9,13 +9,16 @@ and `--dry-run` stay fast."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import pyarrow as pa
 
-from rufus_data.folders.shards import as_messages
+from rufus_data.base.console import console
+from rufus_data.base.errors import RufusError
+from rufus_data.folders.shards import as_messages, content_text
 from rufus_train.config import StageConfig, trl_config_class
 
 if TYPE_CHECKING:
@@ -69,7 +72,31 @@ class Stage:
 
 
 def conversational(rows: pa.Table, column: str) -> list:
-    """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped);
-    a plain-string prompt becomes one user turn (rufus_data.folders.shards.as_messages)."""
-    return [[{k: v for k, v in m.items() if v is not None} for m in (as_messages(value) or [])]
-            for value in rows.column(column).to_pylist()]
+    """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped,
+    a list of content parts read as text by shards.content_text); a plain-string prompt becomes
+    one user turn (rufus_data.folders.shards.as_messages)."""
+    return [[{k: content_text(v) if k == "content" else v for k, v in m.items() if v is not None}
+             for m in (as_messages(value) or [])] for value in rows.column(column).to_pylist()]
+
+
+def empty_reply(turn: dict) -> bool:
+    """An assistant turn with no text and no tool call: trained on, it would teach an empty reply."""
+    return turn.get("role") == "assistant" and not (turn.get("content") or "").strip() and not turn.get("tool_calls")
+
+
+def without_empty_replies(columns: dict[str, list], replies: tuple[str, ...], stage: str) -> dict[str, list]:
+    """The examples (rows of `columns`) whose `replies` columns hold no empty assistant turn; the
+    ones dropped are counted on the console and in train.log, and none left is an error."""
+    total = len(columns[replies[0]])
+    empty = {i for i in range(total) if any(empty_reply(turn) for column in replies for turn in columns[column][i])}
+    if not empty:
+        return columns
+    first = ", ".join(str(i) for i in sorted(empty)[:5])
+    message = (f"{len(empty)} of {total} examples dropped before training: an assistant turn in "
+               f"{' or '.join(replies)} has no content (null or empty), which would train an empty reply "
+               f"(rows {first}{', ...' if len(empty) > 5 else ''})")
+    if len(empty) == total:
+        raise RufusError(f"{stage}: {message}; no example is left to train on: fix the data")
+    logging.getLogger("rufus_train").warning("%s: %s", stage, message)
+    console.print(f"[yellow]{stage}:[/] {message}", highlight=False, soft_wrap=True)
+    return {name: [value for i, value in enumerate(values) if i not in empty] for name, values in columns.items()}

@@ -5,14 +5,18 @@ $RUFUS_CACHE_MAX_GB), and `rufus-data cache info` / `cache clean`, which removes
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
+import numpy as np
 from typer.testing import CliRunner
 
-from rufus_data.base.paths import cache_dir
+from rufus_data.base import cache
+from rufus_data.base.paths import cache_dir, cached_pickle
 from rufus_data.benchmarks import load_benchmarks
 from rufus_data.cli import app
 from rufus_data.decontam import index as eval_index
+from rufus_data.decontam import semantic_stage
 from rufus_data.decontam.config import DecontamConfig
 
 
@@ -76,3 +80,54 @@ def test_cache_info_lists_folders_and_clean_removes_only_computed_entries(tmp_pa
     monkeypatch.setenv("RUFUS_CACHE_MAX_GB", "lots")
     refused = runner.invoke(app, ["cache", "info"])
     assert refused.exit_code != 0 and "RUFUS_CACHE_MAX_GB='lots' is not a size" in refused.output
+
+
+class Planted:
+    """What a planted entry holds: unpickling it would run a shell command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def test_a_planted_entry_runs_nothing_and_is_replaced(tmp_path, monkeypatch, capsys):
+    """Issue 47 item 14: pickle.load on a $RUFUS_CACHE entry ran a planted file."""
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path / "cache"))
+    computed = []
+
+    def compute() -> dict:
+        computed.append(1)
+        return {"grams": np.arange(3, dtype=np.uint64), "names": {"a"}}
+
+    value = cached_pickle("test/planted", ["k"], [], compute, types=())
+    [entry] = (tmp_path / "cache" / "test").glob("planted-*.pkl")
+    marker = tmp_path / "ran"
+    entry.write_bytes(pickle.dumps(Planted(marker)))
+    again = cached_pickle("test/planted", ["k"], [], compute, types=())
+    assert not marker.exists() and len(computed) == 2
+    assert "names posix.system, which no Rufus cache entry holds: not loaded" in " ".join(capsys.readouterr().err.split())
+    assert again["names"] == value["names"] and (again["grams"] == value["grams"]).all()
+    cached_pickle("test/planted", ["k"], [], compute, types=())  # replaced: read back, not computed
+    assert len(computed) == 2
+
+
+def test_both_decontam_entries_read_back_from_the_cache(tmp_path, monkeypatch, data_root, capsys):
+    """The classes each entry names are the ones its reader allows: a second command reads them."""
+    monkeypatch.setenv("RUFUS_CACHE", str(tmp_path))
+    items = load_benchmarks(["gsm8k"]).items[:50]
+    config = DecontamConfig(ngram=8)
+    first = eval_index.build_eval_index(items, config, cache=True)
+    loads = []
+    real = cache.EntryUnpickler.load
+    monkeypatch.setattr(cache.EntryUnpickler, "load", lambda self: loads.append(1) or real(self))
+    second = eval_index.build_eval_index(items, config, cache=True)
+    assert loads == [1] and (second.exact.item_grams == first.exact.item_grams).all()
+    assert (second.minhash.hasher.segments(first.minhash.shingles, first.minhash.bounds[:-1])
+            == first.minhash.hasher.segments(first.minhash.shingles, first.minhash.bounds[:-1])).all()
+    texts = ["\n".join(item.problems) for item in items]
+    semantic_stage.eval_side(texts, "wordllama")
+    vectors, evidence = semantic_stage.eval_side(texts, "wordllama")
+    assert loads == [1, 1] and len(evidence) == len(items) and vectors.shape[0] == len(items)
+    assert "no Rufus cache entry holds" not in capsys.readouterr().err  # both read back whole

@@ -113,7 +113,7 @@ def command(kind: str, inputs: dict, out: Path) -> tuple:
         return train_app, ["export", inputs["run"], "--merge", "--out", o, "--overwrite"], "config.json", True
     if kind == "eval suite":
         return eval_app, ["suite", "quick", "--ckpt", "tiny-random", "--task", "gsm8k", "--limit", "1", "--repeats", "1",
-                          "--max-tokens", "4", "--backend", "hf", "--out", o], \
+                          "--max-tokens", "4", "--backend", "hf", "--out", o, "--overwrite"], \
             "results.json", True
     raise ValueError(kind)
 
@@ -129,6 +129,7 @@ def test_a_second_command_on_a_held_output_stops_at_once_and_a_killed_holder_nev
     if replaces:  # an earlier output: --overwrite must not replace it while another process writes
         out.mkdir()
         (out / "earlier.txt").write_text("earlier run")
+        (out / "run.json" if kind in ("stage", "export") else out / "manifest.json").write_text("{}")  # Rufus wrote it
     holder = hold(out)
     try:
         started = time.monotonic()

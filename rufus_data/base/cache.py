@@ -6,11 +6,16 @@ so they are bounded: past `$RUFUS_CACHE_MAX_GB` (default 10) the least recently 
 removed after each write (a read marks an entry used), and `cache clean` removes them all.
 Everything else (converted built-in models, wheels, unpacked checkers, word vectors) was
 downloaded or converted once, and may not be fetchable again on an offline machine: listed,
-never removed here."""
+never removed here.
+
+A computed entry is read with `EntryUnpickler`, which builds nothing but numpy arrays, plain
+containers and the classes its caller names: a cache others can write to (a shared or planted
+file) cannot run code through `pickle.load`; such an entry is reported, computed again and replaced."""
 
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import shutil
 from dataclasses import dataclass
@@ -21,6 +26,28 @@ from rufus_data.base.errors import RufusError
 MAX_GB_VARIABLE = "RUFUS_CACHE_MAX_GB"
 DEFAULT_MAX_GB = 10.0
 ENTRY = re.compile(r".+-[0-9a-f]{32}\.pkl")  # paths.cached_pickle's file names
+# what numpy arrays, dtypes and scalars and Python's sets are pickled as (called with data, never code)
+ARRAY_GLOBALS = frozenset({
+    (f"{package}.{module}", name) for package in ("numpy.core", "numpy._core")
+    for module, name in (("multiarray", "_reconstruct"), ("multiarray", "scalar"), ("numeric", "_frombuffer"))
+} | {("numpy", "ndarray"), ("numpy", "dtype"), ("builtins", "set"), ("builtins", "frozenset")})
+
+
+class ForeignEntry(pickle.UnpicklingError):
+    """An entry that names something no computed entry holds: never built."""
+
+
+class EntryUnpickler(pickle.Unpickler):
+    """Unpickles a computed entry, building only numpy arrays, plain containers and `types`."""
+
+    def __init__(self, file, types: tuple[type, ...]):
+        super().__init__(file)
+        self.allowed = ARRAY_GLOBALS | {(kind.__module__, kind.__qualname__) for kind in types}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.allowed:
+            raise ForeignEntry(f"{module}.{name}")
+        return super().find_class(module, name)
 
 
 def max_bytes() -> int:

@@ -33,12 +33,23 @@ from rich.table import Table
 from rich.text import Text
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact_text
 
 # Two streams, as a shell expects: what a command was asked for (tables of results, query rows,
 # paths it reports) goes to stdout, so `rufus-data sql ... > f` captures it; everything else
 # (progress, warnings, errors, status lines) goes to stderr.
-console = Console(stderr=True)  # diagnostics
-results_console = Console()  # results
+
+
+class RedactingConsole(Console):
+    """A console whose every line has the credentials in its URLs hidden (redaction.py): what
+    Rufus says on stderr ends in logs (eval.log, a job's captured stderr)."""
+
+    def _render_buffer(self, buffer) -> str:
+        return redact_text(super()._render_buffer(buffer))
+
+
+console = RedactingConsole(stderr=True)  # diagnostics
+results_console = Console()  # results: what was asked for (rows of the user's data), printed as it is
 
 
 def print_result(renderable, **options) -> None:

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import TypeVar
 
 from rufus_data.base import cache
+from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 
 
@@ -57,13 +58,16 @@ def link_or_copy(src: Path, dst: Path) -> str:
 T = TypeVar("T")
 
 
-def cached_pickle(name: str, key: object, code: Iterable[ModuleType], compute: Callable[[], T]) -> T:
+def cached_pickle(name: str, key: object, code: Iterable[ModuleType], compute: Callable[[], T],
+                  types: tuple[type, ...]) -> T:
     """`compute()`, kept in `$RUFUS_CACHE/<name>-<hash>.pkl` for the next command: keyed by `key`
     (anything JSON can write: the inputs, the settings, library versions) and the source of the
     `code` modules that compute it, so a change to either is a new entry. An unreadable entry (a
     crashed writer, an old layout) is computed again and replaced; a new one is written under a
     temporary name and renamed (atomic_file), then the least recently used entries beyond
-    `$RUFUS_CACHE_MAX_GB` are removed (cache.py)."""
+    `$RUFUS_CACHE_MAX_GB` are removed (cache.py). An entry is read back building only numpy
+    arrays, plain containers and `types` (every class the value holds): one that names anything
+    else runs nothing, is said on the console and replaced (cache.EntryUnpickler)."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode())
     for module in code:
         digest.update(Path(module.__file__).read_bytes())
@@ -72,9 +76,12 @@ def cached_pickle(name: str, key: object, code: Iterable[ModuleType], compute: C
     if stored.exists():
         try:
             with stored.open("rb") as f:
-                found = pickle.load(f)
+                found = cache.EntryUnpickler(f, types).load()
             cache.mark_used(stored)
             return found
+        except cache.ForeignEntry as err:
+            console.print(f"[yellow]note:[/] cache entry {stored} names {err}, which no Rufus cache entry holds: "
+                          "not loaded (nothing in it ran); computed again and replaced", highlight=False, soft_wrap=True)
         except Exception:  # noqa: BLE001, S110 - an unreadable entry is only a cache miss
             pass
     found = compute()

@@ -14,11 +14,12 @@ from rufus_data.base.paths import cached_pickle
 from rufus_data.benchmarks import EvalItem, LoadedBenchmarks
 from rufus_data.decontam import exact_stage, minhash_stage, texts
 from rufus_data.decontam.config import RUN_ONLY, SEMANTIC_ONLY, DecontamConfig
-from rufus_data.decontam.exact_stage import ExactIndex, build_exact_index
+from rufus_data.decontam.exact_stage import ExactIndex, Postings, build_exact_index
 from rufus_data.decontam.minhash_stage import MinHashIndex, build_minhash_index
 from rufus_data.decontam.semantic_stage import SemanticIndex, build_semantic_index
 from rufus_data.decontam.texts import EvalTexts
 from rufus_data.similarity import minhash_lsh, ngram_hash, textnorm
+from rufus_data.similarity.minhash_lsh import BandIndex, BatchMinHasher
 from rufus_data.similarity.ngram_hash import TokenHasher
 
 CACHED_INDEXES = 4
@@ -26,6 +27,7 @@ CACHED_INDEXES = 4
 # that computes them, and the libraries whose output they hold (token ids are polars string
 # hashes, MinHash permutations datasketch's, words pyarrow's normalisation)
 _CACHED_CODE = (texts, exact_stage, minhash_stage, minhash_lsh, ngram_hash, textnorm)
+_CACHED_TYPES = (ExactIndex, Postings, MinHashIndex, BandIndex, BatchMinHasher)  # what the entry holds
 _CACHED_LIBRARIES = ("polars", "pyarrow", "numpy", "datasketch")
 
 
@@ -58,7 +60,7 @@ def build_eval_index(items: list[EvalItem], config: DecontamConfig, cache: bool 
         key = [[(it.benchmark, it.item_id, it.problems, it.answers, it.group) for it in items],
                config.model_dump(exclude=RUN_ONLY | SEMANTIC_ONLY),
                {name: version(name) for name in _CACHED_LIBRARIES}]
-        exact, minhash = cached_pickle("decontam/ngrams", key, _CACHED_CODE, build)
+        exact, minhash = cached_pickle("decontam/ngrams", key, _CACHED_CODE, build, types=_CACHED_TYPES)
     else:
         exact, minhash = build()
     semantic = build_semantic_index(items, config) if config.semantic else None

@@ -112,7 +112,7 @@ def eval_side(texts: list[str], model: str) -> tuple[np.ndarray, list[ItemEviden
     if version is None:
         return embedder.embed(texts), EvidenceModel(texts).items(texts)
     return cached_pickle("decontam/semantic", [model, version, texts], _CACHED_CODE,
-                         lambda: (embedder.embed(texts), EvidenceModel(texts).items(texts)))
+                         lambda: (embedder.embed(texts), EvidenceModel(texts).items(texts)), types=(ItemEvidence,))
 
 
 @dataclass

@@ -20,6 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from rufus_data.base.redaction import redact_text  # a card is pushed: no credential in its URLs
 from rufus_data.folders.lineage import MIX, chain_text, checked_benchmarks, decontam_steps, folder_lineage
 from rufus_data.folders.shards import DATA_DIR, read_manifest, split_files
 
@@ -151,6 +152,7 @@ def write_dataset_card(folder: str | Path, manifest: dict, out_name: str) -> Pat
         pretty_name=title, configs=configs, tags=["rufus", *([manifest["kind"]] if manifest.get("kind") else [])],
         task_categories=[TASKS[manifest["kind"]]] if manifest.get("kind") in TASKS else None,
     )
-    card = DatasetCard(f"---\n{data.to_yaml()}\n---\n\n{card_text(title, manifest, configs, rows, lineage_node(folder))}")
+    text = card_text(title, manifest, configs, rows, lineage_node(folder))
+    card = DatasetCard(redact_text(f"---\n{data.to_yaml()}\n---\n\n{text}"))
     card.save(folder / CARD)
     return folder / CARD

@@ -43,6 +43,7 @@ from filelock import FileLock, Timeout
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import atomic_file
+from rufus_data.base.redaction import redact_text
 
 ACQUIRE_WAIT_S = 0.25  # tries for this long: the lock file of a holder that is just releasing it goes away
 HOLDER_WAIT_S = 2.0  # a holder writes its record right after it takes the lock: how long a loser waits for it
@@ -100,7 +101,8 @@ def locked_message(out: Path, holder: dict | None) -> str:
 
 
 def command_line() -> str:
-    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv and sys.argv[0] else "python"
+    """The command line as the lock record and messages show it (credentials in URLs hidden)."""
+    return redact_text(shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])) if sys.argv and sys.argv[0] else "python"
 
 
 class OutputLock:

@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact_text
 from rufus_data.folders.dataset_card import write_dataset_card
 from rufus_data.folders.output_lock import OutputLock
 from rufus_data.folders.shards import (
@@ -120,7 +121,7 @@ class OutputStep:
 
     def finish(self, folder: Path, manifest: dict, report: str) -> None:
         """Write report.md, manifest.json and the dataset card (README.md) into the (temporary) folder."""
-        (Path(folder) / REPORT).write_text(report)
+        (Path(folder) / REPORT).write_text(redact_text(report))
         write_manifest(folder, manifest)
         write_dataset_card(folder, manifest, self.out.name)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import atomic_file
+from rufus_data.base.redaction import redact
 
 # ------------------------------------------------------------------ the run folder
 CONFIG_YAML = "config.yaml"
@@ -171,7 +172,7 @@ def write_run_json(run: str | Path, summary: dict) -> Path:
     """run.json, written under a temporary name and renamed: a reader never sees half of it."""
     path = Path(run) / RUN_JSON
     with atomic_file(path) as tmp:
-        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        tmp.write_text(json.dumps(redact(summary), indent=2, default=str) + "\n")
     return path
 
 

@@ -25,7 +25,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.redaction import redact
 from rufus_data.base.version import DISTRIBUTION, rufus_version
+from rufus_data.folders.run_folder import (
+    CONFIG_YAML,
+    EVAL_JOB,
+    LINEAGE_JSON,
+    MERGED_FROM,
+    RESULTS_JSON,
+    RUN_JSON,
+    is_run_folder,
+)
 
 DATA_DIR = "data"
 MANIFEST = "manifest.json"
@@ -64,9 +74,65 @@ def as_messages(value, role: str = "user"):
     return [{"role": role, "content": value}] if isinstance(value, str) else value
 
 
+def rufus_record(folder: Path) -> str | None:
+    """The file that shows a Rufus command wrote `folder` (None: no such file): a shard folder's
+    manifest, a run folder's records, an evaluation's results or job, a merged model's source."""
+    for name in (MANIFEST, RUN_JSON, LINEAGE_JSON, RESULTS_JSON, EVAL_JOB, MERGED_FROM):
+        if (folder / name).is_file():
+            return name
+    return CONFIG_YAML if is_run_folder(folder) else None
+
+
+def content_text(value) -> str | None:
+    """The one rule that reads a turn's content as text: a string stays, a list of parts keeps its
+    text parts joined with a newline (as vLLM's chat layer joins them for a text model's template,
+    which takes a string; templates that walk the parts themselves, Qwen2.5-VL's or SmolVLM's,
+    put nothing between them, which runs the words of two parts together), null stays null."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(str(part.get("text") or "") if isinstance(part, dict) else str(part) for part in value
+                         if not isinstance(part, dict) or part.get("type", "text") == "text")
+    return str(value)
+
+
 def refuse_existing_output(out: Path, overwrite: bool) -> None:
-    if out.exists() and not overwrite:
+    """The one rule of every writer for an output that exists: without --overwrite it is refused;
+    with it, only a folder a Rufus command wrote (rufus_record) or an empty one is replaced; a
+    file, or a folder of anything else (a user's own files, a parent folder), never is."""
+    out = Path(out)
+    if not out.exists():
+        return
+    if not overwrite:
         raise RufusError(f"output folder {out} already exists: pass --overwrite to replace it, or choose another --out")
+    if not out.is_dir():
+        raise RufusError(f"output {out} is a file, not a folder a Rufus command wrote: --overwrite replaces only "
+                         "those. Move or remove it yourself, or choose another output")
+    entries = sorted(path.name for path in out.iterdir())
+    if entries and rufus_record(out) is None:
+        shown = ", ".join(entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+        raise RufusError(f"output folder {out} was not written by Rufus (no {MANIFEST}, {RUN_JSON} or {RESULTS_JSON} "
+                         f"in it): it holds {shown}. --overwrite replaces only a folder a Rufus command wrote; "
+                         "move or remove these files yourself, or choose another output")
+
+
+def move_into_place(tmp: Path, out: Path, overwrite: bool) -> None:
+    """`tmp` renamed to `out`; an existing `out` (refuse_existing_output allowed it) is moved aside
+    first and removed only once `tmp` is in its place."""
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    try:
+        if out.exists() and overwrite:
+            out.rename(old)
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)  # refused (not empty) when another writer's output appeared meanwhile
+    except OSError as err:  # a writer that holds no lock (output_lock.py) put its folder there first
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)  # replaced by the other writer's folder
+        raise RufusError(f"output folder {out} appeared while this run wrote it ({err.strerror}): another process "
+                         "wrote the same output at the same time; this run's result is discarded, the other's "
+                         "is kept. Run again (with --overwrite to replace it) or choose another output") from None
 
 
 @contextlib.contextmanager
@@ -84,20 +150,7 @@ def atomic_output_dir(out: str | Path, overwrite: bool = False) -> Iterator[Path
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    old = out.parent / f".{out.name}.old-{os.getpid()}"
-    try:
-        if out.exists() and overwrite:
-            out.rename(old)
-            tmp.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(out)  # refused (not empty) when another writer's output appeared meanwhile
-    except OSError as err:  # a writer that holds no lock (output_lock.py) put its folder there first
-        shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)  # replaced by the other writer's folder
-        raise RufusError(f"output folder {out} appeared while this run wrote it ({err.strerror}): another process "
-                         "wrote the same output at the same time; this run's result is discarded, the other's "
-                         "is kept. Run again (with --overwrite to replace it) or choose another output") from None
+    move_into_place(tmp, out, overwrite)
 
 
 def shard_name(index: int, total: int, split: str = "train") -> str:
@@ -196,7 +249,8 @@ def folder_fingerprint(folder: str | Path, files: list[Path]) -> dict:
 
 
 def write_manifest(folder: Path, manifest: dict) -> None:
-    (Path(folder) / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str) + "\n")
+    """manifest.json, credentials in its URLs hidden (redaction.py)."""
+    (Path(folder) / MANIFEST).write_text(json.dumps(redact(manifest), indent=2, sort_keys=True, default=str) + "\n")
 
 
 def read_manifest(folder: str | Path) -> dict:

@@ -35,7 +35,6 @@ class BatchMinHasher:
         template = MinHash(**minhash_kwargs(num_perm, seed))
         self.num_perm, self.seed = num_perm, seed
         self._a, self._b = (np.asarray(p, dtype=np.uint32) for p in template.permutations)
-        self._fmix = _fmix
 
     def segments(self, shingles: np.ndarray, starts: np.ndarray, chunk: int = 8192) -> np.ndarray:
         """Signature of each segment [starts[i], starts[i+1]) of `shingles` (uint32); segments must be non-empty.
@@ -44,7 +43,7 @@ class BatchMinHasher:
         out = np.empty((self.num_perm, len(starts)), dtype=np.uint32)
         if not len(starts):
             return out.T
-        mixed = self._fmix(shingles.astype(np.uint32, copy=False), 32)
+        mixed = _fmix(shingles.astype(np.uint32, copy=False), 32)
         bounds = np.append(starts, len(shingles)).astype(np.int64)
         longest = int(np.diff(bounds).max())
         buf = np.empty((self.num_perm, max(chunk, longest)), dtype=np.uint32)

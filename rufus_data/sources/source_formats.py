@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rufus_data.base.errors import RufusError
-from rufus_data.folders.shards import Kind, as_messages
+from rufus_data.folders.shards import Kind, as_messages, content_text
 
 HH_TURN = re.compile(r"\n\n(Human|Assistant): ")
 CONVERSATION_COLUMNS = ("messages", "conversations", "conversation")
@@ -91,15 +91,14 @@ def _text(value, name: str) -> str:
     return value
 
 
-def _content(value) -> str:
-    """Message content as text: strings stay, lists of parts keep their text parts."""
-    if isinstance(value, str):
-        return value
-    if value is None:
-        return ""
-    if isinstance(value, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in value)
-    return str(value)
+def _content(value, role: str, turn: int) -> str:
+    """Message content as text (shards.content_text); an assistant turn without text would train
+    on an empty reply: a bad row (refused, or skipped and counted with --on-bad-row skip)."""
+    text = content_text(value)
+    if role == "assistant" and not (text or "").strip():
+        raise BadRow(f"assistant turn {turn} has no text (content {'null' if value is None else repr(value)[:40]}): "
+                     "it would train on an empty reply")
+    return text or ""
 
 
 def read_turns(turns, sharegpt: bool = False) -> Messages:
@@ -107,7 +106,7 @@ def read_turns(turns, sharegpt: bool = False) -> Messages:
     if not isinstance(turns, list) or not turns:
         raise BadRow("conversation is empty or not a list")
     out = []
-    for turn in turns:
+    for number, turn in enumerate(turns, 1):
         if not isinstance(turn, dict):
             raise BadRow("a turn is not an object")
         if sharegpt:
@@ -117,7 +116,7 @@ def read_turns(turns, sharegpt: bool = False) -> Messages:
             role, content = turn.get("role"), turn.get("content")
         if role not in ROLES:
             raise BadRow(f"unknown role {role!r}")
-        out.append({"role": role, "content": _content(content)})
+        out.append({"role": role, "content": _content(content, role, number)})
     return out
 
 

@@ -169,6 +169,7 @@ class CheckpointEvalCallback(TrainerCallback):
         (without, the vllm backend runs vLLM's CPU build)."""
         return self.config.request(
             checkpoint=str(model), out=eval_step_dir(output_dir, step), step=step, run_name=f"{self.config.tag}-checkpoint-{step}",
+            overwrite=True,  # eval_logs/step-N holds the job.json and eval.log written before the suite starts
             devices=self.devices.eval if gpus.gpu_count() > 0 else None,
         )
 

@@ -12,7 +12,7 @@ from pydantic import Field
 
 from rufus_data.folders.shards import KIND_COLUMNS
 from rufus_train.config import StageConfig
-from rufus_train.stage_base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational, without_empty_replies
 
 
 class DPOStageConfig(StageConfig):
@@ -31,10 +31,11 @@ class DPOStageConfig(StageConfig):
         return {"max_length": self.max_length, "beta": self.beta, "loss_type": [self.loss_type]}
 
 
-def preference_dataset(rows: pa.Table):
+def preference_dataset(rows: pa.Table, stage: str):
     from datasets import Dataset
 
-    return Dataset.from_dict({col: conversational(rows, col) for col in KIND_COLUMNS["preference"]})
+    columns = {col: conversational(rows, col) for col in KIND_COLUMNS["preference"]}
+    return Dataset.from_dict(without_empty_replies(columns, ("chosen", "rejected"), stage))
 
 
 class PreferenceStage(Stage):
@@ -43,7 +44,7 @@ class PreferenceStage(Stage):
     required_columns: ClassVar[tuple] = KIND_COLUMNS["preference"]
 
     def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer):
-        return preference_dataset(rows)
+        return preference_dataset(rows, self.name)
 
 
 class DPOStage(PreferenceStage):

@@ -15,7 +15,7 @@ from pydantic import Field
 
 from rufus_data.base.errors import RufusError
 from rufus_train.config import StageConfig
-from rufus_train.stage_base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational, without_empty_replies
 from rufus_train.stages.dpo import preference_dataset
 
 
@@ -60,7 +60,7 @@ class KTOStage(Stage):
         from datasets import Dataset
 
         if "chosen" in rows.column_names and "completion" not in rows.column_names:
-            return preference_dataset(rows)
+            return preference_dataset(rows, self.name)
         if config.desirable_column not in rows.column_names:
             raise RufusError(
                 f"kto: the shards have no column '{config.desirable_column}' (columns: {rows.column_names}); "
@@ -71,13 +71,9 @@ class KTOStage(Stage):
             raise RufusError(f"kto: column '{config.desirable_column}' must be boolean without nulls (got {labels.type})")
         if pc.all(labels).as_py() or not pc.any(labels).as_py():
             raise RufusError(f"kto: column '{config.desirable_column}' is all true or all false: KTO needs both kinds")
-        return Dataset.from_dict(
-            {
-                "prompt": conversational(rows, "prompt"),
-                "completion": conversational(rows, "completion"),
-                "label": labels.to_pylist(),
-            }
-        )
+        columns = {"prompt": conversational(rows, "prompt"), "completion": conversational(rows, "completion"),
+                   "label": labels.to_pylist()}
+        return Dataset.from_dict(without_empty_replies(columns, ("completion",), self.name))
 
     def make_trainer(self, ctx: StageContext):
         from trl import KTOTrainer

@@ -20,7 +20,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import KIND_COLUMNS
 from rufus_data.sources.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
-from rufus_train.stage_base import Stage, StageContext, conversational
+from rufus_train.stage_base import Stage, StageContext, conversational, without_empty_replies
 
 log = logging.getLogger("rufus_train")
 
@@ -107,6 +107,8 @@ class SFTStage(Stage):
         columns = {"messages": conversational(rows, "messages")}
         if "tools" in rows.column_names:  # tool-use traces: SFTTrainer renders the schemas into the system turn
             columns["tools"] = rows.column("tools").to_pylist()
+        if config.assistant_only_loss:
+            columns = without_empty_replies(columns, ("messages",), self.name)
         if config.assistant_only_loss and config.max_length is not None:
             keep = rows_with_loss(tokenizer, columns["messages"], columns.get("tools"), config.max_length)
             if len(keep) < len(columns["messages"]):
