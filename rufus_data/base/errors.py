@@ -1,5 +1,9 @@
-"""One error type for bad input (the CLI prints its message as one paragraph and exits 2), and the
-warnings the CLIs handle themselves."""
+"""One error type for bad input (the CLI prints its message as one paragraph and exits 2), the
+warnings the CLIs handle themselves, and `quoted`: how a message shows a value the user wrote."""
+
+import reprlib
+
+QUOTE_LIMIT = 200  # characters of a user's value a message quotes
 
 
 class RufusError(Exception):
@@ -11,3 +15,15 @@ class RufusError(Exception):
 class UnpinnedRevision(UserWarning):
     """A hub revision that is a branch or tag. Said on the console as well, so the CLIs do not
     print it a second time (cli_options.CliApp); library callers and tests still catch it."""
+
+
+_QUOTING = reprlib.Repr()
+_QUOTING.maxlevel, _QUOTING.maxdict, _QUOTING.maxlist, _QUOTING.maxtuple = 3, 8, 8, 8
+_QUOTING.maxstring, _QUOTING.maxother, _QUOTING.maxlong = QUOTE_LIMIT, QUOTE_LIMIT, 60
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """`value`'s repr for a message, bounded in depth, items and length: a value from a user's file
+    may be huge, or a YAML alias graph that a plain repr would expand without end."""
+    text = _QUOTING.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -19,6 +19,7 @@ import yaml
 from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import RateColumn, console, print_rows, progress
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.mix.config import OnBadRow
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.sources.canonical import Canonicaliser, OpenedSource, open_source
@@ -101,7 +102,7 @@ def read_catalog(given: str | Path | dict | MixtureCatalog) -> CatalogRead:
     if isinstance(given, (str, Path)):
         path = resolve_entry(given)
         catalog = load_catalog(path)
-        written = yaml.safe_load(path.read_text())
+        written = load_yaml_text(path.read_text(encoding="utf-8"), str(path))
     else:
         written = given.model_dump(mode="json", exclude_unset=True) if isinstance(given, MixtureCatalog) else given
         path, catalog = None, catalog_from_data(written, Path.cwd())
