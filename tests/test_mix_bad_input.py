@@ -192,3 +192,12 @@ def test_a_corrupt_parquet_source_names_the_file(tmp_path):
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert f"source 'broken': {bad} is not a readable parquet file" in text and "Traceback" not in result.output
     assert leftovers == []
+
+
+@pytest.mark.parametrize("local", ["../..", "gsm8k/../../secrets.jsonl", "/etc/passwd", "~/notes.jsonl"])
+def test_a_local_path_may_not_leave_the_data_root(tmp_path, local):
+    """issue #47, item 15: `local:` reads under $RUFUS_DATA_ROOT only, refused with the line."""
+    text = f"kind: sft\nname: bad\nsources:\n  - name: src\n    local: {local}\n    share: 1.0\n"
+    result, text, left = run_mix(tmp_path, text)
+    assert_refused(result, left)
+    assert "bad.yaml:5" in text and "must be a path under $RUFUS_DATA_ROOT (relative, without `..`)" in text

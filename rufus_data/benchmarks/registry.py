@@ -14,7 +14,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from rufus_data.base.catalog_files import catalog_file
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, load_yaml_text
-from rufus_data.sources.dataset_source import DatasetSource, HubDataset
+from rufus_data.sources.dataset_source import DatasetSource, HubDataset, under_data_root
 
 ALL = "all"  # `--against all`: every benchmark of the registry
 
@@ -26,6 +26,11 @@ class Haystack(StrictModel):
     local: str
     url: str | None = None
     hub: HubDataset | None = None
+
+    @field_validator("local")
+    @classmethod
+    def _local_stays_under_the_root(cls, value: str) -> str:
+        return under_data_root(value)
 
 
 class BenchmarkSpec(DatasetSource):

@@ -94,6 +94,16 @@ class IdRange(StrictModel):
         return f"{self.field} {'in' if self.within else 'outside'} {ranges}"
 
 
+def under_data_root(local: str) -> str:
+    """A `local:` path as written, when it names a file under $RUFUS_DATA_ROOT: relative, with no
+    `..` (a catalog must not read whatever the process can, /etc or a user's home, through it)."""
+    parts = Path(local).parts
+    if Path(local).is_absolute() or ".." in parts or local.startswith("~") or not parts:
+        raise ValueError(f"`local: {local}` must be a path under $RUFUS_DATA_ROOT (relative, without `..`); "
+                         "for a file elsewhere write `path:` instead")
+    return local
+
+
 class DatasetSource(StrictModel):
     """The places a dataset may load from (see the module docstring); at least one is needed."""
 
@@ -101,6 +111,11 @@ class DatasetSource(StrictModel):
     local: str | None = None
     hub: HubDataset | None = None
     ids: IdRange | None = None
+
+    @field_validator("local")
+    @classmethod
+    def _local_stays_under_the_root(cls, value: str | None) -> str | None:
+        return None if value is None else under_data_root(value)
 
     @field_validator("hub", mode="before")
     @classmethod
