@@ -31,6 +31,9 @@ def parse_jsonl(lines: Iterable[bytes], where: str, what: str = "") -> Iterator[
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise RufusError(f"{prefix}{where} line {number} is not valid JSON ({err.msg}); fix or remove it") from None
+        except RecursionError:
+            raise RufusError(f"{prefix}{where} line {number} nests its JSON deeper than a reader can follow; "
+                             "flatten or remove it") from None
         if not isinstance(record, dict):
             raise RufusError(f"{prefix}{where} line {number} is a JSON {type(record).__name__}, not an object; "
                              "each line must hold one object")
