@@ -34,7 +34,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, write_failure
 
 # Two streams, as a shell expects: what a command was asked for (tables of results, query rows,
 # paths it reports) goes to stdout, so `rufus-data sql ... > f` captures it; everything else
@@ -112,7 +112,8 @@ def exit_on_sigterm() -> None:
 
 
 def cli_errors(fn: Callable) -> Callable:
-    """Wrap a typer command: a RufusError prints its message and exits with its code (2); Ctrl-C
+    """Wrap a typer command: a RufusError prints its message and exits with its code (2), as does a
+    write that failed for want of space or permission (any command's safety net); Ctrl-C
     says what was kept and exits 130, its frames let go (the output's lock with them)."""
 
     @functools.wraps(fn)
@@ -124,6 +125,13 @@ def cli_errors(fn: Callable) -> Callable:
             console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             let_go(err)
             raise typer.Exit(err.exit_code) from None
+        except OSError as err:
+            failure = write_failure(err)
+            if failure is None:
+                raise
+            console.print(f"[bold red]error:[/] {escape(str(failure))}", highlight=False, soft_wrap=True)
+            let_go(err)
+            raise typer.Exit(failure.exit_code) from None
         except KeyboardInterrupt as err:
             console.print("[bold red]interrupted:[/] nothing was written to the output; work kept to resume "
                           "(a journal, a work folder) stays for the next run", highlight=False, soft_wrap=True)
