@@ -138,7 +138,8 @@ class LoadedRows:
     count: int | None = None  # rows to expect, when known without reading them (None with `ids`)
 
 
-def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hint: str = "") -> LoadedRows:
+def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hint: str = "",
+              bad_lines: list[tuple[int, str]] | None = None) -> LoadedRows:
     """The rows of the first place that loads: `path` (relative to `base`), `local`, then `hub`.
     Raises DatasetUnavailable naming `what`, every place tried and the three ways to provide it."""
     if source.path is None and source.local is None and source.hub is None:
@@ -149,13 +150,13 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
         path = Path(source.path).expanduser()
         path = path if path.is_absolute() or base is None else base / path
         if path.is_file():
-            loaded = _file_rows(path, "path", what)
+            loaded = _file_rows(path, "path", what, bad_lines)
         else:
             tried.append(f"file {path} does not exist")
     if loaded is None and source.local is not None:
         root = data_root(required=False)
         if root is not None and (root / source.local).is_file():
-            loaded = _file_rows(root / source.local, "local", what)
+            loaded = _file_rows(root / source.local, "local", what, bad_lines)
         else:
             tried.append(f"$RUFUS_DATA_ROOT/{source.local} " + ("(RUFUS_DATA_ROOT is not set)" if root is None
                                                                else f"(not in {root})"))
@@ -170,11 +171,11 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
     return loaded
 
 
-def read_file_rows(path: Path, what: str) -> Iterator[dict]:
+def read_file_rows(path: Path, what: str, bad_lines: list[tuple[int, str]] | None = None) -> Iterator[dict]:
     """The records of a .jsonl/.ndjson, .json (an array, or an object holding one), .parquet or .csv file."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        yield from read_jsonl(path, what)
+        yield from read_jsonl(path, what, bad_lines)
     elif suffix == ".json":
         yield from _json_records(path, what)
     elif suffix == ".parquet":
@@ -209,13 +210,13 @@ def _json_records(path: Path, what: str) -> Iterator[dict]:
     yield from data
 
 
-def _file_rows(path: Path, origin: str, what: str) -> LoadedRows:
+def _file_rows(path: Path, origin: str, what: str, bad_lines: list | None = None) -> LoadedRows:
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise RufusError(f"{what}: cannot read {path.name}: supported files are {', '.join(FILE_SUFFIXES)}")
     digest = file_sha256(path)
     provenance = {"origin": origin, "from": str(path), "path": str(path), "sha256": digest,
                   "fingerprint": f"sha256:{digest}"}
-    return LoadedRows(read_file_rows(path, what), provenance, _count_rows(path))
+    return LoadedRows(read_file_rows(path, what, bad_lines), provenance, _count_rows(path))
 
 
 def _count_rows(path: Path) -> int | None:
