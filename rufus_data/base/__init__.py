@@ -1,6 +1,7 @@
 """base/: what every command of the three CLIs stands on. Imports nothing of rufus_data above it.
 
-- errors.py: `RufusError` (bad input: one paragraph, exit 2) and the warnings the CLIs handle.
+- errors.py: `RufusError` (bad input: one paragraph, exit 2), the warnings the CLIs handle, `quoted`
+  (a user's value in a message, bounded) and `write_failure` (a full or read-only disk).
 - console.py: the one rich console, errors as one paragraph, progress bars with rate and ETA.
 - cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`).
 - yaml_config.py: strict YAML configs whose errors name the file, line and key; a step's settings
