@@ -17,7 +17,7 @@ from rufus_data.base.cli_options import (
     flag_option,
     model_options,
 )
-from rufus_data.base.console import cli_errors, console, print_result, print_rows
+from rufus_data.base.console import cli_errors, console, exit_on_sigterm, print_result, print_rows
 from rufus_data.base.env_report import env_command
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import config_from_cli, model_from_options
@@ -40,7 +40,9 @@ app.add_typer(cache_app, name="cache")
 
 @app.callback()
 def main(version: VersionOption = False) -> None:
-    """Keep subcommands explicit even while there is only one."""
+    """Keep subcommands explicit even while there is only one; every command unwinds on SIGTERM
+    (its temporary folder and lock go)."""
+    exit_on_sigterm()
 
 
 app.command("env")(env_command)

@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 
 from rufus_data.base.errors import RufusError
-from rufus_data.folders.shards import DATA_DIR, read_manifest, shard_files
+from rufus_data.folders.shards import DATA_DIR, read_manifest, shard_row_counts, split_files
 from rufus_data.sources.inputs import shard_folder
 
 REASONING_TAGS = ("/think", "/no_think")
@@ -40,7 +40,7 @@ class Inspection:
 def connect(folder: str | Path, command: str = "rufus-data inspect") -> duckdb.DuckDBPyConnection:
     """A DuckDB connection with views `train` (alias `shards`) and, when present, `holdout`."""
     folder = shard_folder(folder, command)
-    shard_files(folder)  # clear error when the folder holds no shards
+    shard_row_counts([path for files in split_files(folder).values() for path in files])  # none, or a corrupt one
     con = duckdb.connect()
     for split in ("train", "holdout"):
         if list((folder / DATA_DIR).glob(f"{split}-*.parquet")):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -21,7 +19,7 @@ from rufus_data.base.cli_options import (
     flag_option,
     model_options,
 )
-from rufus_data.base.console import cli_errors, print_rows
+from rufus_data.base.console import cli_errors, exit_on_sigterm, print_rows
 from rufus_data.base.env_report import env_command
 from rufus_data.base.yaml_config import StrictModel, model_from_options
 from rufus_eval.compare import compare_runs
@@ -37,12 +35,6 @@ def main(version: VersionOption = False) -> None:
 
 
 app.command("env")(env_command)
-
-
-def _exit_on_sigterm() -> None:
-    """SIGTERM (the checkpoint callback stopping an evaluation) unwinds normally, so the vLLM
-    server this process started is stopped by its `with` block and the launcher's atexit hook."""
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 @app.command("suite")
@@ -68,7 +60,7 @@ def suite(
         return
     from rufus_eval.runner import run_suite  # heavy: lm-eval and torch, not for --help or compare
 
-    _exit_on_sigterm()
+    exit_on_sigterm()  # the checkpoint callback stops an evaluation this way
     run_suite(req, fmt)
 
 

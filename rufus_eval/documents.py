@@ -18,9 +18,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.folders.run_folder import RESULTS_JSON
 
 RUFUS_FILTER = "rufus"  # the one filter of a Rufus-defined task (tasks.py)
@@ -96,7 +95,7 @@ def task_scorer(folder: Path, task_name: str) -> tuple[dict | str, str] | None:
     config_path = folder / "tasks" / f"{task_name}.yaml"
     if not config_path.exists():
         return None
-    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    config = load_yaml_text(config_path.read_text(encoding="utf-8"), str(config_path))
     metrics = config.get("metric_list") or [{}]
     filters = (config.get("filter_list") or [{}])[0].get("filter") or [{}]
     scorer = metrics[0].get("scorer")

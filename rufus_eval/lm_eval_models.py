@@ -30,6 +30,7 @@ from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
 from rufus_data.models import devices
 from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
+from rufus_data.models.reference import ModelRef
 
 
 def repeat_indices(requests) -> list[int]:
@@ -98,7 +99,9 @@ def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 
         if len(cfg.base_urls) != 1:
             raise RufusError(f"rufus-eval talks to one endpoint; give one --base-url, not {len(cfg.base_urls)}")
         base_url = cfg.base_urls[0]
-        yield "rufus-completions", _api_args(cfg, base_url, cfg.served_model_name or model, cfg.tokenizer or model, seed), {
+        # a built-in name or a folder as --tokenizer: what from_pretrained loads (lm-eval takes it as a hub id)
+        tokenizer = ModelRef.of(cfg.tokenizer).folder() if cfg.tokenizer else model
+        yield "rufus-completions", _api_args(cfg, base_url, cfg.served_model_name or model, tokenizer, seed), {
             "backend": "server",
             "server_version": server_version(base_url, key=api_key(SERVER_KEY_VARIABLE)),
         }

@@ -21,7 +21,13 @@ from rufus_data.base.catalog_files import catalog_file, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.redaction import redact
-from rufus_data.base.yaml_config import format_validation_error, node_line, override_key, read_yaml
+from rufus_data.base.yaml_config import (
+    format_validation_error,
+    load_yaml_text,
+    node_line,
+    override_key,
+    read_yaml,
+)
 from rufus_train.config import StageConfig, trl_config_class
 from rufus_train.trl_keys import (
     TakenKey,
@@ -98,8 +104,8 @@ def typed_value(config_cls: type[StageConfig], dotted: str, raw: str | None) -> 
     if _is_str_type(annotation):
         return raw
     try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError:
+        return load_yaml_text(raw, f"--{dotted}")
+    except RufusError:
         return raw
 
 

@@ -31,6 +31,7 @@ from rufus_data.folders.shards import (
     read_shards,
     sample_indices,
     shard_files,
+    shard_row_counts,
 )
 from rufus_data.mix import mix_inputs
 from rufus_data.models.hub import hub_unreachable, offline_mode
@@ -74,7 +75,9 @@ def columns_of(entry: str) -> set[str]:
         if all(source.reward is not None for source in catalog.sources):
             built.add(REWARD_COLUMN)
         return {*ROW_COLUMNS, *KIND_COLUMNS[catalog.kind], *built}
-    return set(pq.read_schema(shard_files(item.path)[0]).names)
+    first = shard_files(item.path)[0]
+    shard_row_counts([first])  # a truncated shard is named, not a traceback
+    return set(pq.read_schema(first).names)
 
 
 def check_columns(entries: list[str], required: tuple, stage: str) -> None:

@@ -24,12 +24,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from rufus_data.base.catalog_files import catalog_file
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.ports import free_port
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.models.devices import gpu_ids
 from rufus_train.config import StageConfig
 from rufus_train.modeling import precision
@@ -70,7 +69,8 @@ def engine_keeps_fp32_masters(config: StageConfig) -> bool:
     if config.accelerate_config is None:
         return False
     try:
-        settings = yaml.safe_load(accelerate_config_path(config.accelerate_config).read_text()) or {}
+        path = accelerate_config_path(config.accelerate_config)
+        settings = load_yaml_text(path.read_text(), str(path)) or {}
     except RufusError:  # an unknown file is refused where the launch line is built
         return False
     return str(settings.get("distributed_type", "")).upper() in ("DEEPSPEED", "FSDP")
@@ -143,7 +143,7 @@ def launch_command(name: str, config: StageConfig, config_file: str | Path | Non
     import torch  # heavy: only when a stage is launched (the CUDA check)
 
     path = accelerate_config_path(config.accelerate_config or "ddp")
-    settings = yaml.safe_load(path.read_text()) or {}
+    settings = load_yaml_text(path.read_text(), str(path)) or {}
     problems = launch_problems(settings, torch.cuda.is_available(), importlib.util.find_spec("deepspeed") is not None)
     if problems:
         raise RufusError(f"cannot launch stage {name} with {path}:\n- " + "\n- ".join(problems))

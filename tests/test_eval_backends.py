@@ -24,9 +24,16 @@ def test_server_backend_fields_reach_lm_eval():
         assert args["base_url"] == f"{NOBODY}/v1/completions"
         assert (args["model"], args["tokenizer"]) == ("smollm2-135m", "smollm2-135m")  # both default to the model
         assert (args["max_length"], args["num_concurrent"], args["seed"]) == (1024, 8, 3)
-    named = ModelAccess(backend="server", base_urls=[NOBODY], served_model_name="at-server", tokenizer="/tok")
+
+
+def test_a_built_in_name_or_a_folder_as_the_tokenizer_reaches_lm_eval_as_a_folder(tiny_model, tmp_path):
+    """issue #47, item 11: `--tokenizer tiny-random` went to lm-eval as a hub id (a traceback)."""
+    named = ModelAccess(backend="server", base_urls=[NOBODY], served_model_name="at-server", tokenizer="tiny-random")
     with open_backend("smollm2-135m", named) as (_, args, _):
-        assert (args["model"], args["tokenizer"], args["max_length"]) == ("at-server", "/tok", 2048)
+        assert (args["model"], args["tokenizer"], args["max_length"]) == ("at-server", tiny_model, 2048)
+    missing = ModelAccess(backend="server", base_urls=[NOBODY], tokenizer=str(tmp_path / "tok"))
+    with pytest.raises(RufusError, match="does not exist"), open_backend("m", missing):
+        pass
 
 
 def test_eval_refuses_more_than_one_endpoint():

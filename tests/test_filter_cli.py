@@ -13,10 +13,12 @@ import subprocess
 
 import pyarrow.parquet as pq
 import pytest
+from openai_stub import Reply
 from rl_prompts import arithmetic_rows, write_rl_shards
 from test_filter import RUFUS_DATA
 from typer.testing import CliRunner
 
+from rufus_data.base.errors import RufusError
 from rufus_data.cli import app
 from rufus_data.folders.shards import read_manifest, read_shards
 from rufus_data.rewards.data_rewards import REWARD_COLUMN
@@ -146,3 +148,44 @@ def test_filter_scores_with_the_llm_judge_and_the_overlong_penalty(judge, tmp_pa
         assert scores["overlong_penalty"] == overlong_penalty(len(completion["token_ids"]), 12, 6)
         assert completion["reward"] == pytest.approx(scores["llm_judge"] + scores["overlong_penalty"])
     assert read_manifest(tmp_path / "out")["rewards"]["names"] == ["llm_judge", "overlong_penalty"]
+
+
+def test_a_dead_judge_stops_the_run_with_its_cause_and_a_rerun_scores_without_generating(openai_stub, tmp_path,
+                                                                                         tiny_model):
+    """issue #47, item 7: a judge answering 500 to everything is no 'unscored' output with exit 0."""
+    alive = {"yes": False}
+    stub = openai_stub(lambda request: _judged(request.text) if alive["yes"] else Reply(status=500, error="judge down"),
+                       models=["judge-model"])
+    spec = {"name": "llm_judge", "base_url": stub.v1_url, "reference_column": "expected_output", "retries": 0}
+    shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4))
+    config = FilterConfig(policy="tiny-random", reward=[spec], k=2, max_tokens=8, temperature=0.7)
+    with pytest.raises(RufusError) as err:
+        filter_prompts([shards], tmp_path / "out", config)
+    text = " ".join(str(err.value).split())
+    assert "llm_judge: 8 of 8 answers failed" in text and "HTTP 500" in text and "judge down" in text, text
+    assert not (tmp_path / "out").exists() and list(partial_dir(tmp_path / "out").glob("*.jsonl"))
+    alive["yes"] = True
+    result = filter_prompts([shards], tmp_path / "out", config)
+    manifest = read_manifest(tmp_path / "out")
+    assert manifest["generation"]["prompts_generated"] == 0  # the kept completions, scored again
+    assert manifest["scoring"] == {"llm_judge": {"answers": 8, "unscored": 0, "failed": 0, "unparsable": 0}}
+    assert result.counts["unscored"] == 0
+    assert "`llm_judge` 8 of 8 answers scored (0 unscored: 0 failed requests, 0 unparsable)" in (
+        tmp_path / "out" / "report.md").read_text()
+
+
+def test_a_judge_failing_some_answers_is_counted_in_the_manifest_and_report(openai_stub, tmp_path, tiny_model):
+    calls = {"n": 0}
+
+    def sometimes(request):
+        calls["n"] += 1
+        return Reply(status=500) if calls["n"] % 4 == 0 else "no score here" if calls["n"] == 1 else "Score: 9"
+
+    stub = openai_stub(sometimes, models=["judge-model"])
+    spec = {"name": "llm_judge", "base_url": stub.v1_url, "reference_column": "expected_output", "retries": 0}
+    shards = write_rl_shards(tmp_path / "rl", arithmetic_rows(4))
+    config = FilterConfig(policy="tiny-random", reward=[spec], k=2, max_tokens=8, temperature=0.7)
+    filter_prompts([shards], tmp_path / "out", config)
+    scoring = read_manifest(tmp_path / "out")["scoring"]["llm_judge"]
+    assert scoring == {"answers": 8, "unscored": 3, "failed": 2, "unparsable": 1}
+    assert "(3 unscored: 2 failed requests, 1 unparsable)" in (tmp_path / "out" / "report.md").read_text()

@@ -29,6 +29,7 @@ def test_rows_in_order_blank_lines_and_a_byte_order_mark(tmp_path):
     (b'{"a": ', r"line 3 is not valid JSON \(Expecting value\); fix or remove it"),
     (b"[1, 2]", r"line 3 is a JSON list, not an object"),
     (b'"text"', r"line 3 is a JSON str, not an object"),
+    (b"[" * 100_000 + b"]" * 100_000, r"line 3 nests its JSON deeper than a reader can follow; flatten"),  # issue #47
 ])
 def test_bad_lines_name_the_file_and_the_line(tmp_path, line, problem):
     path = write_lines(tmp_path / "bad.jsonl", b'{"a": 1}', b"", line, b'{"a": 2}')

@@ -192,3 +192,31 @@ def test_a_corrupt_parquet_source_names_the_file(tmp_path):
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
     assert f"source 'broken': {bad} is not a readable parquet file" in text and "Traceback" not in result.output
     assert leftovers == []
+
+
+@pytest.mark.parametrize("local", ["../..", "gsm8k/../../secrets.jsonl", "/etc/passwd", "~/notes.jsonl"])
+def test_a_local_path_may_not_leave_the_data_root(tmp_path, local):
+    """issue #47, item 15: `local:` reads under $RUFUS_DATA_ROOT only, refused with the line."""
+    text = f"kind: sft\nname: bad\nsources:\n  - name: src\n    local: {local}\n    share: 1.0\n"
+    result, text, left = run_mix(tmp_path, text)
+    assert_refused(result, left)
+    assert "bad.yaml:5" in text and "must be a path under $RUFUS_DATA_ROOT (relative, without `..`)" in text
+
+
+def test_bad_lines_are_all_named_and_skip_skips_them(tmp_path):
+    """issue #47, item 11: --on-bad-row skip skips lines that are no JSON object (not UTF-8, not
+    JSON, too deep, a list) as it skips rows, and both modes name every kind with its count."""
+    good = [json.dumps({"instruction": f"q{i}", "output": f"a{i}"}).encode() for i in range(10)]
+    bad = [b'{"instruction": "caf\xe9", "output": "y"}', b'{"instruction": ', b"[" * 100_000 + b"]" * 100_000, b"[1]"]
+    src = tmp_path / "rows.jsonl"
+    src.write_bytes(b"\n".join(good[:3] + bad[:2] + good[3:6] + bad[2:] + good[6:]) + b"\n")
+    refused, text, left = run_mix(tmp_path, catalog(src))
+    assert_refused(refused, left)
+    assert "4 lines of the file hold no JSON object (first: line 4 is not valid UTF-8" in text
+    for named in ("line 5 is not valid JSON", "line 9 nests its JSON deeper", "line 10 is a JSON list"):
+        assert named in text, text
+    skipped, text, _ = run_mix(tmp_path, catalog(src), "--on-bad-row", "skip")
+    assert skipped.exit_code == 0, skipped.output
+    assert "4 lines of the file hold no JSON object" in text and "skipped (--on-bad-row skip)" in text
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["rows_dropped"] == 4 and manifest["counts"]["rows_train"] == 10

@@ -103,6 +103,48 @@ def test_retries_stop_after_the_attempts(openai_stub):
 
 
 @pytest.fixture
+def html_then_json():
+    """A server whose first two answers are a 200 HTML page (a proxy's, a server still starting),
+    then an OpenAI model list."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Thread
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # http.server calls it by this name
+            seen.append(self.path)
+            html = len(seen) <= 2
+            body = b"<html><body>Please log in</body></html>" if html else b'{"data": [{"id": "m"}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html" if html else "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_200_html_page_is_retried_as_a_transient_answer_then_named(html_then_json):
+    """issue #47, item 11: an HTML 200 was no retry and ended in a JSON traceback."""
+    url, seen = html_then_json
+    with sync_client([url]) as http:
+        assert request(http, "GET", f"{url}/v1/models", QUICK).json() == {"data": [{"id": "m"}]}
+        assert len(seen) == 3  # two HTML pages tried again
+        seen.clear()
+        one = RetryPolicy(attempts=1, backoff_s=0.01, total_s=5)
+        with pytest.raises(GaveUp, match=r"HTTP 200 with text/html, not JSON: '<html><body>Please log in"):
+            request(http, "GET", f"{url}/v1/models", one)
+
+
+@pytest.fixture
 def silent_server():
     """A port that takes connections (the kernel's backlog) and never answers a byte."""
     with socket.socket() as sock:

@@ -295,6 +295,23 @@ def test_writes_outside_the_scratch_dir_do_not_survive():
             folder.rmdir()
 
 
+def test_sandboxed_code_sees_only_its_private_root(data_root):
+    """No host file is there to read: not the data root's benchmark answers, the checkout, /etc
+    or /root (issue #47, item 15); the interpreter's files are read-only."""
+    secrets = [str(data_root / "gsm8k" / "test.jsonl"), str(REPO / "README.md"), "/etc/passwd", "/root", "/run"]
+    assert all(os.path.exists(path) for path in secrets[:3])  # they are there for an ordinary process
+    code = (
+        "import os\n"
+        f"print(sorted(os.listdir('/')))\nprint([p for p in {secrets!r} if os.path.exists(p)])\n"
+        "try:\n    open('/usr/escaped', 'w')\nexcept OSError as error:\n    print(error.strerror)\n"
+    )
+    result = run_program(code, config=HOSTILE)
+    assert result.returncode == 0, result.stderr
+    listing, found, write = result.stdout.splitlines()
+    assert set(eval(listing)) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "proc", "dev", "tmp"}
+    assert found == "[]" and write == "Read-only file system"
+
+
 def test_network_is_unreachable_from_the_sandbox():
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))

@@ -1,7 +1,8 @@
 """base/: what every command of the three CLIs stands on. Imports nothing of rufus_data above it.
 
-- errors.py: `RufusError` (bad input: one paragraph, exit 2) and the warnings the CLIs handle.
 - redaction.py: credentials in URLs hidden wherever a URL is recorded or logged.
+- errors.py: `RufusError` (bad input: one paragraph, exit 2), the warnings the CLIs handle, `quoted`
+  (a user's value in a message, bounded) and `write_failure` (a full or read-only disk).
 - console.py: the one rich console, errors as one paragraph, progress bars with rate and ETA.
 - cli_options.py: typer options generated from a pydantic config model (`CliApp`, `Flag`);
   borrowed_options.py: TRL's and lm-eval's spellings of options, taken or refused with a note.

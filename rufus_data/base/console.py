@@ -10,7 +10,9 @@ import functools
 import io
 import json
 import os
+import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -32,7 +34,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, write_failure
 from rufus_data.base.redaction import redact_text
 
 # Two streams, as a shell expects: what a command was asked for (tables of results, query rows,
@@ -114,8 +116,22 @@ def let_go(err: BaseException | None) -> None:
         err = err.__cause__ or err.__context__
 
 
+INTERRUPTED_EXIT = 130  # what a shell reports for a command ended by Ctrl-C
+TERMINATED_EXIT = 143  # ... and by SIGTERM
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM unwinds the command as an exception would (exit 143): an output's temporary folder
+    and lock go, a server the command started is stopped by its `with` block. The default action
+    would end the process where it stands and leave them behind."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(TERMINATED_EXIT))
+
+
 def cli_errors(fn: Callable) -> Callable:
-    """Wrap a typer command: a RufusError prints its message and exits with its code (2)."""
+    """Wrap a typer command: a RufusError prints its message and exits with its code (2), as does a
+    write that failed for want of space or permission (any command's safety net); Ctrl-C
+    says what was kept and exits 130, its frames let go (the output's lock with them)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -126,6 +142,18 @@ def cli_errors(fn: Callable) -> Callable:
             console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False, soft_wrap=True)
             let_go(err)
             raise typer.Exit(err.exit_code) from None
+        except OSError as err:
+            failure = write_failure(err)
+            if failure is None:
+                raise
+            console.print(f"[bold red]error:[/] {escape(str(failure))}", highlight=False, soft_wrap=True)
+            let_go(err)
+            raise typer.Exit(failure.exit_code) from None
+        except KeyboardInterrupt as err:
+            console.print("[bold red]interrupted:[/] nothing was written to the output; work kept to resume "
+                          "(a journal, a work folder) stays for the next run", highlight=False, soft_wrap=True)
+            let_go(err)
+            raise typer.Exit(INTERRUPTED_EXIT) from None
 
     return wrapper
 

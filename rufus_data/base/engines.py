@@ -12,6 +12,8 @@ import logging
 import multiprocessing as mp
 import os
 import pickle
+import signal
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,6 +100,19 @@ def _init_worker(worker_bytes: bytes | None, one_cpu: bool) -> None:
     _WORKER.setup(one_cpu)
 
 
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def _init_pool_worker(worker_bytes: bytes | None, one_cpu: bool) -> None:
+    """A pool worker leaves Ctrl-C to the parent (which stops the pool): a worker that died of
+    KeyboardInterrupt could hold the pool's queue lock, and `terminate()` then waited forever.
+    SIGTERM, which `terminate()` sends, exits quietly, unwinding whatever lock it holds."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    _init_worker(worker_bytes, one_cpu)
+
+
 def _run(task: Any) -> tuple[Any, Any]:
     return task, _WORKER(task)
 
@@ -130,7 +145,13 @@ def _run_pool(tasks: Sequence, worker: TaskWorker, workers: int, on_done: OnDone
         ctx, initargs = mp.get_context("spawn"), (pickle.dumps(worker), True)
     gc.freeze()  # forked workers would otherwise copy every page the garbage collector walks
     try:
-        with ctx.Pool(min(workers, len(tasks)), initializer=_init_worker, initargs=initargs) as pool:
+        # signals wait until a new worker has set its own handlers (a Ctrl-C in between killed it mid-start)
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pool = ctx.Pool(min(workers, len(tasks)), initializer=_init_pool_worker, initargs=initargs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        with pool:
             for task, result in pool.imap_unordered(_run, tasks):
                 on_done(task, result)
     finally:

@@ -56,15 +56,66 @@ def read_yaml(path: str | Path) -> tuple[Any, yaml.Node | None]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise RufusError(f"{path} is not UTF-8 text ({err}): save it as UTF-8") from None
+    return parse_yaml(text, str(path))
+
+
+MAX_YAML_NODES = 1_000_000  # values of a document with its aliases expanded: a config has thousands
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def parse_yaml(text: str, where: str) -> tuple[Any, yaml.Node | None]:
+    """(data, node tree) of YAML `text` read safely, the one way Rufus reads YAML: malformed text,
+    or aliases that expand past MAX_YAML_NODES values (a "billion laughs" document) or into
+    themselves, is a RufusError naming `where`, before anything is built from it."""
+    loader = _LOADER(text)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None, None
+        _check_expansion(node, where)
+        return loader.construct_document(node), node
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(err, "problem", None) or str(err)
-        raise RufusError(f"{path}: malformed YAML{where}: {problem}. Fix the syntax there and run again") from None
-    return data, node
+        raise RufusError(f"{where}: malformed YAML{at}: {problem}. Fix the syntax there and run again") from None
+    finally:
+        loader.dispose()
+
+
+def load_yaml_text(text: str, where: str) -> Any:
+    """The data of YAML `text` (see `parse_yaml`)."""
+    return parse_yaml(text, where)[0]
+
+
+def _check_expansion(root: yaml.Node, where: str) -> None:
+    """Count the values `root` stands for with every alias expanded, each shared node once (linear
+    in the document, however far its aliases would expand)."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise RufusError(f"{where}: line {node.start_mark.line + 1}: an alias refers to the value that holds "
+                             "it (a recursive YAML value): write the value out instead")
+        open_nodes.add(key)
+        children = node.value if isinstance(node, yaml.SequenceNode) else (
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        sizes[key] = 1 + sum(size(child) for child in children)
+        open_nodes.discard(key)
+        return sizes[key]
+
+    try:
+        total = size(root)
+    except RecursionError:
+        raise RufusError(f"{where}: YAML nested too deeply to read: flatten it") from None
+    if total > MAX_YAML_NODES:
+        raise RufusError(f"{where}: its YAML aliases expand to {total:,} values, more than the {MAX_YAML_NODES:,} "
+                         "a Rufus config may hold (a \"billion laughs\" document?): write the values out or "
+                         "use fewer aliases")
 
 
 def node_line(node: yaml.Node | None, loc: tuple) -> int | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, write_failure
 from rufus_data.base.redaction import redact_text
 from rufus_data.folders.dataset_card import write_dataset_card
 from rufus_data.folders.output_lock import OutputLock
@@ -90,7 +90,10 @@ class OutputStep:
         self.started = time.time()
         _needs_out(command, self.out, report_only)
         if self.out is not None and not report_only:  # the lock first: a live writer is named, not its folder
-            weakref.finalize(self, OutputLock(self.out, command).acquire().release)
+            try:  # a read-only or full folder is refused here, before any work
+                weakref.finalize(self, OutputLock(self.out, command).acquire().release)
+            except OSError as err:
+                raise write_failure(err, f"output {self.out}") or err from None
             refuse_existing_output(self.out, overwrite)
 
     @property
@@ -102,8 +105,11 @@ class OutputStep:
         """The temporary folder to write into; it becomes `out` when the block ends without error."""
         if self.report_only:
             raise RuntimeError(f"{self.command}: a report-only run writes no folder")
-        with atomic_output_dir(self.out, self.overwrite) as tmp:
-            yield tmp
+        try:
+            with atomic_output_dir(self.out, self.overwrite) as tmp:
+                yield tmp
+        except OSError as err:  # the temporary folder is gone already (atomic_output_dir)
+            raise write_failure(err, f"output {self.out}") or err from None
 
     def manifest(self, *, config: dict, inputs, counts: dict, versions: Sequence[str] = (),
                  config_hash: str | None = None, **own) -> dict:

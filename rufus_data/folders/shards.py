@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, quoted
 from rufus_data.base.redaction import redact
 from rufus_data.base.version import DISTRIBUTION, rufus_version
 from rufus_data.folders.run_folder import (
@@ -209,8 +209,23 @@ def shard_files(folder: str | Path, split: str = "train") -> list[Path]:
 
 def read_shards(folder: str | Path, split: str = "train") -> pa.Table:
     """All rows of one split as one arrow table (schemas unified, missing columns filled with null)."""
-    tables = [pq.read_table(p) for p in shard_files(folder, split)]
+    tables = [read_shard(p) for p in shard_files(folder, split)]
     return pa.concat_tables(tables, promote_options="default")
+
+
+def read_shard(path: Path, **options) -> pa.Table:
+    """One parquet file's rows (`options`: pq.read_table's); a truncated or corrupt file is an error
+    naming it, not a traceback from inside the reader."""
+    try:
+        return pq.read_table(path, **options)
+    except (pa.ArrowException, OSError) as err:
+        raise unreadable_shard(path, err) from None
+
+
+def unreadable_shard(path: Path, err: Exception) -> RufusError:
+    return RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {quoted(str(err))}): it is "
+                      "truncated or corrupt. Write it again (run the step that made it again) or remove it; "
+                      "nothing was written")
 
 
 def shard_row_counts(files: list[Path]) -> list[int]:
@@ -221,7 +236,7 @@ def shard_row_counts(files: list[Path]) -> list[int]:
         try:
             counts.append(pq.ParquetFile(path).metadata.num_rows)
         except (pa.ArrowException, OSError) as err:
-            raise RufusError(f"{path} is not a readable parquet shard ({type(err).__name__}: {err}); nothing was written") from None
+            raise unreadable_shard(path, err) from None
     return counts
 
 
@@ -234,7 +249,7 @@ def write_without_rows(files: list[Path], drop: Collection[int], folder: Path) -
                         else np.asarray(drop, dtype=np.int64))
     first = 0
     for path in files:
-        table = pq.read_table(path)
+        table = read_shard(path)
         lo, hi = np.searchsorted(dropped, [first, first + table.num_rows])
         keep = np.ones(table.num_rows, dtype=bool)
         keep[dropped[lo:hi] - first] = False

@@ -19,6 +19,7 @@ import yaml
 from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import RateColumn, console, print_rows, progress
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.folders.dataset_card import tokens_column
 from rufus_data.mix.config import OnBadRow
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
@@ -49,6 +50,7 @@ class SourceCounts:
     total: list[int] = field(default_factory=list)  # per canonical row (parts order)
     trainable: list[int] = field(default_factory=list)
     bad_rows: list[tuple[int, str]] = field(default_factory=list)
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)  # of the file: no JSON object on them
     too_long: int = 0
     parts: list[Path] = field(default_factory=list)
 
@@ -102,7 +104,7 @@ def read_catalog(given: str | Path | dict | MixtureCatalog) -> CatalogRead:
     if isinstance(given, (str, Path)):
         path = resolve_entry(given)
         catalog = load_catalog(path)
-        written = yaml.safe_load(path.read_text())
+        written = load_yaml_text(path.read_text(encoding="utf-8"), str(path))
     else:
         written = given.model_dump(mode="json", exclude_unset=True) if isinstance(given, MixtureCatalog) else given
         path, catalog = None, catalog_from_data(written, Path.cwd())
@@ -186,6 +188,9 @@ def _count_source(
         folder.mkdir(parents=True)
     records = source.rows
     first = next(records, None)
+    if first is None and source.bad_lines:  # no line of the file holds a row
+        counts.bad_lines = source.bad_lines
+        _report_bad_rows(spec, counts, "error", source.provenance["from"])
     if first is None:
         raise RufusError(f"source '{spec.name}' ({source.provenance['from']}) is empty: it has no rows")
     counts.format = detect_format(spec, first, catalog.kind)
@@ -215,7 +220,8 @@ def _count_source(
             bar.update(task, completed=index)
         bar.update(task, completed=index, total=index)
     counts.rows_in = index
-    if counts.bad_rows:
+    counts.bad_lines = source.bad_lines
+    if counts.bad_rows or counts.bad_lines:
         _report_bad_rows(spec, counts, on_bad_row, source.provenance["from"])
     if not counts.total:
         raise RufusError(f"source '{spec.name}': none of its {index} rows is usable (see the reasons above)")
@@ -265,14 +271,19 @@ def _flush(batch, measured, counts: SourceCounts, folder: Path | None, tokens_co
 
 
 def _report_bad_rows(spec: SourceSpec, counts: SourceCounts, on_bad_row: OnBadRow, origin: str) -> None:
-    first = ", ".join(f"row {n} ({why})" for n, why in counts.bad_rows[:BAD_ROW_EXAMPLES])
-    message = (
-        f"source '{spec.name}' ({origin}): {len(counts.bad_rows)} of {counts.rows_in} rows lack what "
-        f"the {counts.format} format needs; first: {first}"
-    )
+    """Stop (--on-bad-row error), or warn and go on (skip), naming how many lines and rows were bad and the first few."""
+    parts = []
+    if counts.bad_lines:
+        first = "; ".join(f"line {n} {why}" for n, why in counts.bad_lines[:BAD_ROW_EXAMPLES])
+        parts.append(f"{len(counts.bad_lines)} lines of the file hold no JSON object (first: {first})")
+    if counts.bad_rows:
+        first = ", ".join(f"row {n} ({why})" for n, why in counts.bad_rows[:BAD_ROW_EXAMPLES])
+        parts.append(f"{len(counts.bad_rows)} of {counts.rows_in} rows lack what the {counts.format} format needs; "
+                     f"first: {first}")
+    message = f"source '{spec.name}' ({origin}): " + "; and ".join(parts)
     if on_bad_row == "error":
         raise RufusError(message + ". Fix the rows, map the columns with `fields:`, or pass --on-bad-row skip")
-    console.print(f"[yellow]warning:[/] {message}; skipped (--on-bad-row skip)")
+    console.print(f"[yellow]warning:[/] {message}; skipped (--on-bad-row skip)", highlight=False, soft_wrap=True)
 
 
 # --- pass 2: choose rows by token share ---------------------------------------------------
@@ -359,7 +370,8 @@ def source_summaries(catalog: MixtureCatalog, counted: list[SourceCounts], selec
                 "rows_in": c.rows_in,
                 "rows_out": len(sel.picks),
                 "rows_holdout": len(sel.holdout),
-                "rows_dropped": {"bad_row": len(c.bad_rows), "too_long": c.too_long},
+                "rows_dropped": {"bad_row": len(c.bad_rows), "bad_line": len(c.bad_lines), "too_long": c.too_long},
+                "bad_line_examples": [{"line": n, "why": why} for n, why in c.bad_lines[:BAD_ROW_EXAMPLES]],
                 "bad_row_examples": [{"row": n, "why": why} for n, why in c.bad_rows[:BAD_ROW_EXAMPLES]],
                 "tokens": {"total": sum(c.total[i] for i, _ in sel.picks),
                            "trainable": sum(c.trainable[i] for i, _ in sel.picks), "basis": sel.tokens},

@@ -12,7 +12,8 @@ the judge check (judge.py) and the lm-eval models (lm_eval_models.py).
   its servers when it is made, so each direct one is an httpx mount without a proxy.
 - Keys: OPENAI_API_KEY for the servers that generate (the variable lm-eval reads too),
   JUDGE_API_KEY for judges; sent as a Bearer token when set.
-- Retries (`RetryPolicy`): connection errors, timeouts, 408, 429 and 5xx are tried again after a
+- Retries (`RetryPolicy`): connection errors, timeouts, 408, 429, 5xx and a 2xx that is no JSON
+  (an HTML page) are tried again after a
   jittered exponential backoff, or after the server's `Retry-After`, within a bound on attempts
   and on the total time (each attempt's timeout is cut to the time left). Any other status
   raises `ServerRefused` at once: the server's own message, naming the URL and the model.
@@ -168,9 +169,14 @@ def retry_after_s(response: httpx.Response) -> float | None:
 
 
 def checked(response: httpx.Response, model: str | None = None) -> httpx.Response:
-    """The response when it is a success; `Transient` for 408/429/5xx; `ServerRefused` for anything else."""
+    """The response when it is a success holding JSON; `Transient` for 408/429/5xx and for a success
+    that is no JSON (an HTML page: a proxy or a server still starting); `ServerRefused` for anything else."""
     status = response.status_code
     if 200 <= status < 300:
+        if response.content.lstrip()[:1] not in (b"{", b"["):  # a proxy's or a login page's HTML, an empty body
+            kind = response.headers.get("content-type", "no content type")
+            raise Transient(f"{response.request.url}: HTTP {status} with {kind}, not JSON: "
+                            f"{response.text[:200]!r}", retry_after_s(response))
         return response
     message = server_message(response)
     url = str(response.request.url)

@@ -114,6 +114,12 @@ class LLMJudgeReward(RewardFunction):
 
     def __post_init__(self):
         super().__init__(only_label=self.only_label)
+        self._last_failure: str | None = None
+
+    @property
+    def last_failure(self) -> str | None:
+        """Why the latest request that failed failed (the measured cause a dead judge is reported with)."""
+        return self._last_failure
 
     # -- connection (explicit arguments, else the environment read at call time)
     def connection(self) -> tuple[str, str | None, str]:
@@ -181,7 +187,8 @@ class LLMJudgeReward(RewardFunction):
             response = await arequest(client, "POST", f"{base_url}/chat/completions", self.retry, model=model,
                                       json=body, sleep=self.sleep)
             return response.json()["choices"][0]["message"]["content"] or ""
-        except GaveUp:
+        except GaveUp as err:
+            self._last_failure = str(err)
             return None
         except ServerRefused as err:
             if err.status not in REFUSED_ONE_REQUEST:
@@ -191,7 +198,8 @@ class LLMJudgeReward(RewardFunction):
             refused.append(err.server_message)
             return None
         except (ValueError, KeyError, IndexError, TypeError):
-            return None  # a 200 that is no chat completion: counted as failed
+            self._last_failure = f"{base_url}/chat/completions answered 200 with no chat completion"
+            return None  # counted as failed
 
 
 async def _all_or_none(coroutines) -> list:

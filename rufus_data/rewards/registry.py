@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, quoted
 from rufus_data.rewards.bfcl import BFCLASTReward
 from rufus_data.rewards.code_execution import CodeExecutionReward
 from rufus_data.rewards.contract import RewardFunction
@@ -40,7 +40,7 @@ def _reward_class(name: str, spec) -> type[RewardFunction]:
     try:
         return REWARDS[name]
     except KeyError:
-        raise RufusError(f"unknown reward {name!r} in spec {spec!r}: use one of {', '.join(REWARDS)}") from None
+        raise RufusError(f"unknown reward {name!r} in spec {quoted(spec)}: use one of {', '.join(REWARDS)}") from None
 
 
 def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any], float]:
@@ -57,17 +57,17 @@ def parse_spec(spec: str | dict[str, Any]) -> tuple[str, dict[str, Any], float]:
         params = dict(spec)
         name = params.pop("name", None)
         if not isinstance(name, str):
-            raise RufusError(f"reward spec {spec!r} has no 'name': add name: one of {', '.join(REWARDS)}")
+            raise RufusError(f"reward spec {quoted(spec)} has no 'name': add name: one of {', '.join(REWARDS)}")
         weight = float(params.pop("weight", 1.0))
     else:
-        raise RufusError(f"reward spec must be a string or a mapping, got {type(spec).__name__}: {spec!r}")
+        raise RufusError(f"reward spec must be a string or a mapping, got {type(spec).__name__}: {quoted(spec)}")
     allowed = inspect.signature(_reward_class(name, spec)).parameters
     unknown = sorted(set(params) - set(allowed))
     if unknown:
-        raise RufusError(f"reward {name!r} has no parameter(s) {unknown} (spec {spec!r}); allowed: {', '.join(allowed)}")
+        raise RufusError(f"reward {name!r} has no parameter(s) {unknown} (spec {quoted(spec)}); allowed: {', '.join(allowed)}")
     required = [p for p, info in allowed.items() if info.default is inspect.Parameter.empty and p not in params]
     if required:
-        raise RufusError(f"reward {name!r} needs parameter(s) {required} (spec {spec!r}): add them to the spec")
+        raise RufusError(f"reward {name!r} needs parameter(s) {required} (spec {quoted(spec)}): add them to the spec")
     return name, params, weight
 
 

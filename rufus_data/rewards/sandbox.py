@@ -6,22 +6,25 @@ Layers, outermost first (see docs/rewards.md):
    files, no core dumps.
 2. `unshare`: fresh user, PID, network, mount, IPC and UTS namespaces. The network namespace has no
    interface up (nothing is reachable, not even 127.0.0.1 of the host); /proc is remounted for the new
-   PID namespace (no other process is visible); every inherited file-system mount is remounted
-   read-only, and /tmp (the scratch working directory), /dev/shm and /run (the host's UNIX sockets) are
-   fresh size-capped tmpfs, so nothing written anywhere survives the run and no host socket is reachable.
+   PID namespace (no other process is visible); the code runs in a private root (pivot_root): /usr and
+   the interpreter's prefix read-only, four device nodes, and fresh size-capped tmpfs /tmp (the scratch
+   working directory) and /dev/shm. No other host file exists there (not the data root, the checkout,
+   /etc or /run's sockets), nothing written survives the run, and no host socket is reachable.
 3. A nested user namespace maps the code to uid 65534, so it holds no capability (it cannot undo the
    mounts above).
 4. The parent enforces the wall-clock limit and the output cap, and at the end SIGKILLs the namespace's
    init; the kernel then kills every process left in the PID namespace (children that called `setsid`
    included).
 When `unshare` cannot create the namespaces, the sandbox falls back to layer 1 plus a process-group kill
-(and, as root, killing every process of the run's uid), warns once, and reports `isolation="rlimits"`.
+(and, as root, killing every process of the run's uid), warns once, and reports `isolation="rlimits"`:
+then the code reads every file the sandbox uid may read (every world-readable host file).
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import shlex
 import shutil
 import signal
 import subprocess
@@ -190,23 +193,53 @@ def _command(config: SandboxConfig, isolation: str, program_fd: int, input_fds: 
         return ["/bin/sh", "-c", "set -e; " + _limits_script(config) + 'exec "$@"', "sandbox", *python]
     size = f"size={config.max_file_mb}m,mode=1777"
     script = (
-        # Inherited file-system mounts become read-only (skipped: those already ro, and /proc, /sys, /dev,
-        # which the sandbox uid cannot write or which are replaced below), then fresh size-capped tmpfs on
-        # /tmp (the scratch working directory), /dev/shm and /run (the host's UNIX sockets: a read-only
-        # mount does not stop connect()). Only shell builtins besides `mount` and `unshare`: each process
-        # start costs about as much CPU as the model's program (measured: bench/rewards_bench.py).
-        "while read -r _ _ _ _ m o _; do case $m in /proc*|/sys*|/dev*) ;; *) case $o in ro,*|ro) ;; "
-        '*) mount -o remount,bind,ro "$m" 2>/dev/null || true;; esac;; esac; done < /proc/self/mountinfo; '
-        f"set -e; mount -t tmpfs -o {size} tmpfs /tmp; "
-        f"if [ -d /dev/shm ]; then mount -t tmpfs -o {size} tmpfs /dev/shm; fi; "
-        "if [ -d /run ]; then mount -t tmpfs -o size=1m,mode=755 tmpfs /run; fi; "
-        "cd /tmp; "
+        # A private root on a tiny tmpfs, holding only what the interpreter needs, read-only (/usr, the
+        # /bin and /lib links of the host, the interpreter's own prefix), a fresh /proc, four device
+        # nodes, and size-capped tmpfs /tmp (the scratch working directory) and /dev/shm; pivot_root
+        # into it and detach the host's tree, so no host file (the data root, the checkout, /etc) is
+        # there to read, whatever the code does. Few processes: each start costs about as much CPU as
+        # the model's program (measured: bench/rewards_bench.py).
+        "set -e; mount -t tmpfs -o size=1m,mode=755 tmpfs /tmp; cd /tmp; mkdir usr proc dev tmp .old; "
+        + _host_links_script()
+        + "mount -o bind,ro /usr usr; "
+        + "".join(f"mkdir -p .{shlex.quote(d)}; mount -o bind,ro {shlex.quote(d)} .{shlex.quote(d)}; "
+                  for d in _interpreter_roots(python[0]))
+        + "mount -t proc proc proc; mount -t tmpfs -o size=64k,mode=755 tmpfs dev; "
+        "touch dev/null dev/zero dev/random dev/urandom; "
+        "for d in null zero random urandom; do mount -o bind /dev/$d dev/$d; done; "
+        f"mkdir dev/shm; mount -t tmpfs -o {size} tmpfs dev/shm; mount -t tmpfs -o {size} tmpfs tmp; "
+        f"{_PIVOT_ROOT} . .old; umount -l /.old; rmdir /.old; cd /tmp; "
         + _limits_script(config)
         + 'exec unshare --user --map-user=65534 --map-group=65534 -- "$@"'
     )
     namespaces = ["unshare", "--user", "--map-root-user", "--pid", "--net", "--mount", "--ipc", "--uts",
                   "--fork", "--kill-child", "--mount-proc", "--"]
     return namespaces + ["/bin/sh", "-c", script, "sandbox", *python]
+
+
+_PIVOT_ROOT = shutil.which("pivot_root", path="/usr/sbin:/sbin:/usr/bin:/bin") or "/usr/sbin/pivot_root"
+
+
+def _host_links_script() -> str:
+    """The top-level folders the interpreter may need besides /usr (bin, lib, lib64, sbin): the
+    host's symlinks into /usr as links, real folders bound read-only."""
+    parts = []
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = f"/{name}"
+        if os.path.islink(host):
+            parts.append(f"ln -s {shlex.quote(os.readlink(host))} {name}; ")
+        elif os.path.isdir(host):
+            parts.append(f"mkdir {name}; mount -o bind,ro {host} {name}; ")
+    return "".join(parts)
+
+
+def _interpreter_roots(python: str) -> list[str]:
+    """Folders to show read-only besides /usr: the prefix of an interpreter that lives elsewhere
+    (a pyenv or conda Python: its stdlib sits beside its binary)."""
+    real = os.path.realpath(python)
+    if real.startswith("/usr/") or os.path.dirname(os.path.dirname(real)) in ("/", ""):
+        return []
+    return [os.path.dirname(os.path.dirname(real))]
 
 
 def _memfd(name: str, data: bytes) -> int:

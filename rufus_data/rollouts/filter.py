@@ -50,7 +50,7 @@ from rufus_data.rollouts.prompts import (
     read_holdout,
     read_prompt_rows,
 )
-from rufus_data.rollouts.scoring import Scorer, known_token_ids
+from rufus_data.rollouts.scoring import JudgeWatch, Scorer
 from rufus_data.sources.inputs import data_inputs
 
 BUCKETS = ("all_pass", "learnable", "all_fail", "unscored")
@@ -135,10 +135,16 @@ def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | Non
     config_hash = config.rollout_hash(inputs_, specs)
     journal = Journal(partial_dir(step.out) / f"filter-{config_hash}.jsonl", config_hash)
     by_id = {str(r["id"]): r for r in rows}
-    timings, context_status = _generate(config, policy, prompts, journal, lambda result: _scored(scorer, by_id, result),
+    _rescore_failed(scorer, by_id, {p.id: p.messages for p in prompts}, journal)
+    watch = JudgeWatch(scorer)
+    timings, context_status = _generate(config, policy, prompts, journal,
+                                        lambda result: watch.checked(_scored(scorer, by_id[result.prompt.id],
+                                                                             result.prompt.messages,
+                                                                             _completion_dicts(result.completions))),
                                         show_progress)
+    scoring = watch.final([journal.records[p.id] for p in prompts], journal.path)
     run = {"config": config.model_dump(), "config_hash": config_hash, "inputs": inputs_, "seed": config.seed,
-           "generation": timings, "max_model_len_check": context_status,
+           "generation": timings, "max_model_len_check": context_status, "scoring": scoring,
            "rewards": {"from": rewards_from, "specs": specs, "names": scorer.names,
                        "weights": dict(zip(scorer.names, scorer.weights, strict=True))}}
     rollouts = rollouts_table(prompts, by_id, journal, config, config.sampling(config.k))
@@ -163,26 +169,34 @@ def _generate(config: FilterConfig, policy: str | ModelRef, prompts: list, journ
     return timings, context_status
 
 
-def _scored(scorer: Scorer, by_id: dict[str, dict], result) -> dict:
-    """A prompt's journal record: each completion with its combined reward and each reward's score."""
-    row = by_id[result.prompt.id]
-    texts = [c.text for c in result.completions]
-    combined, per_function = scorer.score(row, result.prompt.messages, texts, known_token_ids(result.completions))
+def _completion_dicts(completions) -> list[dict]:
+    return [{"text": c.text, "token_ids": c.token_ids, "num_tokens": c.num_tokens, "finish_reason": c.finish_reason,
+             "seed": c.seed, "logprobs": c.logprobs} for c in completions]
+
+
+def _scored(scorer: Scorer, row: dict, messages: list[dict], completions: list[dict]) -> dict:
+    """A prompt's journal record: each completion with its combined reward and each reward's score,
+    and the rewards' tally (failed judge requests, unparsable answers: `scoring`)."""
+    ids = [c["token_ids"] for c in completions]
+    known = ids if all(i or c["num_tokens"] == 0 for i, c in zip(ids, completions, strict=True)) else None
+    tally: dict = {}
+    combined, per_function = scorer.score(row, messages, [c["text"] for c in completions], known, tally)
     return {
         "completions": [
-            {
-                "text": c.text,
-                "token_ids": c.token_ids,
-                "num_tokens": c.num_tokens,  # from usage where a server sends no token ids
-                "finish_reason": c.finish_reason,
-                "seed": c.seed,
-                "logprobs": c.logprobs,
-                "reward": combined[i],
-                "rewards": {name: scores[i] for name, scores in per_function.items()},
-            }
-            for i, c in enumerate(result.completions)
-        ]
+            {**c, "reward": combined[i], "rewards": {name: scores[i] for name, scores in per_function.items()}}
+            for i, c in enumerate(completions)  # num_tokens: from usage where a server sends no token ids
+        ],
+        "scoring": tally,
     }
+
+
+def _rescore_failed(scorer: Scorer, by_id: dict, messages: dict, journal: Journal) -> None:
+    """Score again the journaled prompts whose judge failed (a rerun after the judge is fixed):
+    their completions are kept, not generated again."""
+    for prompt_id, record in list(journal.records.items()):
+        if prompt_id in messages and any(c.get("failed") or c.get("unparsable") for c in record.get("scoring", {}).values()):
+            completions = [{key: c[key] for key in c if key not in ("reward", "rewards")} for c in record["completions"]]
+            journal.append({**record, **_scored(scorer, by_id[prompt_id], messages[prompt_id], completions)})
 
 
 def rollouts_table(prompts, by_id, journal: Journal, config: FilterConfig, sampling: SamplingParams) -> pa.Table:
@@ -354,6 +368,8 @@ def filter_report(folder: Path, rows, rollouts: pa.Table, buckets, counts: dict,
         "",
         _rewards_line(manifest.get("rewards")),
         "",
+        _scoring_line(manifest.get("scoring")),
+        "",
         _inputs_line(len(rows), (manifest.get("config") or {}).get("limit"), manifest.get("holdout_rows", 0)),
         "",
         "## Buckets per label",
@@ -393,6 +409,15 @@ def _rewards_line(rewards) -> str:
     return f"Rewards: {', '.join(rewards or []) or '-'}."
 
 
+def _scoring_line(scoring: dict | None) -> str:
+    """What each reward could not score: the LLM judge's failed requests and unparsable answers."""
+    if not scoring:
+        return "Scoring: not recorded."
+    return "Scoring: " + "; ".join(
+        f"`{name}` {c['answers'] - c['unscored']:,} of {c['answers']:,} answers scored ({c['unscored']:,} unscored: "
+        f"{c['failed']:,} failed requests, {c['unparsable']:,} unparsable)" for name, c in scoring.items()) + "."
+
+
 def _aggregation_note(aggregation: str | None) -> str:
     """Said only when the rewards are not simply summed (TRL's default)."""
     if aggregation in (None, "sum_then_normalize"):
@@ -430,7 +455,7 @@ def rebucket(rollouts_dir: str | Path, out: str | Path, keep: str, overwrite: bo
         raise RufusError(f"{src}: {len(missing)} prompts of {ROLLOUTS} have no row in its bucket folders (e.g. {sorted(missing)[:3]})")
     rows.sort(key=lambda r: order[str(r["id"])])
     k = previous.get("k") or rollouts.num_rows // max(len(order), 1)
-    run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards")}
+    run = {key: previous.get(key) for key in ("config", "config_hash", "inputs", "seed", "generation", "rewards", "scoring")}
     run.update(from_rollouts=str(src), max_model_len_check="n/a (no generation)")
     aggregation = aggregation or previous.get("aggregation") or FilterConfig.model_fields["aggregation"].default
     return write_filter_output(step, rows, schema, rollouts, k, keep, aggregation, run,

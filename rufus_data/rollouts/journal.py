@@ -4,7 +4,7 @@ The journal lives beside the output (`.OUT.partial/<role>-<config hash>.jsonl`),
 finished prompt with all its completions and rewards, flushed and fsynced. A run killed at any
 point (even SIGKILL mid-line) and started again with the same configuration reads it back,
 drops a torn last line, and generates only the prompts that are missing: no prompt twice, none
-lost. A different configuration hashes to a different file, so results never mix."""
+lost. A prompt scored again (its judge had failed) is appended again: the last line of a prompt wins. A different configuration hashes to a different file, so results never mix."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Journal:
                 except ValueError:
                     break
                 if record.get("config_hash") == self.config_hash:
-                    self.records.setdefault(record["prompt_id"], record)
+                    self.records[record["prompt_id"]] = record  # the last: a prompt scored again
                 good_bytes += len(line)
         if good_bytes < self.path.stat().st_size:
             with open(self.path, "r+b") as fh:

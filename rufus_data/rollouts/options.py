@@ -13,12 +13,12 @@ import json
 from collections.abc import Sequence
 from typing import Annotated, Literal
 
-import yaml
 from pydantic import Field
 
 from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.cli_options import Flag
-from rufus_data.base.errors import RufusError
+from rufus_data.base.errors import RufusError, quoted
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.sampling import SamplingParams
 
@@ -30,12 +30,9 @@ def parse_reward_option(values: list[str]) -> list[str | dict]:
     for value in values:
         text = value.strip()
         if text.startswith("{"):
-            try:
-                spec = yaml.safe_load(text)
-            except yaml.YAMLError as err:
-                raise RufusError(f"--reward {value!r} is not a valid YAML mapping ({err}); e.g. '{{name: string_match}}'") from None
+            spec = load_yaml_text(text, f"--reward {quoted(value)}")
             if not isinstance(spec, dict):
-                raise RufusError(f"--reward {value!r} must be a mapping like '{{name: string_match, extractor: gsm8k}}'")
+                raise RufusError(f"--reward {quoted(value)} must be a mapping like '{{name: string_match, extractor: gsm8k}}'")
             specs.append(spec)
         else:
             specs.append(text)

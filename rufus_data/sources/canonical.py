@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rufus_data.base.console import console
 from rufus_data.folders.shards import CANONICAL_COLUMNS, Kind
@@ -33,20 +33,25 @@ class OpenedSource:
     rows: Iterator[dict]
     provenance: dict  # rufus_data.sources.dataset_source provenance, plus `fallback` and `build` when used
     count: int | None = None  # raw rows to expect (None: unknown until read)
+    # (line, problem) of the file's lines that hold no JSON object, skipped while the rows are read:
+    # the caller reports them (mix, by --on-bad-row)
+    bad_lines: list[tuple[int, str]] = field(default_factory=list)
 
 
 def open_source(spec: SourceSpec) -> OpenedSource:
     """Find the first place of the source that loads; if none does and the source has a
     `fallback:`, the fallback's. Says so on the console and in the provenance. A builder step
-    (`build:`) then makes the source's rows from what loaded."""
+    (`build:`) then makes the source's rows from what loaded. Lines of a JSONL file that hold no
+    JSON object are skipped into `bad_lines`, for the caller to report."""
     what = f"source '{spec.name}'"
+    bad_lines: list[tuple[int, str]] = []
     try:
-        loaded = load_rows(spec, what)
+        loaded = load_rows(spec, what, bad_lines=bad_lines)
     except DatasetUnavailable as err:
         if spec.fallback is None:
             raise
         fallback = spec.fallback
-        loaded = load_rows(fallback, f"{what} (fallback)")
+        loaded = load_rows(fallback, f"{what} (fallback)", bad_lines=bad_lines)
         loaded.provenance["fallback"] = {"used": True, "instead_of": _describe(spec), "why": str(err)}
         console.print(f"[yellow]note:[/] {what}: {_describe(spec)} is not available here; using its fallback "
                       f"{_describe(fallback)} (from {loaded.provenance['from']})", highlight=False)
@@ -59,7 +64,7 @@ def open_source(spec: SourceSpec) -> OpenedSource:
         built = Counter()
         loaded.provenance["build"] = {"step": spec.build, "summary": BUILDERS[spec.build].summary, "counts": built}
         rows, count = build_rows(spec.build, rows, what, built), None
-    return OpenedSource(spec, rows, loaded.provenance, count)
+    return OpenedSource(spec, rows, loaded.provenance, count, bad_lines)
 
 
 def _describe(rows: SourceRows) -> str:

@@ -94,6 +94,16 @@ class IdRange(StrictModel):
         return f"{self.field} {'in' if self.within else 'outside'} {ranges}"
 
 
+def under_data_root(local: str) -> str:
+    """A `local:` path as written, when it names a file under $RUFUS_DATA_ROOT: relative, with no
+    `..` (a catalog must not read whatever the process can, /etc or a user's home, through it)."""
+    parts = Path(local).parts
+    if Path(local).is_absolute() or ".." in parts or local.startswith("~") or not parts:
+        raise ValueError(f"`local: {local}` must be a path under $RUFUS_DATA_ROOT (relative, without `..`); "
+                         "for a file elsewhere write `path:` instead")
+    return local
+
+
 class DatasetSource(StrictModel):
     """The places a dataset may load from (see the module docstring); at least one is needed."""
 
@@ -101,6 +111,11 @@ class DatasetSource(StrictModel):
     local: str | None = None
     hub: HubDataset | None = None
     ids: IdRange | None = None
+
+    @field_validator("local")
+    @classmethod
+    def _local_stays_under_the_root(cls, value: str | None) -> str | None:
+        return None if value is None else under_data_root(value)
 
     @field_validator("hub", mode="before")
     @classmethod
@@ -124,7 +139,7 @@ class LoadedRows:
 
 
 def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hint: str = "",
-              shipped: bool = False) -> LoadedRows:
+              shipped: bool = False, bad_lines: list[tuple[int, str]] | None = None) -> LoadedRows:
     """The rows of the first place that loads: `path` (relative to `base`), `local`, then `hub`.
     Raises DatasetUnavailable naming `what`, every place tried and the three ways to provide it.
     `shipped`: the source is in a shipped catalog, so an unpinned revision is logged, not shown."""
@@ -136,13 +151,13 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
         path = Path(source.path).expanduser()
         path = path if path.is_absolute() or base is None else base / path
         if path.is_file():
-            loaded = _file_rows(path, "path", what)
+            loaded = _file_rows(path, "path", what, bad_lines)
         else:
             tried.append(f"file {path} does not exist")
     if loaded is None and source.local is not None:
         root = data_root(required=False)
         if root is not None and (root / source.local).is_file():
-            loaded = _file_rows(root / source.local, "local", what)
+            loaded = _file_rows(root / source.local, "local", what, bad_lines)
         else:
             tried.append(f"$RUFUS_DATA_ROOT/{source.local} " + ("(RUFUS_DATA_ROOT is not set)" if root is None
                                                                else f"(not in {root})"))
@@ -157,11 +172,11 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
     return loaded
 
 
-def read_file_rows(path: Path, what: str) -> Iterator[dict]:
+def read_file_rows(path: Path, what: str, bad_lines: list[tuple[int, str]] | None = None) -> Iterator[dict]:
     """The records of a .jsonl/.ndjson, .json (an array, or an object holding one), .parquet or .csv file."""
     suffix = path.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        yield from read_jsonl(path, what)
+        yield from read_jsonl(path, what, bad_lines)
     elif suffix == ".json":
         yield from _json_records(path, what)
     elif suffix == ".parquet":
@@ -196,13 +211,13 @@ def _json_records(path: Path, what: str) -> Iterator[dict]:
     yield from data
 
 
-def _file_rows(path: Path, origin: str, what: str) -> LoadedRows:
+def _file_rows(path: Path, origin: str, what: str, bad_lines: list | None = None) -> LoadedRows:
     if path.suffix.lower() not in FILE_SUFFIXES:
         raise RufusError(f"{what}: cannot read {path.name}: supported files are {', '.join(FILE_SUFFIXES)}")
     digest = file_sha256(path)
     provenance = {"origin": origin, "from": str(path), "path": str(path), "sha256": digest,
                   "fingerprint": f"sha256:{digest}"}
-    return LoadedRows(read_file_rows(path, what), provenance, _count_rows(path))
+    return LoadedRows(read_file_rows(path, what, bad_lines), provenance, _count_rows(path))
 
 
 def _count_rows(path: Path) -> int | None:

@@ -37,9 +37,8 @@ import os
 import pickle
 import sys
 
-import yaml
-
 from rufus_data.base.errors import RufusError
+from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.models.builtin import read_model_config
 from rufus_train.grpo.async_config import async_setting_problems
 from rufus_train.grpo.attention_kernel import CUDA_KERNEL, cached_kernel, kernels_missing
@@ -157,7 +156,7 @@ def accelerate_settings(config_file: str | None, env: dict) -> dict:
     }
     if config_file:
         path = accelerate_config_path(config_file)
-        data = yaml.safe_load(path.read_text()) or {}
+        data = load_yaml_text(path.read_text(), str(path)) or {}
         kind = str(data.get("distributed_type", "")).upper()
         settings["deepspeed"] |= kind == "DEEPSPEED"
         if kind == "FSDP":
