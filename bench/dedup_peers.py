@@ -5,16 +5,22 @@ original, kept once; a quarter of them carry one long system prompt they all sha
 rows sharing a scaffold). Each GSM8K original also gives two more distinct problems that share
 its template: the same wording with other numbers (question and worked answer), and the same
 setup with the question reversed (its first number asked for, given the original's result).
-The other rows are copies of originals, in turn: under a new six-word preamble, under a new
-six-word suffix, under a new system prompt, under an ID, with one word in 25 swapped for another,
-and exact. All rows are shuffled. A copy is a duplicate of its original; no two distinct
-problems are duplicates of each other.
+One original in four (none of those under the shared system prompt) is numbered, as scraped and
+synthetic sets number their rows, and has no clean copy anywhere: it and its two distinct
+variants each carry a numbered frame of their own (`[id 4521] ...`, `Problem 12: ...`, `7. ...`,
+or a system prompt "You are a helpful assistant. This is conversation 4521 of the tutoring
+log."), drawn at random, and so does each of its copies. The other rows are copies of originals,
+in turn: of a clean original, under a new six-word preamble, under a new six-word suffix, under a
+new system prompt, under an ID, with one word in 25 swapped for another, and exact; of a numbered
+one, under each numbered frame in turn, every copy with its own number. All rows are shuffled. A
+copy is a duplicate of its original; no two distinct problems are duplicates of each other.
 
     python bench/dedup_peers.py [--rows 500000] [--workers 2] [--skip-datatrove] [--sweep]
 
 Printed for both: wall time, rows/s, peak RSS (the largest process, and summed over the
 command's processes), copies kept (rows beyond one per distinct problem) and distinct problems
-lost (every row of it removed). Targets (issue 33): Rufus keeps no more copies than datatrove,
+lost (every row of it removed), and the copies kept by kind (rows of a copy kind in a problem
+that keeps more than one row). Targets (issues 33 and 44): Rufus keeps no more copies than datatrove,
 loses no distinct problem, runs at >= 8x datatrove's rows/s at 0.5M rows, and its peak RSS stays
 at most 0.5 GB. `--sweep` also prints, on these rows, each verification measure and threshold
 (copies kept, problems lost) and the LSH candidate recall of the framed copies by band setting.
@@ -43,6 +49,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DATATROVE_FILES = 8
 COPY_KINDS = ("preamble", "suffix", "system", "id", "swapped", "exact")
+NUMBERED_KINDS = ("bracketed_id", "problem_number", "list_number", "system_counter")  # copies of a numbered original
+NUMBERED_EVERY = 4  # one original in this many (none under the shared system prompt) is numbered
+ALL_COPY_KINDS = COPY_KINDS + NUMBERED_KINDS
 SHARED_SYSTEM_EVERY = 4  # one original in this many carries the shared system prompt
 SHARED_SYSTEM = (
     "You are a careful, patient and friendly assistant working for an education company. Read every request "
@@ -93,6 +102,21 @@ def _names(text: str) -> set[str]:
     return {w.lower() for w in text.split() if w[:1].isupper()}
 
 
+def numbered(row: dict, kind: str, rng: random.Random) -> dict:
+    """The row's problem (`user`, `system` unframed) under a numbered frame of `kind`, with a number of its own."""
+    number = rng.randrange(1, 100_000)
+    user, system = row["user"], row["system"]
+    if kind == "bracketed_id":
+        user = f"[id {number}] {user}"
+    elif kind == "problem_number":
+        user = f"Problem {number}: {user}"
+    elif kind == "list_number":
+        user = f"{number % 1000 + 1}. {user}"
+    else:
+        system = f"You are a helpful assistant. This is conversation {number} of the tutoring log."
+    return {**row, "framed_user": user, "framed_system": system}
+
+
 def build_rows(n: int, seed: int = 0) -> list[dict]:
     """n rows (module docstring): each with `group` (its distinct problem) and `kind`."""
     sys.path.insert(0, str(REPO / "bench"))
@@ -107,23 +131,29 @@ def build_rows(n: int, seed: int = 0) -> list[dict]:
     originals: list[dict] = []
     for i, (source, user, assistant) in enumerate(bases):
         system = SHARED_SYSTEM if i % SHARED_SYSTEM_EVERY == 0 else None
-        original = {"group": len(distinct), "kind": "shared_system" if system else "original", "source": source,
-                    "system": system, "user": user, "assistant": assistant}
-        distinct.append(original)
-        originals.append(original)
+        framed = i % NUMBERED_EVERY == 1  # numbered: every row of this problem under a numbered frame of its own
+
+        def add(kind: str, user: str, assistant: str, system: str | None = None, framed: bool = framed, source: str = source) -> dict:
+            row = {"group": len(distinct), "kind": f"numbered_{kind}" if framed else kind, "source": source,
+                   "system": system, "user": user, "assistant": assistant}
+            distinct.append(numbered(row, rng.choice(NUMBERED_KINDS), rng) if framed else row)
+            return row
+
+        originals.append(add("shared_system" if system else "original", user, assistant, system))
         if source == "gsm8k":
             shift = rng.randint(1, 9)
-            distinct.append({"group": len(distinct), "kind": "other_numbers", "source": source, "system": None,
-                             "user": _with_other_numbers(user, shift), "assistant": _with_other_numbers(assistant, shift)})
+            add("other_numbers", _with_other_numbers(user, shift), _with_other_numbers(assistant, shift))
             flipped = _reversed(user, assistant)
             if flipped:
-                distinct.append({"group": len(distinct), "kind": "reversed", "source": source, "system": None,
-                                 "user": flipped[0], "assistant": flipped[1]})
+                add("reversed", *flipped)
     if n < len(distinct):
         raise SystemExit(f"--rows must be at least {len(distinct):,} (the distinct rows)")
     rows = list(distinct)
     for k in range(n - len(distinct)):
         base = originals[rng.randrange(len(originals))]
+        if base["kind"].startswith("numbered"):
+            rows.append(numbered({**base, "kind": NUMBERED_KINDS[k % len(NUMBERED_KINDS)]}, NUMBERED_KINDS[k % len(NUMBERED_KINDS)], rng))
+            continue
         kind = COPY_KINDS[k % len(COPY_KINDS)]
         words = lambda count: " ".join(rng.choice(vocabulary) for _ in range(count))
         copy = {**base, "kind": kind}
@@ -152,8 +182,9 @@ def build_rows(n: int, seed: int = 0) -> list[dict]:
 
 
 def messages(row: dict) -> list[dict]:
-    turns = [{"role": "system", "content": row["system"]}] if row["system"] else []
-    return turns + [{"role": "user", "content": row["user"]}, {"role": "assistant", "content": row["assistant"]}]
+    system, user = row.get("framed_system", row["system"]), row.get("framed_user", row["user"])
+    turns = [{"role": "system", "content": system}] if system else []
+    return turns + [{"role": "user", "content": user}, {"role": "assistant", "content": row["assistant"]}]
 
 
 def write_inputs(rows: list[dict], folder: Path) -> None:
@@ -173,13 +204,25 @@ def write_inputs(rows: list[dict], folder: Path) -> None:
     (folder / "truth.json").write_text(json.dumps({r["id"]: [r["group"], r["kind"]] for r in rows}))
 
 
+def copies_by_kind(kept_ids: set[str], truth: dict[str, list]) -> dict[str, int]:
+    """Kept rows of each copy kind in the problems that keep more than one row."""
+    kept_per_group: dict[int, int] = {}
+    for rid, (group, _) in truth.items():
+        kept_per_group[group] = kept_per_group.get(group, 0) + (rid in kept_ids)
+    found: dict[str, int] = {}
+    for rid, (group, kind) in truth.items():
+        if rid in kept_ids and kind in ALL_COPY_KINDS and kept_per_group[group] > 1:
+            found[kind] = found.get(kind, 0) + 1
+    return found
+
+
 def score(kept_ids: set[str], truth: dict[str, list]) -> tuple[int, int, dict[str, int]]:
     """(copies kept, distinct problems lost, problems lost by kind)."""
     kept_per_group: dict[int, int] = {}
     kind_of_group: dict[int, str] = {}
     for rid, (group, kind) in truth.items():
         kept_per_group.setdefault(group, 0)
-        if kind not in COPY_KINDS:
+        if kind not in ALL_COPY_KINDS:
             kind_of_group[group] = kind
         if rid in kept_ids:
             kept_per_group[group] += 1
@@ -282,22 +325,22 @@ def candidate_recall(rows: list[dict]) -> None:
 
     first = {}
     for i, r in enumerate(rows):
-        if r["kind"] in ("original", "shared_system"):
+        if r["kind"] in ("original", "shared_system", "numbered_original"):
             first[r["group"]] = i
-    copies = [i for i, r in enumerate(rows) if r["kind"] in COPY_KINDS][:20_000]
+    copies = [i for i, r in enumerate(rows) if r["kind"] in ALL_COPY_KINDS][:20_000]
     pairs = [(first[rows[i]["group"]], i) for i in copies]
     needed = sorted({x for p in pairs for x in p})
     where = {r: k for k, r in enumerate(needed)}
     table = pa.Table.from_pylist([{"messages": messages(rows[i])} for i in needed])
     print("\nLSH candidate recall of copies with their original (128 permutations):")
-    print("| shingle | bands aim at Jaccard | b x r | " + " | ".join(COPY_KINDS) + " |\n|---:|---:|---|" + "---:|" * len(COPY_KINDS))
+    print("| shingle | bands aim at Jaccard | b x r | " + " | ".join(ALL_COPY_KINDS) + " |\n|---:|---:|---|" + "---:|" * len(ALL_COPY_KINDS))
     for shingle in (3, 2):
         sets = row_shingles(table, shingle, TokenHasher())
         sigs = BatchMinHasher(128, 1).segments(sets.shingles, sets.offsets[:-1])
         for target in (0.65, 0.5, 0.4):
             b, r = band_params(target, 128, LSH_WEIGHTS)
             keys = band_keys(sigs, b, r)
-            hit = {k: [0, 0] for k in COPY_KINDS}
+            hit = {k: [0, 0] for k in ALL_COPY_KINDS}
             for o, c in pairs:
                 counts = hit[rows[c]["kind"]]
                 counts[0] += bool(np.any(keys[where[o]] == keys[where[c]]))
@@ -336,7 +379,7 @@ def main() -> None:
     print(f"\n{len(rows):,} rows, {args.workers} workers\n")
     print("| | " + " | ".join(results) + " |\n|---|" + "---|" * len(results))
     table = {"wall time": [], "peak RSS, largest process": [], "peak RSS, all processes": [], "copies kept": [],
-             "distinct problems lost": []}
+             "copies kept, by kind": [], "distinct problems lost": []}
     outcome = {}
     for name, (stats, kept) in results.items():
         copies, lost, by_kind = score(kept, truth)
@@ -345,6 +388,7 @@ def main() -> None:
         table["peak RSS, largest process"].append(f"{stats['peak_rss_mb'] / 1024:.2f} GB")
         table["peak RSS, all processes"].append(f"{stats['peak_tree_mb'] / 1024:.2f} GB")
         table["copies kept"].append(f"{copies:,}")
+        table["copies kept, by kind"].append(str(copies_by_kind(kept, truth)))
         table["distinct problems lost"].append(f"{lost:,}" + (f" {by_kind}" if by_kind else ""))
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")

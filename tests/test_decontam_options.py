@@ -192,12 +192,13 @@ def test_report_only_writes_nothing_and_prints_the_summary(data_root, tmp_path, 
 
 
 def test_training_side_boilerplate_is_ignored_but_a_leak_among_it_is_not(data_root, tmp_path):
-    """120 rows open with the first 12 words of a GSM8K test item (a shared template): those 5
-    n-grams match in more than max(min_rows_boilerplate, max_row_fraction x rows) rows, so they
-    are ignored; the one row that holds the whole item is still flagged."""
+    """120 rows open with the first 20 words of a GSM8K test item (a shared template, long enough
+    to count as a leak on its own: min_matched_words is 16): those 13 n-grams match in more than
+    max(min_rows_boilerplate, max_row_fraction x rows) rows, so they are ignored; the one row that
+    holds the whole item is still flagged."""
     test = read_jsonl(data_root / "gsm8k" / "test.jsonl", limit=200)
     index, item = next((i, r) for i, r in enumerate(test) if len(words(r["question"])) >= 70)
-    prefix = " ".join(item["question"].split(" ")[:12])
+    prefix = " ".join(item["question"].split(" ")[:20])
     texts = {f"tmpl{i}": f"{prefix} {f}" for i, f in enumerate(fillers(data_root, 120))}
     texts |= {f"plain{i}": f for i, f in enumerate(fillers(data_root, 100, start=200))}
     texts["leak"] = f"{fillers(data_root, 1, start=400)[0]}\n\n{item['question']}"
@@ -205,7 +206,7 @@ def test_training_side_boilerplate_is_ignored_but_a_leak_among_it_is_not(data_ro
     result = decontam(tmp_path / "mix", None, ONE.model_copy(update={"against": ["gsm8k"]}), report_only=True)
     flagged = {(h["row_id"], h["eval_item_id"], h["method"]) for h in result.hits.to_pylist()}
     assert flagged == {("leak", str(index), "exact")}
-    assert len(result.boilerplate_train_grams) == 5
+    assert len(result.boilerplate_train_grams) == len(words(prefix)) - 7
     assert all(g in " ".join(words(prefix)) for g in result.boilerplate_train_grams)
     # with the floor above the 121 matching rows, the template counts: every templated row is flagged
     loose = decontam(tmp_path / "mix", None, DecontamConfig(against=["gsm8k"], workers=1, min_rows_boilerplate=200), report_only=True)
@@ -226,7 +227,8 @@ def write_benchmark(folder: Path, rows: list[dict], group_field: str | None = No
 def test_eval_side_boilerplate_counts_item_families(data_root, tmp_path, sharing, grouped, flagged):
     """A sentence shared by more than max_items_per_gram (4) eval items is boilerplate, unless the
     items are one family (group_field: perturbations of one seed question)."""
-    shared = "Please answer the following question carefully and show every step of your work."
+    shared = ("Please answer the following question carefully, show every step of your work and give the final "
+              "answer on its own line.")  # 20 words: more than one shared phrase (min_matched_words)
     questions = [r["question"] for r in read_jsonl(data_root / "gsm8k" / "test.jsonl", limit=sharing)]
     registry = write_benchmark(tmp_path, [{"id": f"q{i}", "seed": "one", "question": f"{shared} {q}"}
                                           for i, q in enumerate(questions)], "seed" if grouped else None)

@@ -140,3 +140,44 @@ def test_copies_under_a_new_framing_go_and_rows_sharing_a_template_stay(data_roo
     assert {d: c["kept_id"] for d, c in found.items() if d in copies} == copies
     assert not [d for d in found if not d.startswith(("copy", "system"))]  # nothing else goes
     assert {c["measure"] for c in found.values()} == {"containment"} and all(c["value"] >= 0.8 for c in found.values())
+
+
+GREEK = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu", "nu", "xi",
+         "omicron", "pi", "rho", "sigma", "tau"]
+
+
+def test_numbered_copies_go_and_numbered_templates_stay(data_root, tmp_path):
+    """Scraped and synthetic sets number their rows: every copy of a GSM8K problem under a number of
+    its own ("[id 4521]", "Problem 12:", "7.", "(kappa alpha mu #17)" with words drawn for the row, a
+    counter in a system prompt), with no unnumbered original, is one problem: all but one go. The
+    same wording with other numbers and the same setup asking another question, numbered the same
+    ways, stay. (A counter among words that every copy shares, "(alpha kappa mu #17)" each time,
+    reads as content: docs/decontam.md.)"""
+    train = read_jsonl(data_root / "gsm8k" / "train.jsonl", limit=80)
+    rng = random.Random(5)
+
+    def numbered(rid: str, question: str, answer: str) -> dict:
+        n, kind = rng.randrange(1, 10_000), rng.randrange(5)
+        system = f"You are a helpful assistant. This is conversation {n} of the tutoring log." if kind == 4 else None
+        user = [f"[id {n}] {question}", f"Problem {n}: {question}", f"{n % 500 + 1}. {question}",
+                f"({' '.join(rng.sample(GREEK, 3))} #{n}) {question}", question][kind]
+        turns = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        return {"id": rid, "source": "s", "label": "s", "messages": turns}
+
+    rows, group = [], {}
+    for i, r in enumerate(train[:60]):
+        q, a = r["question"], r["answer"]
+        bumped = re.sub(r"\d+", lambda m: str(int(m.group()) + 3), q), re.sub(r"\d+", lambda m: str(int(m.group()) + 3), a)
+        setup = q.rsplit(".", 1)[0]
+        for rid, text in [*((f"copy{i}_{c}", (q, a)) for c in range(3)), (f"numbers{i}", bumped),
+                          (f"other_question{i}", (f"{setup}. How many did they start with?", "They started with 7.\n#### 7"))]:
+            rows.append(numbered(rid, *text))
+            group[rid] = f"g{i}" if rid.startswith("copy") else rid
+    rng.shuffle(rows)
+    write_shards(pa.Table.from_pylist(rows), tmp_path / "mix")
+    result = dedup(tmp_path / "mix", None, DedupConfig(), report_only=True)
+    dropped = {c["duplicate_id"]: c["kept_id"] for c in result.clusters.to_pylist()}
+    assert all(group[d] == group[k] for d, k in dropped.items())  # no distinct problem goes
+    kept_copies = {group[r["id"]] for r in rows if r["id"].startswith("copy") and r["id"] not in dropped}
+    assert len(dropped) == 120 and len(kept_copies) == 60  # one copy of each problem stays

@@ -10,6 +10,7 @@ The package is a pipeline of small steps, one job per module:
     texts.py          the tokenised eval texts and training fields every stage sees
     exact_stage.py    stage 1: exact word n-grams (n=8) of problems and distinctive answers
     minhash_stage.py  stage 2: near duplicates, MinHash + LSH, re-checked by exact containment
+    numbers_stage.py  a second look at short items with their numbers changed (digits masked)
     semantic_stage.py stage 3 (--semantic): embedding retrieval, decided by the evidence a paraphrase keeps
                       (rufus_data/similarity/: the embedder, the search, that evidence)
     semantic_judge.py the optional LLM judge of stage 3, run in the parent

@@ -19,8 +19,10 @@ class Candidate:
     fields: set[str] = field(default_factory=set)
     problem_grams: dict[int, str] = field(default_factory=dict)  # exact stage: gram hash -> matched text
     answer_grams: dict[int, str] = field(default_factory=dict)
+    problem_places: dict[int, tuple[int, int]] = field(default_factory=dict)  # problem gram -> (place in the item, length)
     containment: float = 0.0  # MinHash stage, exact on shingle sets
     short_answer_hit: bool = False
+    numbers_hit: bool = False  # numbers stage: a field holds the whole short item with its digits masked
     # semantic stage: the best matching field (or window) of the row for this item
     similarity: float = 0.0  # cosine of the embeddings
     evidence: Evidence | None = None  # what of the item the text keeps

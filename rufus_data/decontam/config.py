@@ -34,15 +34,23 @@ class DecontamConfig(StrictModel):
     num_perm: int = Field(64, ge=16, description="MinHash permutations")
     lsh_threshold: float = Field(0.2, gt=0, le=1, description="Jaccard threshold of the LSH candidate index")
     containment: float = Field(0.5, gt=0, le=1, description="min containment of an eval item in a field (stage 2)")
+    containment_alone: float = Field(0.6, gt=0, le=1, description="stage 2: from this containment an item is a hit "
+                                     "whatever else its field holds")
+    min_field_share: float = Field(0.3, ge=0, le=1, description="stage 2, below containment_alone: the share of the field "
+                                   "(a window at most) the item's shingles must make up")
     window: int = Field(96, ge=8, description="training fields longer than this (shingles) are cut into windows")
     min_item_shingles: int = Field(8, ge=1, description="eval items with fewer shingles skip stage 2")
     min_shared_shingles: int = Field(6, ge=1, description="a MinHash hit also needs this many shared shingles")
     min_answer_words: int = Field(8, ge=1, description="an answer this long counts on its own; shorter only with its problem")
     answer_min_share: float = Field(0.5, gt=0, le=1, description="an answer hit alone needs this share of its n-grams")
-    min_matched_grams: int = Field(3, ge=1, description="exact hits need this many n-grams (all of a shorter item's)")
+    min_matched_grams: int = Field(3, ge=1, description="an answer hit alone needs at least this many n-grams")
+    min_matched_words: int = Field(16, ge=1, description="exact problem hits: words of the item its matched n-grams cover "
+                                   "(all of a shorter item's)")
     max_items_per_gram: int = Field(4, ge=1, description="an n-gram in more eval items (families) than this is boilerplate")
     max_row_fraction: float = Field(0.01, gt=0, le=1, description="an n-gram matched in more than this share of rows is boilerplate")
     min_rows_boilerplate: int = Field(50, ge=1, description="...but never below this many rows")
+    short_numbers: bool = Field(True, description="flag short items found with other numbers (method `numbers`)")
+    short_item_words: int = Field(12, ge=2, description="items shorter than this get the numbers stage's second look")
     max_shingle_item_fraction: float = Field(0.02, gt=0, le=1, description="shingles in more eval items than this share are ignored")
     # stage 3, semantic (off by default; docs/decontam.md says when to switch it on and what it costs)
     semantic: bool = Field(False, description="run the semantic stage: embedding retrieval + evidence (+ judge)")
@@ -91,7 +99,7 @@ class DecontamCommand(StrictModel):
 
 
 # settings that do not change the eval index (what it is checked against reaches its key as the items)
-RUN_ONLY = frozenset({"batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model",
+RUN_ONLY = frozenset({"short_numbers", "batch_rows", "workers", "engine", "semantic_batch_spans", "judge_url", "judge_model",
                       "against", "against_suite", "benchmarks", "skip_missing"})
 # settings only the semantic stage reads: the exact and MinHash indexes do not depend on them
 SEMANTIC_ONLY = frozenset(name for name in DecontamConfig.model_fields if name.startswith(("semantic", "judge")))

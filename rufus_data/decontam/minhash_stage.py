@@ -125,7 +125,12 @@ def scan_minhash(batch: FieldBatch, index: MinHashIndex, config: DecontamConfig,
     have.sort()
     shared = np.bincount(pair_of[sorted_member(wanted, have)], minlength=len(items))
     score = shared / sizes
-    for p in np.flatnonzero((score >= config.containment) & (shared >= config.min_shared_shingles)).tolist():
+    # below `containment_alone` the item must also make up `min_field_share` of its field (a window at
+    # most): a short item's common shingles are found in a longer, different problem; a leak is most of its text
+    share = shared / np.minimum(counts[pair_field], config.window)
+    passed = ((score >= config.containment) & (shared >= config.min_shared_shingles)
+              & ((score >= config.containment_alone) | (share >= config.min_field_share)))
+    for p in np.flatnonzero(passed).tolist():
         t = int(fields[pair_field[p]])
         c = found.at(int(batch.row_of[t]), int(items[p]))
         c.fields.add(batch.names[t])

@@ -77,10 +77,12 @@ def print_decontam_plan(plan: DecontamPlan) -> None:
     print_rows(["benchmark", "items", "status"], rows)
     judge = f"; LLM judge {config.judge_url} ({config.judge_model or 'its first model'})" if config.judge_url else ""
     stages = [
-        ("exact", "yes", (f"{config.ngram}-word n-grams, at least {config.min_matched_grams} per hit; answers of "
-                          f"{config.min_answer_words}+ words count alone")),
+        ("exact", "yes", (f"{config.ngram}-word n-grams covering at least {config.min_matched_words} words of an item; "
+                          f"answers of {config.min_answer_words}+ words count alone")),
         ("minhash", "yes", (f"{config.shingle}-word shingles, {config.num_perm} permutations, LSH at Jaccard "
                             f"{config.lsh_threshold}, containment >= {config.containment}")),
+        ("numbers", "yes" if config.short_numbers else "no (short_numbers: false)",
+         f"items under {config.short_item_words} words with their digits masked"),
         ("semantic", "yes" if config.semantic else "no (--semantic)",
          f"{config.semantic_model}, top {config.semantic_top_k}, cosine >= {config.semantic_min_cosine}{judge}"),
     ]

@@ -14,7 +14,7 @@ from rufus_data.decontam.config import DecontamConfig
 from rufus_data.folders.output_step import StepResult
 
 SEMANTIC = "semantic"
-STAGES = ("exact", "minhash", SEMANTIC)
+STAGES = ("exact", "minhash", "numbers", SEMANTIC)
 
 
 @dataclass(kw_only=True)
@@ -78,7 +78,7 @@ def decontam_report(result: DecontamResult, against: list[str], config: Decontam
          f"({result.index_stats['eval_items']:,} eval items from {', '.join(result.benchmarks)})."),
         (f"**{len(result.flagged_rows):,} rows flagged and dropped** ({len(result.flagged_rows) / max(1, result.rows_in):.2%}); "
          f"{result.rows_out:,} rows kept. Hits: {result.hits.num_rows:,} "
-         f"(exact {methods['exact']:,}, minhash {methods['minhash']:,}"
+         f"(exact {methods['exact']:,}, minhash {methods['minhash']:,}, numbers {methods['numbers']:,}"
          f"{f', semantic {methods[SEMANTIC]:,}' if config.semantic else ''})."), "",
         (f"Settings: n={config.ngram}-word grams, MinHash over {config.shingle}-word shingles with {config.num_perm} "
          f"permutations, containment >= {config.containment}, windows of {config.window} shingles."), "",

@@ -27,15 +27,31 @@ HIT_SCHEMA = pa.schema([
 ])
 
 
+def matched_words(places) -> int:
+    """How many words of the item the matched grams cover, each word once: overlapping grams of one
+    shared phrase count as the phrase's words, not as so many grams."""
+    covered: set[int] = set()
+    for place, length in places:
+        covered.update(range(place, place + length))
+    return len(covered)
+
+
+def problem_evidence(c: Candidate, problem: dict, index: EvalIndex) -> bool:
+    """Whether the item's problem grams matched in the row are a leak and not a shared phrase: they
+    cover `min_matched_words` of its words (all of a shorter item's)."""
+    need = min(index.config.min_matched_words, max(1, int(index.exact.item_words[c.item])))
+    return matched_words(c.problem_places[g] for g in problem) >= need
+
+
 def may_count(c: Candidate, index: EvalIndex) -> bool:
     """Whether a candidate can pass `finalise` (which only ever removes grams): the rest need
     not travel back from the worker."""
     cfg, exact = index.config, index.exact
     if c.containment >= cfg.containment:
         return True
-    if len(c.problem_grams) >= min(cfg.min_matched_grams, max(1, int(exact.item_grams[c.item]))):
+    if c.problem_grams and problem_evidence(c, c.problem_grams, index):
         return True
-    if c.evidence is not None:  # the semantic stage keeps only pairs that passed, or that a judge will read
+    if c.evidence is not None or c.numbers_hit:  # the semantic stage keeps only pairs that passed, or that a judge will read
         return True
     answers = int(exact.answer_grams[c.item])
     return len(c.answer_grams) >= min(max(cfg.min_matched_grams, cfg.answer_min_share * answers), max(1, answers))
@@ -64,8 +80,8 @@ def finalise(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa
         item_grams, answer_grams = int(exact.item_grams[c.item]), int(exact.answer_grams[c.item])
         problem = {g: t for g, t in c.problem_grams.items() if g not in boiler}
         answer = {g: t for g, t in c.answer_grams.items() if g not in boiler}
-        if len(problem) < min(cfg.min_matched_grams, max(1, item_grams)):
-            problem = {}  # one shared 8-gram ("on the first day on the second day") is a phrase, not a leak
+        if problem and not problem_evidence(c, problem, index):
+            problem = {}  # one shared phrase ("m and n are relatively prime positive integers. find m+n") is not a leak
         need = max(cfg.min_matched_grams, cfg.answer_min_share * answer_grams)
         if answer and not problem and len(answer) < min(need, max(1, answer_grams)):
             answer = {}  # a few shared phrases of a worked solution are not a leak of it
@@ -77,6 +93,8 @@ def finalise(cands: list[Candidate], index: EvalIndex, rows_in: int) -> tuple[pa
             score = max(score, c.containment)
         elif c.containment >= cfg.containment:
             method, matched, score = "minhash", [], c.containment
+        elif c.numbers_hit and cfg.short_numbers:
+            method, matched, score = "numbers", [], 1.0
         elif c.evidence is not None and semantic_verdict(c):
             method, matched, score = "semantic", list(c.evidence.shared_words), c.containment
         else:

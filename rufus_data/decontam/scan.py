@@ -11,6 +11,7 @@ from rufus_data.decontam.candidates import Candidate, Candidates
 from rufus_data.decontam.exact_stage import scan_exact
 from rufus_data.decontam.index import EvalIndex
 from rufus_data.decontam.minhash_stage import scan_minhash
+from rufus_data.decontam.numbers_stage import scan_numbers
 from rufus_data.decontam.rules import may_count
 from rufus_data.decontam.semantic_stage import scan_semantic
 from rufus_data.decontam.texts import FieldBatch
@@ -19,7 +20,8 @@ from rufus_data.similarity.ngram_hash import TokenHasher
 
 def scan_table(table: pa.Table, index: EvalIndex, first_row: int, hasher: TokenHasher | None = None) -> list[Candidate]:
     """Every stage on one batch of canonical rows; returns raw candidates for the parent."""
-    batch = FieldBatch.of(table, hasher or TokenHasher())
+    hasher = hasher or TokenHasher()
+    batch = FieldBatch.of(table, hasher)
     if batch is None:
         return []
     row_ids = (table.column("id").to_pylist() if "id" in table.column_names
@@ -28,6 +30,8 @@ def scan_table(table: pa.Table, index: EvalIndex, first_row: int, hasher: TokenH
     found = Candidates(first_row, row_ids, sources)
     scan_exact(batch, index.exact, found)
     scan_minhash(batch, index.minhash, index.config, found)
+    if index.config.short_numbers:
+        scan_numbers(batch, index.numbers, hasher, found)
     if index.semantic is not None:
         scan_semantic(batch, index.semantic, index.config, found)
     _short_answers(batch, index, found)

@@ -22,7 +22,8 @@ class DedupConfig(StrictModel):
     measure: Literal["containment", "jaccard"] = Field(
         "containment", description="containment: of the row with less content of its own in the other; jaccard: symmetric")
     threshold: float = Field(0.8, gt=0, le=1, description="the measure's value from which two rows are duplicates")
-    numbers_must_match: bool = Field(True, description="a duplicate holds every number of the other row, or the other every one of its")
+    numbers_must_match: bool = Field(True, description="the rows agree on the numbers where both have numbers in one context "
+                                     "(two words each side); a row's frame (an id, a list number, a system prompt) does not count")
     scaffold_min_words: int = Field(16, ge=1, description="a field (whole message) of this many words ...")
     scaffold_min_rows: int = Field(20, ge=2, description="... held by this many rows ...")
     scaffold_share: float = Field(0.0005, ge=0, le=1, description="... and by this share of the rows: not a row's own content")

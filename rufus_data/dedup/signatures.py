@@ -35,6 +35,8 @@ from rufus_data.similarity.textnorm import tokenize_unordered
 
 _LOW32 = np.uint64(0xFFFFFFFF)
 KEY_KINDS = ("bands", "sets", "origins", "fields")
+NUMBER_WORD = "^[^a-z]*[0-9]"  # a word whose first letter or digit is a digit: 12, $5, <<48/2=24>>24, 3rd (not x2)
+CONTEXT_WORDS = 2  # a number's context: this many words on each side, in its own field
 
 
 @dataclass
@@ -66,12 +68,14 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 @dataclass
 class RowWords:
     """The words of a batch of rows' text fields, normalised: field f's token hashes are
-    ids[offsets[f]:offsets[f + 1]], it belongs to row row_of[f]."""
+    ids[offsets[f]:offsets[f + 1]], it belongs to row row_of[f], and system[f] says whether it is
+    a system message."""
 
     words: pa.Array
     ids: np.ndarray
     offsets: np.ndarray
     row_of: np.ndarray
+    system: np.ndarray
 
     def field_keys(self) -> np.ndarray:
         """A 64-bit hash of each field's whole word sequence: fields with the same words, the same key."""
@@ -87,12 +91,46 @@ class RowWords:
         return _mix64(sums ^ lengths.astype(np.uint64))
 
 
+@dataclass
+class NumberContexts:
+    """Every number of a batch of rows that has CONTEXT_WORDS words on each side in its field:
+    its row, the hash of those words (numbers among them masked: a context is the same whatever
+    numbers fill it), and the hash of that context with the number in it."""
+
+    rows: np.ndarray  # int64
+    contexts: np.ndarray  # uint64
+    numbers: np.ndarray  # uint64
+
+
+_NUMBER_MASK = np.uint64(0x6A09E667F3BCC909)  # the id every number word takes inside a context
+
+
+def number_contexts(words: RowWords) -> NumberContexts:
+    """The numbers of these words in their contexts (NumberContexts). A number within CONTEXT_WORDS
+    of its field's start or end has no context: it is the field's frame ("Problem 12: ...", "... [id 7]");
+    nor has a number of a system message (which says how to answer, not what: "conversation 4521 of the log")."""
+    k = CONTEXT_WORDS
+    if not len(words.ids):
+        return NumberContexts(np.empty(0, np.int64), np.empty(0, np.uint64), np.empty(0, np.uint64))
+    is_number = pc.match_substring_regex(words.words, NUMBER_WORD).to_numpy(zero_copy_only=False)
+    field = np.repeat(np.arange(len(words.offsets) - 1), np.diff(words.offsets))
+    at = np.flatnonzero(is_number)
+    at = at[(at - words.offsets[field[at]] >= k) & (words.offsets[field[at] + 1] - at > k) & ~words.system[field[at]]]
+    masked = np.where(is_number, _NUMBER_MASK, words.ids)
+    context = np.full(len(at), np.uint64(k))
+    with np.errstate(over="ignore"):
+        for shift in (*range(-k, 0), *range(1, k + 1)):
+            context = _mix64(context * np.uint64(0x9E3779B97F4A7C15) + masked[at + shift])
+        numbers = _mix64(context ^ (words.ids[at] * np.uint64(0xBF58476D1CE4E5B9)))
+    return NumberContexts(words.row_of[field[at]], context, numbers)
+
+
 def row_words(table: pa.Table, hasher: TokenHasher) -> RowWords:
-    texts, row_of = text_arrays(table)
+    texts, row_of, system = text_arrays(table, system_flags=True)
     if not len(texts):
-        return RowWords(pa.array([], pa.large_string()), np.empty(0, np.uint64), np.zeros(1, np.int64), row_of)
+        return RowWords(pa.array([], pa.large_string()), np.empty(0, np.uint64), np.zeros(1, np.int64), row_of, system)
     words, offsets, order = tokenize_unordered(texts)  # the texts' order does not matter: rows are regrouped
-    return RowWords(words, hasher(words), offsets, row_of[order])
+    return RowWords(words, hasher(words), offsets, row_of[order], system[order])
 
 
 def field_shingles(words: RowWords, shingle: int) -> tuple[np.ndarray, np.ndarray]:

@@ -11,13 +11,17 @@ threshold (DedupConfig.measure; docs/decontam.md, "Which rows are duplicates"):
                  Jaccard of those.
     jaccard      the exact Jaccard similarity of the two rows' shingle sets.
 
-and, with `numbers_must_match`, one row holds every number of the other: the same template with
-other numbers, or with another question asked (another answer), is another problem.
+and, with `numbers_must_match`, the rows agree on the numbers of the content they share: a number
+has a context, the words around it (signatures.number_contexts), and wherever both rows have
+numbers in one context, the numbers of one row there must be among the other's there (one row
+may lack a number the other has, but not have another in its place). The same template with other numbers is another
+problem; a number of a row's own frame (an id, a "Problem 12:", a list number at a message's
+edge or among words the other row lacks, a counter in a system prompt) tells nothing apart.
 
 No row's shingles are held for the run: first the rows that are in some candidate pair (a
 small share of the rows, unless the data is mostly duplicates) are read again and shingled,
 row group by row group, into spill files (`ShingleWorker`: shingles flagged own or scaffold, and
-the numbers); then each partition of the pairs is verified in chunks of a bounded number of
+the numbers in their contexts); then each partition of the pairs is verified in chunks of a bounded number of
 shingles, reading just the rows each chunk needs (`VerifyWorker`)."""
 
 from __future__ import annotations
@@ -28,23 +32,23 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rufus_data.base.engines import RowGroupTask, TaskWorker
 from rufus_data.dedup.config import DedupConfig
 from rufus_data.dedup.shuffle import PAIRS, read_partition
-from rufus_data.dedup.signatures import field_shingles, per_row, row_words
+from rufus_data.dedup.signatures import field_shingles, number_contexts, per_row, row_words
 from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_atomic
 from rufus_data.similarity.ngram_hash import TokenHasher, distinct, fold32, sorted_member
 
 EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("value", pa.float64()), ("jaccard", pa.float64())])
 CHUNK_SHINGLES = 4_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)
 COALESCE_BYTES = 1 << 16  # reads of one spill file closer than this are made as one
-STREAMS = ("shingles", "numbers")  # what the spill holds of each row
+# what the spill holds of each row: its shingles; the context of each number that has one, and that
+# context with its number (aligned)
+STREAMS = ("shingles", "contexts", "numbers")
 FIELD_SLOTS = 16  # fields of a row told apart by the per-field rule (later ones share the last slot)
 _TAG_BITS = 5  # a spilled shingle's low bits: whether its field is the row's own, and the field's slot
 _TAG = np.uint32(_TAG_BITS)
-NUMBER_WORD = "^[^a-z]*[0-9]"  # a word whose first letter or digit is a digit: 12, $5, <<48/2=24>>24, 3rd (not x2)
 
 
 def shingle_files(folder: Path, first_row: int) -> tuple[Path, Path]:
@@ -69,9 +73,10 @@ def _field_slots(row_of: np.ndarray) -> np.ndarray:
 
 
 def row_evidence(table: pa.Table, shingle: int, hasher: TokenHasher, scaffold: np.ndarray):
-    """(shingles, numbers) of every row: its distinct shingles, each tagged in its low bits
-    (`_TAG_BITS`) with the field it is in and whether that field is the row's own (not
-    scaffold: `scaffold`, sorted field keys), and its distinct numbers (NUMBER_WORD)."""
+    """The STREAMS of every row: its distinct shingles, each tagged in its low bits (`_TAG_BITS`)
+    with the field it is in and whether that field is the row's own (not scaffold: `scaffold`,
+    sorted field keys); its numbers in their contexts: each one's context, and the context with
+    its number, aligned."""
     words = row_words(table, hasher)
     shingles, field = field_shingles(words, shingle)
     own = ~sorted_member(words.field_keys(), scaffold)
@@ -83,10 +88,10 @@ def row_evidence(table: pa.Table, shingle: int, hasher: TokenHasher, scaffold: n
     last = np.ones(len(base), bool)
     last[:-1] = base[1:] != base[:-1]
     shingles = per_row(row[last], sets.shingles[last], table.num_rows, sets=False)
-    digits = pc.match_substring_regex(words.words, NUMBER_WORD).to_numpy(zero_copy_only=False) if len(words.words) else np.zeros(0, bool)
-    owner = np.repeat(np.arange(len(words.offsets) - 1), np.diff(words.offsets))
-    numbers = per_row(words.row_of[owner[digits]], fold32(words.ids[digits]), table.num_rows)
-    return shingles, numbers
+    found = number_contexts(words)
+    contexts, numbers = fold32(found.contexts), fold32(found.numbers)
+    return (shingles, per_row(found.rows, contexts, table.num_rows, sets=False),
+            per_row(found.rows, numbers, table.num_rows, sets=False))
 
 
 class ShingleWorker(TaskWorker):
@@ -192,8 +197,8 @@ def _coalesced(starts: np.ndarray, ends: np.ndarray) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Scores:
-    """Per pair: the measure's value, the Jaccard of the whole shingle sets, and whether one row
-    holds every number of the other."""
+    """Per pair: the measure's value, the Jaccard of the whole shingle sets, and whether each row
+    holds the other's content numbers (the module docstring)."""
 
     value: np.ndarray
     jaccard: np.ndarray
@@ -230,6 +235,27 @@ def _found(x: tuple[np.ndarray, np.ndarray], y: tuple[np.ndarray, np.ndarray]) -
     return sorted_member((x[0] << np.uint64(32)) | x[1].astype(np.uint64), (y[0] << np.uint64(32)) | y[1].astype(np.uint64))
 
 
+def _keyed(side: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """(pair << 32 | value) of every value of one side."""
+    return (side[0] << np.uint64(32)) | side[1].astype(np.uint64)
+
+
+def _numbers_agree(cx, nx, cy, ny, n: int) -> np.ndarray:
+    """Per pair: whether, in every context where both rows have numbers, the numbers of one row
+    there are among the other's there (a copy with a number left out agrees; a row with another
+    number in its place does not: one row's numbers at that context are not the other's, and the
+    other way round)."""
+    def outside(c1, n1, c2, n2) -> np.ndarray:  # (pair, context) where side 1 has a number side 2 lacks there
+        wrong = sorted_member(_keyed(c1), np.sort(_keyed(c2))) & ~sorted_member(_keyed(n1), np.sort(_keyed(n2)))
+        return distinct(_keyed(c1)[wrong])
+
+    x_side = outside(cx, nx, cy, ny)
+    clash = x_side[sorted_member(x_side, outside(cy, ny, cx, nx))]
+    agree = np.ones(n, bool)
+    agree[(clash >> np.uint64(32)).astype(np.int64)] = False
+    return agree
+
+
 def _count(pairs: np.ndarray, n: int, where: np.ndarray | None = None) -> np.ndarray:
     return np.bincount((pairs if where is None else pairs[where]).astype(np.int64), minlength=n)
 
@@ -245,10 +271,8 @@ def _chunk_scores(store: ShingleStore, a: np.ndarray, b: np.ndarray, config: Ded
     a_in_b = _found(full_a, full_b)
     inter = _count(pair_a, n, a_in_b)
     jaccard = inter / (size_a + size_b - inter)  # rows in pairs have words: never 0 / 0
-    numbers, number_offsets = store.load(rows, "numbers")
-    na, nb = _side(numbers, number_offsets, rows, ia), _side(numbers, number_offsets, rows, ib)
-    shared_numbers = _count(na[0], n, _found(na, nb))
-    numbers_match = (shared_numbers == np.diff(number_offsets)[ia]) | (shared_numbers == np.diff(number_offsets)[ib])
+    (ca, na), (cb, nb) = ([_side(*store.load(rows, stream), rows, at) for stream in STREAMS[1:]] for at in (ia, ib))
+    numbers_match = _numbers_agree(ca, na, cb, nb, n)
     if config.measure == "jaccard":
         return jaccard, jaccard, numbers_match
     own_a, own_b = (va >> (_TAG - 1)) & 1 == 1, (vb >> (_TAG - 1)) & 1 == 1

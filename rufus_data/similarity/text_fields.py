@@ -14,16 +14,16 @@ import pyarrow.compute as pc
 NON_TEXT_COLUMNS = frozenset({"id", "source", "label", "origin_id"})
 
 
-def _columns(table: pa.Table) -> Iterator[tuple[pa.Array, np.ndarray, Callable[[np.ndarray], list[str]]]]:
-    """Per text column: its strings (flat, nulls and "" included), the row of each, and a
-    function that names the fields at some positions of the flat strings."""
+def _columns(table: pa.Table) -> Iterator[tuple[pa.Array, np.ndarray, Callable[[np.ndarray], list[str]], np.ndarray]]:
+    """Per text column: its strings (flat, nulls and "" included), the row of each, a function
+    that names the fields at some positions of the flat strings, and whether each is a system message."""
     for name in table.column_names:
         if name in NON_TEXT_COLUMNS:
             continue
         col = table.column(name).combine_chunks() if table.num_rows else pa.array([], table.schema.field(name).type)
         typ = col.type
         if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-            yield col, np.arange(len(col), dtype=np.int64), lambda keep, name=name: [name] * len(keep)
+            yield col, np.arange(len(col), dtype=np.int64), lambda keep, name=name: [name] * len(keep), np.zeros(len(col), bool)
         elif (pa.types.is_list(typ) or pa.types.is_large_list(typ)) and len(col):
             inner = typ.value_type
             parents = pc.list_parent_indices(col).to_numpy().astype(np.int64)
@@ -37,9 +37,12 @@ def _columns(table: pa.Table) -> Iterator[tuple[pa.Array, np.ndarray, Callable[[
                     found = roles.take(pa.array(keep)).to_pylist() if roles is not None else ["turn"] * len(keep)
                     return [f"{name}[{p}].{r}" for p, r in zip(position[keep].tolist(), found)]
 
-                yield flat.field("content"), parents, labels
+                system = (pc.fill_null(pc.equal(roles, "system"), False).to_numpy(zero_copy_only=False) if roles is not None
+                          else np.zeros(len(parents), bool))
+                yield flat.field("content"), parents, labels, system
             elif pa.types.is_string(inner) or pa.types.is_large_string(inner):
-                yield flat, parents, lambda keep, name=name, position=position: [f"{name}[{p}]" for p in position[keep].tolist()]
+                yield (flat, parents, lambda keep, name=name, position=position: [f"{name}[{p}]" for p in position[keep].tolist()],
+                       np.zeros(len(parents), bool))
 
 
 def _filled(values: pa.Array) -> np.ndarray:
@@ -55,7 +58,7 @@ def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
     texts: list[str] = []
     rows: list[np.ndarray] = []
     names: list[str] = []
-    for values, parents, labels in _columns(table):
+    for values, parents, labels, _ in _columns(table):
         keep = _filled(values)
         texts += values.take(pa.array(keep)).to_pylist()
         rows.append(parents[keep])
@@ -64,14 +67,18 @@ def text_fields(table: pa.Table) -> tuple[list[str], np.ndarray, list[str]]:
     return texts, row_of, names
 
 
-def text_arrays(table: pa.Table) -> tuple[pa.Array, np.ndarray]:
-    """The texts of `text_fields` as one Arrow array (no Python strings made), and the row of each."""
+def text_arrays(table: pa.Table, system_flags: bool = False) -> tuple:
+    """The texts of `text_fields` as one Arrow array (no Python strings made), and the row of each;
+    with `system_flags`, also whether each is a system message (dedup's numbers: a system prompt's
+    numbers frame a row)."""
     texts: list[pa.Array] = []
     rows: list[np.ndarray] = []
-    for values, parents, _ in _columns(table):
+    system: list[np.ndarray] = []
+    for values, parents, _, is_system in _columns(table):
         keep = _filled(values)
         texts.append(pc.cast(values.take(pa.array(keep)), pa.large_string()))
         rows.append(parents[keep])
-    if not texts:
-        return pa.array([], pa.large_string()), np.empty(0, dtype=np.int64)
-    return pa.concat_arrays(texts), np.concatenate(rows)
+        system.append(is_system[keep])
+    found = ((pa.concat_arrays(texts), np.concatenate(rows), np.concatenate(system)) if texts
+             else (pa.array([], pa.large_string()), np.empty(0, dtype=np.int64), np.zeros(0, bool)))
+    return found if system_flags else found[:2]
