@@ -198,6 +198,12 @@ def mark_complete(folder: Path, step: int, world_size: int) -> list[str]:
     return missing
 
 
+def trained_steps(checkpoint: str) -> tuple[int, int]:
+    """(global_step, max_steps) of a checkpoint, as its trainer_state.json records them."""
+    state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+    return int(state["global_step"]), int(state["max_steps"])
+
+
 def rewrite_metrics(metrics: Path, checkpoint: str) -> int:
     """metrics.jsonl as it stood when `checkpoint` was saved: one line per trainer log of its
     log_history (checkpoint evaluations, which live in eval_logs/, left out). Returns the lines."""
