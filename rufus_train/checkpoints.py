@@ -4,8 +4,11 @@ Complete: transformers writes a checkpoint file by file (weights, optimizer, sch
 rank's RNG state, trainer_state.json, then the stage's own state: dynamic_sampling_state.json,
 rollout_state.json), so a job killed part-way leaves a folder that looks like a checkpoint.
 Once every process has saved (a barrier in `on_save`), rank 0 writes `rufus_complete.json` last:
-the step, the number of processes and every file with its size. A folder is complete when all
-the files its marker lists are there with those sizes (a half-copied folder is not). Where no
+the step, the number of processes and every file with its size and sha256. A folder is complete
+when all the files its marker lists are there with those sizes (a half-copied folder is not);
+before a run resumes from it, every file's sha256 is checked too (`verify_checksums`): same-size
+damage or an edited trainer_state.json - on shared storage or in the mirror - is refused, naming
+the file, never resumed from and never removed. Where no
 checkpoint of the folder has a marker (transformers alone wrote them, or a Rufus from before the
 marker), a checkpoint is judged by its files: trainer state, optimizer state, RNG state, weights.
 
@@ -19,6 +22,7 @@ line up to the checkpoint's step, none after it, whatever the killed job had app
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import warnings
 from collections.abc import Collection
@@ -112,13 +116,51 @@ def checkpoint_problem(fs, folder: str, markers_expected: bool = True) -> str | 
         missing = missing_parts(files)
         return f"no {', '.join(missing)}: it was being written when the job stopped" if missing else None
     try:
-        recorded = json.loads(fs.cat_file(f"{folder}/{COMPLETE_MARKER}"))["files"]
+        recorded = recorded_files(fs, folder)
     except (ValueError, KeyError, TypeError):
         return f"its {COMPLETE_MARKER} is unreadable"
-    wrong = sorted(name for name, size in recorded.items() if files.get(name) != size)
+    wrong = sorted(name for name, entry in recorded.items() if files.get(name) != entry["size"])
     if wrong:
         return f"{len(wrong)} of its {len(recorded)} files are missing or cut short ({wrong[0]}, ...): a half-copied folder"
     return None
+
+
+def recorded_files(fs, folder: str) -> dict[str, dict]:
+    """{file: {size, sha256}} as the checkpoint's marker records them (ValueError when it records
+    no checksum for a file: a marker written before checksums were, or edited)."""
+    recorded = json.loads(fs.cat_file(f"{folder}/{COMPLETE_MARKER}"))["files"]
+    for name, entry in recorded.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("size"), int) or not entry.get("sha256"):
+            raise ValueError(f"no size and sha256 recorded for {name}")
+    return recorded
+
+
+def file_sha256(path: Path) -> str:
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+def changed_file(folder: Path) -> str | None:
+    """The first file of a marked checkpoint whose sha256 is not the one recorded when it was
+    saved; None when every file matches (or no marker: transformers alone wrote it, judged by
+    its files)."""
+    if not (folder / COMPLETE_MARKER).exists():
+        return None
+    recorded = recorded_files(local_storage(), str(folder.resolve()))
+    return next((name for name, entry in sorted(recorded.items()) if file_sha256(folder / name) != entry["sha256"]), None)
+
+
+def verify_checksums(folder: Path) -> None:
+    """Refuse a complete-looking checkpoint whose files differ from what was saved (same-size
+    damage, an edited trainer_state.json), naming the file and what to do; never removed."""
+    changed = changed_file(folder)
+    if changed:
+        raise RufusError(
+            f"{folder / changed} does not match the sha256 recorded when {folder.name} was saved "
+            f"({COMPLETE_MARKER}): the file was changed or damaged since, so nothing was resumed from it. Move "
+            f"{folder.name} out of the run folder to resume from the checkpoint before it with `latest`, name an "
+            "earlier checkpoint, restore it from the checkpoint_mirror, or start again with --overwrite"
+        )
 
 
 def markers_expected(fs, found: list[tuple[int, str]]) -> bool:
@@ -148,11 +190,18 @@ def mark_complete(folder: Path, step: int, world_size: int) -> list[str]:
     files = listing(local_storage(), str(folder.resolve()))
     files.pop(COMPLETE_MARKER, None)
     missing = missing_parts(files)
-    if not missing:
-        record = {"step": step, "world_size": world_size, "files": files}
+    if not missing:  # each file hashed as saved: resuming checks it (verify_checksums)
+        recorded = {name: {"size": size, "sha256": file_sha256(folder / name)} for name, size in files.items()}
+        record = {"step": step, "world_size": world_size, "files": recorded}
         with atomic_file(folder / COMPLETE_MARKER) as tmp:
             tmp.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     return missing
+
+
+def trained_steps(checkpoint: str) -> tuple[int, int]:
+    """(global_step, max_steps) of a checkpoint, as its trainer_state.json records them."""
+    state = json.loads((Path(checkpoint) / TRAINER_STATE).read_text())
+    return int(state["global_step"]), int(state["max_steps"])
 
 
 def rewrite_metrics(metrics: Path, checkpoint: str) -> int:

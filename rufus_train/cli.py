@@ -41,7 +41,7 @@ from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
 from rufus_train.mask import LOSS_STYLE, loss_mask, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
-from rufus_train.serve import ServeConfig, exec_server, serve_command, serve_config
+from rufus_train.serve import ServeConfig, exec_server, exposure_notes, serve_command, serve_config
 from rufus_train.trl_spellings import TRL_SPELLINGS
 
 app = CliApp(spelling=UNDERSCORES, help="Rufus training stages on curated shards.",
@@ -301,6 +301,8 @@ def serve_cmd(
     if dry_run:
         env, argv = serve_command(config, dry_run=True)
         typer.echo(format_command(env, argv))
+        for note in exposure_notes(config):
+            console.print(note, highlight=False, soft_wrap=True)
         console.print("[green]server valid[/]: nothing was started or loaded (drop --dry_run to start it)")
         return
     exec_server(config)

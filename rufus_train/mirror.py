@@ -12,7 +12,8 @@ new machine from where it stopped.
 - The run's end waits for pending copies (at most MIRROR_END_TIMEOUT_S) and reports each failed
   or unfinished one, on the console, in train.log and in run.json.
 - `restore`: `latest` with no complete checkpoint in output_dir copies the mirror's newest complete
-  one into it (under a temporary name, renamed when whole and checked)."""
+  one into it (under a temporary name, renamed when whole and every file matches its recorded
+  sha256: a damaged mirror copy is refused, naming the file)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.paths import link_or_copy
 from rufus_data.folders.run_folder import COMPLETE_MARKER, MIRROR_STAGING, checkpoint_name, checkpoint_step_of
 from rufus_train.checkpoints import (
+    changed_file,
     checkpoint_problem,
     checkpoint_steps,
     listing,
@@ -181,6 +183,12 @@ def restore(location: str, out: Path) -> str | None:
     problem = checkpoint_problem(local_storage(), str(tmp.resolve()))
     if problem:
         raise RufusError(f"restoring {found} from the mirror {location}: the copy is incomplete ({problem}); run again")
+    changed = changed_file(tmp)
+    if changed:  # the mirror's copy differs from what was saved: nothing restored, the mirror left as it is
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise RufusError(f"the mirror's {found}/{changed} does not match the sha256 recorded when {name} was saved: "
+                         f"the copy in {location} was changed or damaged, so nothing was restored. Remove {found} "
+                         "from the mirror to restore the checkpoint before it, or start again with --overwrite")
     shutil.rmtree(target, ignore_errors=True)
     tmp.rename(target)
     console.print(f"resume: restored {name} from the mirror {location} into {out}",

@@ -109,12 +109,14 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
     final = summary.get("final_metrics") or {}
     loss = final.get("train_loss", final.get("loss"))
     data = ", ".join(f"`{d}`" for d in summary.get("data") or []) or "its data"
+    diverged = summary.get("diverged")
     lines = [
         f"# {run.name}{f'/{MERGED_DIR}' if merged else ''}",
         "",
         (f"A fine-tuned version of {base_description(base)}: Rufus stage `{summary['stage']}`, {method}, "
          f"{summary['global_step']} steps on {data}."),
         "",
+        *([f"**Training diverged: no model was saved.** {summary['warning']}", ""] if diverged else []),
         "## Use it",
         "",
         "```bash",
@@ -131,8 +133,9 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         f"- base model: `{base}`",
         f"- trainable parameters: {summary['trainable_params']:,} of {summary['total_params']:,}",
         *([f"- final training loss: {loss:.4g}"] if isinstance(loss, (int, float)) else []),
+        *([f"- diverged at step {diverged['step']}: {diverged['metric']} {diverged['value']}"] if diverged else []),
         *([f"- weight update: ||dW||/||W|| = {summary['weight_update']['relative']:.3g}"] if summary.get("weight_update") else []),
-        *([f"- **warning:** {summary['warning']}"] if summary.get("warning") else []),
+        *([f"- **warning:** {summary['warning']}"] if summary.get("warning") and not diverged else []),
         f"- time: {summary['seconds']} s",
         f"- versions: {', '.join(f'{k} {v}' for k, v in (summary.get('versions') or {}).items())}",
         "",

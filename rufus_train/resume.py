@@ -1,6 +1,8 @@
 """Where a run resumes from: the checkpoint named, or with `latest` the newest complete one of
 output_dir (checkpoints.py), else the mirror's newest, copied into output_dir (mirror.py), else
-a fresh run. Above both: the mirror is built on the checkpoints' completeness rules."""
+a fresh run. Above both: the mirror is built on the checkpoints' completeness rules. The
+checkpoint chosen is checked file by file against its recorded sha256 before anything resumes
+(a restored one already was, by mirror.restore)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from rufus_train.checkpoints import (
     local_storage,
     markers_expected,
     newest_complete,
+    verify_checksums,
 )
 from rufus_train.mirror import restore
 
@@ -32,12 +35,15 @@ def resume_checkpoint(resume: str | None, out: Path, mirror: str | None) -> str 
         problem = checkpoint_problem(local, str(folder), expected)
         if problem:
             raise RufusError(f"resume_from_checkpoint {resume}: {problem}. Give a complete checkpoint, or `latest`")
+        verify_checksums(folder)
         return resume
     found, skipped = newest_complete(local, str(out.resolve()), str(out))
     for path in skipped:  # written again by the resumed run (a half-written folder would mix with it)
         shutil.rmtree(path, ignore_errors=True)
-    if found is None and mirror:
-        found = restore(mirror, out)
+    if found is not None:
+        verify_checksums(Path(found))
+    elif mirror:
+        found = restore(mirror, out)  # checked before it is renamed into place
     if found is None:
         places = f"{out} or the mirror {mirror}" if mirror else str(out)
         console.print(f"resume: latest: no complete checkpoint in {places}: starting a fresh run",

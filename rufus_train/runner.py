@@ -47,6 +47,7 @@ from rufus_data.folders.run_folder import (
     METRICS,
     RUN_JSON,
     TRAIN_LOG,
+    read_run_json,
     write_run_json,
 )
 from rufus_data.folders.shards import package_versions, refuse_existing_output
@@ -56,6 +57,7 @@ from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
 from rufus_train import checkpoints, data, guards, launch, modeling, weight_update
 from rufus_train.config import StageConfig
 from rufus_train.config_loading import resolved_yaml
+from rufus_train.divergence import DivergenceGuard, divergence_message
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
 from rufus_train.push import push_run
@@ -144,10 +146,12 @@ def run_logging(output_dir: Path):
         handler.close()
 
 
-def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Path, str | None]:
-    """The run folder, and the checkpoint the run resumes from (`latest` resolved: in output_dir,
-    else restored from the mirror; None for a fresh run). The folder's lock is taken first, into
-    `held` (kept for the run), so --overwrite never removes a folder another process writes."""
+def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Path, str | None, int | None]:
+    """The run folder, the checkpoint the run resumes from (`latest` resolved: in output_dir,
+    else restored from the mirror; None for a fresh run), and the step the run already finished
+    at (None unless that checkpoint is at max_steps: then nothing in the folder is touched).
+    The folder's lock is taken first, into `held` (kept for the run), so --overwrite never
+    removes a folder another process writes."""
     out = Path(config.output_dir)
     if launch.takes_output_lock():
         held.enter_context(OutputLock(out, f"rufus-train stage {config.stage}"))
@@ -159,17 +163,48 @@ def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Pat
         refuse_existing_output(out, overwrite=True)  # checked again under the lock: a run folder, or empty
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / CONFIG_YAML).write_text(resolved_yaml(config))
     if config.checkpoint_mirror:
         open_mirror(config.checkpoint_mirror)
     resume = resume_checkpoint(config.resume_from_checkpoint, out, config.checkpoint_mirror)
+    done = finished_step(config, out, resume)
+    if done is not None:
+        return out, resume, done
+    (out / CONFIG_YAML).write_text(resolved_yaml(config))
     if resume:  # the metrics up to the checkpoint's step, none the killed job logged after it
         checkpoints.rewrite_metrics(out / METRICS, resume)
     else:
         (out / METRICS).unlink(missing_ok=True)
     (out / RUN_JSON).unlink(missing_ok=True)  # run.json marks a finished run: written again at the end
     (out / LINEAGE_JSON).unlink(missing_ok=True)  # written again once the data is ready
-    return out, resume
+    return out, resume, None
+
+
+def finished_step(config: StageConfig, out: Path, resume: str | None) -> int | None:
+    """The step of a checkpoint at the run's max_steps (the configured one, else the one it
+    recorded): resuming would train past it (transformers trains one more batch before it checks
+    max_steps), so a retried finished job would over-train. None when there is more to train."""
+    if not resume:
+        return None
+    step, recorded = checkpoints.trained_steps(resume)
+    if step < (config.max_steps if config.max_steps > 0 else recorded):
+        return None
+    if not read_run_json(out):
+        raise RufusError(
+            f"{Path(resume).name} is at max_steps ({step}) but {out} has no {RUN_JSON}: the run trained every step "
+            f"and stopped while saving its result. The checkpoint folder {resume} holds the trained model; to train "
+            "again, run with --overwrite (or raise --max_steps to train further)"
+        )
+    return step
+
+
+def already_done(config: StageConfig, out: Path, step: int) -> RunResult:
+    """A finished run resumed again (a scheduler retrying a job that succeeded): said, not trained."""
+    run = read_run_json(out)
+    console.print(f"[green]stage {config.stage} already done[/]: {out} finished at step {step} (max_steps), nothing "
+                  "trained or written; raise --max_steps to train further, or --overwrite to train again",
+                  highlight=False, soft_wrap=True)
+    metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
+    return RunResult(out, step, metrics, run.get("trainable_params", 0), run.get("total_params", 0))
 
 
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
@@ -186,7 +221,9 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
     starting = ModelRef.of(config.model)  # the tokenizer, the model and the adapter's recorded base
     callbacks = [checkpoint_eval_callback(config)]
     # several processes: one prepares (and restores a mirrored checkpoint), the others wait
-    out, resume = launch.on_main_process(prepare_output, config, held)
+    out, resume, done = launch.on_main_process(prepare_output, config, held)
+    if done is not None:
+        return already_done(config, out, done)
     config = config.model_copy(update={"resume_from_checkpoint": resume})  # `latest` resolved, for the stage too
     mirror = Mirror(config.checkpoint_mirror) if config.checkpoint_mirror else None
     started = time.time()
@@ -200,16 +237,22 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         model, tokenizer = load_policy(config, starting, model, tokenizer)
         trainable, total = modeling.trainable_parameters(model)
         log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
-        callbacks = [checkpoints.CompleteCheckpoints(mirror), metrics_callback(out / METRICS), *filter(None, callbacks)]
+        guard = DivergenceGuard()
+        callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS),
+                     *filter(None, callbacks)]
         trainer = make_trainer(config, model, tokenizer, rows, out, callbacks, extras)
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=resume)
-        save_final(trainer, tokenizer, config, out, starting)
+        if guard.diverged is None:  # a diverged run's NaN weights are no result
+            save_final(trainer, tokenizer, config, out, starting)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
-                              lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1))
+                              lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1),
+                              diverged=guard.diverged)
         report_run(trainer, config, out, summary, metrics)
+    if guard.diverged is not None:
+        raise RufusError(summary["warning"])
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
 
@@ -256,10 +299,14 @@ def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbac
 
 
 def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[dict], *, before,
-                params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float) -> dict:
+                params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float,
+                diverged: dict | None = None) -> dict:
     """run.json's record of what trained, with a warning when the weights barely moved (`before`:
-    a sample of the weights before training, full fine-tuning only)."""
-    moved = weight_update.measure(trainer.model, config.lora.enabled, before)
+    a sample of the weights before training, full fine-tuning only), or when training diverged
+    (`diverged`: where, from divergence.DivergenceGuard; then no model was saved)."""
+    moved = None if diverged else weight_update.measure(trainer.model, config.lora.enabled, before)
+    warning = (divergence_message(diverged, config.stage) if diverged else
+               weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step))
     return {
         "stage": config.stage,
         "model": config.model,
@@ -277,7 +324,8 @@ def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[
         "total_params": params[1],
         "final_metrics": metrics[-1] if metrics else {},
         "weight_update": moved,
-        "warning": weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step),
+        "diverged": diverged,
+        "warning": warning,
         "seconds": seconds,
         "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
     }
@@ -293,9 +341,9 @@ def report_run(trainer, config: StageConfig, out: Path, summary: dict, metrics: 
         print_result(summary_table(out, summary, metrics))
         if curves:
             print_result(f"curves: {curves}")
-        if config.push_to_hub:  # after Rufus's card: TRL's own push (trainer.push_to_hub) is routed here
+        if config.push_to_hub and not summary["diverged"]:  # after Rufus's card (TRL's own push is routed here)
             push_run(out, config.push_to_hub, config.push_private, config.push_merged)
-    if summary["warning"]:
+    if summary["warning"] and not summary["diverged"]:  # a diverged run stops with it as its error
         log.warning(summary["warning"])
         console.print(f"[bold yellow]warning:[/] {summary['warning']}", highlight=False, soft_wrap=True)
     finish_tracker_runs(config.report_to)

@@ -10,10 +10,19 @@ Its options are `ServeConfig`: the launch settings of every vLLM server Rufus st
 defaults - the server on GPU 1 (the trainer keeps GPU 0) with a 16384-token context - plus what a
 weight-synced server adds. `--stage NAME` takes the model, the GPUs (`devices.server`), the
 port (`vllm_server`), the LoRA rank and `max_staleness` from that GRPO stage's config; options
-given on the command line win."""
+given on the command line win.
+
+Exposure: the server listens on 127.0.0.1 unless `--host` names another address; then it needs
+the API key Rufus's clients send (OPENAI_API_KEY), handed to vLLM as VLLM_API_KEY (its
+`--api-key`) in the server's environment only, so the key is in no command line, `ps` listing or
+printed output, and a warning says what the key does not cover: vLLM checks it on /v1 routes
+only, and the developer routes (VLLM_SERVER_DEV_MODE: pause/resume, weight transfer) stay open
+to whoever reaches the port. Those routes are on because GRPO syncs its weights through them,
+and the start says so."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shlex
 import sys
@@ -30,12 +39,15 @@ from rufus_data.base.yaml_config import model_from_options
 from rufus_data.generate.backend_config import ServerLaunch
 from rufus_data.generate.vllm_command import VLLMServerArgs, format_command, module_command, server_command
 from rufus_data.models.devices import gpu_ids
+from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, api_key
 from rufus_data.models.reference import ModelRef
 
 DEFAULT_SERVER_DEVICES = "1"  # the recipe: trainer on GPU 0, server on GPU 1
 DEFAULT_PORT = 8000
 DEFAULT_MAX_STALENESS = 4
 DEFAULT_MAX_MODEL_LEN = 16384
+DEFAULT_HOST = "127.0.0.1"
+VLLM_KEY_VARIABLE = "VLLM_API_KEY"  # vLLM reads it as it reads --api-key
 
 
 class ServeConfig(ServerLaunch):
@@ -49,7 +61,9 @@ class ServeConfig(ServerLaunch):
         None, description="a GRPO stage whose config sets the model, devices.server, the port of vllm_server, the "
         "LoRA rank and max_staleness (options given here win)")
     config: Path | None = Field(None, description="with --stage: its YAML (default catalogs/stages/NAME.yaml)")
-    host: str = Field("0.0.0.0", description="the address the server listens on")
+    host: str = Field(
+        DEFAULT_HOST, description=f"the address the server listens on; another than loopback (e.g. 0.0.0.0) needs "
+        f"the API key in ${SERVER_KEY_VARIABLE}, and leaves vLLM's weight-sync routes open to the network")
     port: int | None = Field(
         None, ge=1, le=65535, description=f"the server's port (default: the --stage's vllm_server port, else {DEFAULT_PORT})")
     lora_rank: int | None = Field(
@@ -145,12 +159,54 @@ def config_for_stage(config, options: dict | None = None) -> ServeConfig:
     return serve
 
 
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
+
+
+def server_key(config: ServeConfig) -> str | None:
+    """The API key a server listening beyond loopback must have; None on loopback. Refused,
+    before anything starts, when the environment holds none."""
+    if is_loopback(config.host):
+        return None
+    key = api_key(SERVER_KEY_VARIABLE)
+    if not key:
+        raise RufusError(
+            f"--host {config.host} serves beyond this machine, and the server's weight-sync routes change its model: "
+            f"set an API key in ${SERVER_KEY_VARIABLE} (Rufus's clients send it; the server gets it as "
+            f"{VLLM_KEY_VARIABLE}), or leave --host at {DEFAULT_HOST} and reach the server through an SSH tunnel"
+        )
+    return key
+
+
+def exposure_notes(config: ServeConfig) -> list[str]:
+    """What the server exposes, said at its start: the developer routes, and beyond loopback what the key leaves open."""
+    port = config.port or DEFAULT_PORT
+    notes = [("vLLM's developer routes are on (VLLM_SERVER_DEV_MODE=1: pause/resume, weight transfer): GRPO syncs "
+              f"the trained weights through them; listening on {config.host}:{port}")]
+    if not is_loopback(config.host):
+        notes.append(
+            f"warning: the server listens on {config.host}:{port}, beyond this machine, with the API key from "
+            f"${SERVER_KEY_VARIABLE}; vLLM checks the key on /v1 routes only, so the developer routes (pause, weight "
+            "updates) answer anyone who reaches the port: keep it on a private network or behind a firewall")
+    return notes
+
+
 def serve_command(config: ServeConfig, dry_run: bool = False) -> tuple[dict[str, str], list[str]]:
-    """(environment additions, argv) of the server."""
+    """(environment additions, argv) of the server; the API key is not among them (exec_server adds it)."""
+    server_key(config)
     return server_command(config.server_args(dry_run))
 
 
 def exec_server(config: ServeConfig) -> None:  # pragma: no cover - replaces the process
     env, argv = serve_command(config)
-    console.print(f"[bold]starting the vLLM server:[/] {format_command(env, argv)}")
-    os.execvpe(argv[0], argv, {**os.environ, **env})  # `vllm serve` is found on PATH
+    key = server_key(config)
+    console.print(f"[bold]starting the vLLM server:[/] {format_command(env, argv)}"
+                  + (f" (with {VLLM_KEY_VARIABLE} from ${SERVER_KEY_VARIABLE}, not shown)" if key else ""))
+    for note in exposure_notes(config):
+        console.print(note, style="yellow" if note.startswith("warning") else None, highlight=False, soft_wrap=True)
+    os.execvpe(argv[0], argv, {**os.environ, **env, **({VLLM_KEY_VARIABLE: key} if key else {})})

@@ -28,6 +28,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "save_strategy": "steps",
         "save_steps": config.save_steps,
         "logging_steps": config.logging_steps,
+        "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and stops the run (divergence.py)
         "activation_checkpointing": config.gradient_checkpointing,  # transformers 5's name; the old one warns
         "bf16": precision.bf16,
         "fp16": precision.fp16,  # transformers adds the gradient scaler

@@ -39,6 +39,8 @@ RUFUS_SETS = {
     "use_cpu": "Rufus sets it from the machine (CPU when no CUDA GPU is visible): to train on CPU, hide the GPUs "
                "with CUDA_VISIBLE_DEVICES=",
     "dataset_text_field": "the stage builds its dataset's columns itself",
+    "logging_nan_inf_filter": "Rufus logs a NaN or infinite loss as it is and stops the run there "
+                              "(rufus_train/divergence.py)",
 }
 # Rufus's own defaults that `trainer:` may change (the tracker's names, the data loader, progress bars).
 RUFUS_DEFAULTS = frozenset({"project", "run_name", "dataloader_num_workers", "disable_tqdm"})

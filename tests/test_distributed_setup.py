@@ -251,6 +251,37 @@ def test_serve_for_a_stage_starts_the_server_on_its_gpus(tmp_path):
     assert clash.exit_code == 2 and "GPU 1 is both a trainer device" in clash.output
 
 
+@pytest.mark.spawn
+def test_serve_listens_on_loopback_and_beyond_it_only_with_a_key(tmp_path):
+    """The probe: `rufus-train serve` listened on every interface, developer routes on, no key.
+    Now: 127.0.0.1 by default; --host 0.0.0.0 is refused without OPENAI_API_KEY (nothing starts),
+    and with it the server gets the key as VLLM_API_KEY (vLLM's --api-key), in no argv or output,
+    and a warning says the developer routes stay open to the network."""
+    stub = stub_interpreter(tmp_path)
+    cli = [sys.executable, "-m", "rufus_train.cli", "serve", "tiny-random", "--vllm_command", f"{stub} -m vllm"]
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "VLLM_API_KEY")}
+    proc = subprocess.run(cli, capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    argv, started = started_environment(tmp_path)
+    assert argv[argv.index("--host") + 1] == "127.0.0.1" and "VLLM_API_KEY" not in started
+    assert "GRPO syncs the trained weights through them" in " ".join(proc.stderr.split())
+    (tmp_path / "started.env").unlink()
+
+    proc = subprocess.run([*cli, "--host", "0.0.0.0"], capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert proc.returncode == 2 and "set an API key in $OPENAI_API_KEY" in " ".join(proc.stderr.split())
+    assert not (tmp_path / "started.env").exists()  # refused before anything started
+
+    key = "sk-serve-test-0123456789"
+    for extra in (["--dry_run"], []):
+        proc = subprocess.run([*cli, "--host", "0.0.0.0", *extra], capture_output=True, text=True, timeout=120,
+                              env={**env, "OPENAI_API_KEY": key}, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        output = " ".join((proc.stdout + proc.stderr).split())
+        assert key not in output and "checks the key on /v1 routes only" in output
+    argv, started = started_environment(tmp_path)
+    assert started["VLLM_API_KEY"] == key and key not in argv and argv[argv.index("--host") + 1] == "0.0.0.0"
+
+
 def test_checkpoint_evaluation_process_gets_the_eval_gpus(tmp_path, monkeypatch):
     """The evaluation the callback starts (a stand-in interpreter) runs on devices.eval, verbatim,
     whatever the trainer's CUDA_VISIBLE_DEVICES and rank variables say."""

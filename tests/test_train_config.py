@@ -370,7 +370,7 @@ def test_the_trl_fields_rufus_sets_are_the_ones_trl_args_passes(tmp_path, monkey
     from rufus_train.trl_args import common_trl_kwargs
 
     monkeypatch.setenv("WANDB_PROJECT", "rufus")  # tracker_settings sets it otherwise
-    declared = set(trl_keys.COMMON_TRL_FIELDS) | set(trl_keys.RUFUS_DEFAULTS) | {"use_cpu"}
+    declared = set(trl_keys.COMMON_TRL_FIELDS) | set(trl_keys.RUFUS_DEFAULTS) | {"use_cpu", "logging_nan_inf_filter"}
     assert set(common_trl_kwargs(load("sft"), tmp_path)) == declared
     for name, stage in all_stages().items():
         config = load_stage_config(name, stage.config_class, overrides={"teacher": "x"} if name == "distill" else None)

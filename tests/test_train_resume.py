@@ -398,3 +398,45 @@ def test_the_rollout_state_of_async_grpo_comes_back_from_the_mirror(tmp_path):
         assert (rollout.prompt_index, rollout.model_version, rollout.start_row) == (37, 5, 5)
     finally:
         fs.rm("/async-run", recursive=True)
+
+
+# ------------------------------------------------------------------ checksums: same-size damage is refused
+
+
+def test_same_size_damage_or_an_edited_trainer_state_is_refused_naming_the_file(tmp_path):
+    """The probe: a checkpoint whose weights took same-size damage, or whose trainer_state.json
+    was edited (global_step 12 -> 99), looked complete by its sizes and resumed silently. Each is
+    refused now, naming the file and what to do, and left where it is; an intact one resumes."""
+    out = tmp_path / "run"
+    state = json.dumps({"global_step": 12, "max_steps": 20})
+    folder = fake_checkpoint(out, 12, {"trainer_state.json": state})
+    marker = json.loads((folder / COMPLETE_MARKER).read_text())["files"]
+    assert len(marker["trainer_state.json"]["sha256"]) == 64  # each file's checksum recorded when saved
+    assert resume_checkpoint(LATEST, out, None) == str(out.resolve() / "checkpoint-12")
+
+    weights = folder / "adapter_model.safetensors"
+    intact = weights.read_bytes()
+    weights.write_bytes(bytes([intact[0] ^ 1]) + intact[1:])  # one bit flipped, same size
+    assert checkpoint_problem(local_storage(), str(folder)) is None  # the sizes still match
+    for resume in (LATEST, str(folder)):
+        with pytest.raises(RufusError, match=r"adapter_model.safetensors does not match the sha256") as refused:
+            resume_checkpoint(resume, out, None)
+        assert "--overwrite" in str(refused.value) and "Move checkpoint-12 out of the run folder" in str(refused.value)
+    assert folder.is_dir()  # refused, never removed
+
+    weights.write_bytes(intact)
+    (folder / "trainer_state.json").write_text(state.replace("12", "99", 1))  # global_step 12 -> 99, same size
+    with pytest.raises(RufusError, match=r"trainer_state.json does not match the sha256"):
+        resume_checkpoint(LATEST, out, None)
+
+
+def test_a_damaged_copy_in_the_mirror_is_not_restored(tmp_path):
+    fs = fsspec.filesystem("memory")
+    try:
+        fs.put(str(fake_checkpoint(tmp_path / "machine-a", 4)), "/damaged/checkpoint-4", recursive=True)
+        fs.pipe_file("/damaged/checkpoint-4/optimizer.pt", b"X" + fs.cat_file("/damaged/checkpoint-4/optimizer.pt")[1:])
+        with pytest.raises(RufusError, match=r"mirror's /damaged/checkpoint-4/optimizer.pt does not match the sha256"):
+            resume_checkpoint(LATEST, tmp_path / "machine-b", "memory://damaged")
+        assert not any((tmp_path / "machine-b").glob("checkpoint-4*"))  # nothing restored, nothing half there
+    finally:
+        fs.rm("/damaged", recursive=True)

@@ -85,7 +85,7 @@ OPTIMIZER_PREFIX = "optimizer"  # optimizer.pt, FSDP's optimizer_0/
 RNG_STATE_PREFIX = "rng_state"  # rng_state.pth, rng_state_RANK.pth
 TRAINING_STATE_PREFIXES = (RNG_STATE_PREFIX, OPTIMIZER_PREFIX, ZERO_PREFIX, "pytorch_model_fsdp")
 # and Rufus's own, beside them
-COMPLETE_MARKER = "rufus_complete.json"  # written last: every file of the checkpoint with its size
+COMPLETE_MARKER = "rufus_complete.json"  # written last: every file of the checkpoint, its size and sha256
 DYNAMIC_SAMPLING_STATE = "dynamic_sampling_state.json"  # sync GRPO's resampling buffer
 ROLLOUT_STATE = "rollout_state.json"  # async GRPO's rollout position
 
