@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
+from rufus_data.models.chat_template import read_chat_template
 from rufus_data.models.merged_model import copy_merged, merged_model
 from rufus_data.models.reference import ModelRef
 
@@ -121,18 +122,21 @@ def load_model(ref: str | ModelRef, dtype: str = "auto", full_finetune: bool = F
     return copy.deepcopy(_PRISTINE[key])
 
 
-def load_tokenizer(ref: str | ModelRef):
+def load_tokenizer(ref: str | ModelRef, chat_template: str | None = None):
     """The tokenizer of a model or run folder (a run folder keeps its own copy; an adapter without
-    one uses its base's)."""
+    one uses its base's). `chat_template`: a stage's `chat_template:` (a shipped name or a .jinja
+    file), set on it: a base model ships none, and the run saves it with the model."""
     from transformers import AutoTokenizer
 
     ref = ModelRef.of(ref)
     path = ref.folder()
     if ref.base and not (Path(path) / TOKENIZER_CONFIG).exists():
-        return load_tokenizer(ref.base)
+        return load_tokenizer(ref.base, chat_template)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if chat_template:
+        tokenizer.chat_template = read_chat_template(chat_template, Path.cwd(), "chat_template")
     return tokenizer
 
 
