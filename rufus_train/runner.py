@@ -174,7 +174,7 @@ def prepare_output(config: StageConfig, held: contextlib.ExitStack) -> tuple[Pat
 
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
-    in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    in place), otherwise they are loaded from `config.model` (one copy: modeling.load_model keeps none)."""
     with contextlib.ExitStack() as held:  # the run folder's lock, from prepare_output to the end of the run
         return _run_stage(config, held, model, tokenizer, extras)
 
