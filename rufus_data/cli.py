@@ -164,6 +164,9 @@ def inspect_command(
     for r in found.per_source:
         table.add_row(r["source"], r["label"], f"{r['rows']:,}", f"{r['tokens'] or 0:,}", f"{r['trainable'] or 0:,}")
     print_result(table)
+    if found.loss_mask:
+        print_result(f"trainable tokens: assistant tokens of chat template {found.loss_mask['chat_template']}, found by "
+                     f"route {found.loss_mask['route']}", highlight=False)
     if found.histogram:
         peak = max(n for _, _, n in found.histogram)
         print_result("[bold]token length histogram[/]")

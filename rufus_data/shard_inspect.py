@@ -2,7 +2,8 @@
 
 `sql` prints its rows as a table, or as CSV or JSON for files and pipes (console.print_rows).
 
-`inspect` prints rows and tokens per source and label, a token-length histogram, and the
+`inspect` prints rows and tokens per source and label (and how the trainable ones were found:
+the manifest's loss-mask route), a token-length histogram, and the
 sanity warnings for the data bugs that cost SmolLM3 days: rows of a source that declares a
 system prompt but lack it, multi-turn rows whose reasoning-mode tag sits only in the first
 turn, multi-turn /think rows with replies that do not reason (the mode on in some turns only), /no_think rows that reason, empty assistant turns, and exact duplicate rows. Its
@@ -35,6 +36,8 @@ class Inspection:
     # per reasoning mode (/think, /no_think, none: the tag of the system prompt): rows, multi_turn
     # (more than one assistant turn), reasoned_every_turn (a non-empty <think> block in each one)
     modes: list[dict] = field(default_factory=list)
+    # how mix found the trainable tokens (rufus_data/models/loss_mask.py), from the manifest; None: not recorded
+    loss_mask: dict | None = None
 
 
 def connect(folder: str | Path, command: str = "rufus-data inspect") -> duckdb.DuckDBPyConnection:
@@ -76,7 +79,8 @@ def inspect_shards(folder: str | Path, bins: int = 12) -> Inspection:
     modes: dict[str, dict] = {}
     warnings = _row_warnings(con, Path(folder), conversation, columns, modes)
     warnings += _duplicate_warnings(con, conversation, columns)
-    return Inspection(per_source, histogram, warnings, [{"mode": mode, **counts} for mode, counts in modes.items()])
+    return Inspection(per_source, histogram, warnings, [{"mode": mode, **counts} for mode, counts in modes.items()],
+                      read_manifest(folder).get("loss_mask"))
 
 
 def _conversation_column(columns: set[str]) -> str:
@@ -204,4 +208,5 @@ def _has_tag(text: str, tag: str) -> bool:
 
 def to_json(inspection: Inspection) -> str:
     return json.dumps({"per_source": inspection.per_source, "histogram": inspection.histogram,
-                       "modes": inspection.modes, "warnings": inspection.warnings}, indent=2)
+                       "modes": inspection.modes, "warnings": inspection.warnings,
+                       "loss_mask": inspection.loss_mask}, indent=2)

@@ -38,7 +38,7 @@ from rufus_data.models.reference import ModelRef
 from rufus_data.sources.inputs import is_catalog
 from rufus_train.data import check_columns, read_rows
 from rufus_train.export import MERGE_NOT_NEEDED, ExportConfig, export_plan
-from rufus_train.mask import LOSS_STYLE, loss_mask, render
+from rufus_train.mask import LOSS_STYLE, loss_masks, render
 from rufus_train.modeling import export_merged, load_tokenizer
 from rufus_train.plan import GPU_PEAK_TFLOPS, PlanConfig, explain, plan
 from rufus_train.serve import ServeConfig, exec_server, exposure_notes, serve_command, serve_config
@@ -173,6 +173,7 @@ def stage_cmd(
 
 
 def print_masks(cfg, n: int) -> None:
+    from rufus_data.models.loss_mask import decide_loss_mask
     from rufus_train.stage_base import conversational  # heavy: pyarrow
 
     if not hasattr(cfg, "assistant_only_loss"):
@@ -180,10 +181,13 @@ def print_masks(cfg, n: int) -> None:
     if any(is_catalog(d) for d in cfg.data):
         raise RufusError("--show_mask reads shard folders: build the catalog first (`rufus-data mix CATALOG`)")
     check_columns(cfg.data, ("messages",), cfg.stage)
-    tokenizer = load_tokenizer(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, cfg.chat_template)
     rows = read_rows(cfg.data, None, cfg.seed, cfg.stage).slice(0, n)
-    for i, messages in enumerate(conversational(rows, "messages")):
-        example = loss_mask(tokenizer, messages, cfg.assistant_only_loss, cfg.max_length)
+    loss = decide_loss_mask(tokenizer, f"model {cfg.model}") if cfg.assistant_only_loss else None
+    if loss is not None:
+        print_result(loss.describe())
+    tools = rows.column("tools").to_pylist() if "tools" in rows.column_names else None
+    for i, example in enumerate(loss_masks(tokenizer, conversational(rows, "messages"), loss, cfg.max_length, tools)):
         print_result(Rule(f"example {i}: {example.trained_tokens} of {len(example.input_ids)} tokens carry loss"))
         print_result(render(tokenizer, example))
     mode = "assistant turns only" if cfg.assistant_only_loss else "every token"

@@ -60,6 +60,9 @@ class StageConfig(StrictModel):
 
     stage: str = Field(description="stage name (from the registry)")
     model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")
+    chat_template: str | None = Field(
+        None, description="the chat template to train with, in place of the model's (a base model ships none): a shipped "
+        "name (rufus_chatml, or a family TRL stores such as qwen2_5 or llama3_1) or a .jinja file; saved with the model")
     data: list[str] = Field(default_factory=list, description="shard folder(s) written by rufus-data")
     max_rows: int | None = Field(None, ge=1, description="use only the first N rows (after a seeded shuffle)")
     output_dir: str = Field("runs/{stage}", description="the run folder; {stage} is the stage's name")

@@ -132,6 +132,7 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         "",
         f"- base model: `{base}`",
         f"- trainable parameters: {summary['trainable_params']:,} of {summary['total_params']:,}",
+        *template_lines(summary),
         *([f"- final training loss: {loss:.4g}"] if isinstance(loss, (int, float)) else []),
         *([f"- diverged at step {diverged['step']}: {diverged['metric']} {diverged['value']}"] if diverged else []),
         *([f"- weight update: ||dW||/||W|| = {summary['weight_update']['relative']:.3g}"] if summary.get("weight_update") else []),
@@ -145,6 +146,18 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         "",
     ]
     return ModelCard(f"---\n{metadata.to_yaml()}\n---\n\n" + "\n".join(lines)).content
+
+
+def template_lines(summary: dict) -> list[str]:
+    """The chat template saved with the model (where it came from) and the tokens that trained."""
+    template, loss = summary.get("chat_template"), summary.get("loss_mask")
+    lines = []
+    if template:
+        given = "the base model's own" if template["source"] == "model" else f"set by the stage (`{template['source']}`)"
+        lines.append(f"- chat template: {template['name']}, {given}; saved with the model")
+    if loss:
+        lines.append(f"- loss on assistant tokens, found by: {loss['route']}")
+    return lines
 
 
 def evaluation_lines(results: list[EvalResult]) -> list[str]:

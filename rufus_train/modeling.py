@@ -1,4 +1,5 @@
-"""Loading policies once, putting LoRA on them, and merging adapters back.
+"""Loading the model a stage trains (one copy, kept nowhere else), putting LoRA on it, and
+merging adapters back.
 
 A model reference is a `rufus_data.models.reference.ModelRef` (built-in name, folder, hub id, run
 folder, checkpoint), or the text it is made from. A run folder trained with LoRA holds only the adapter: loading it
@@ -8,7 +9,6 @@ merged copy on disk, RUN/merged, is rufus_data.models.merged_model's)."""
 
 from __future__ import annotations
 
-import copy
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +16,7 @@ from pathlib import Path
 from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
+from rufus_data.models.chat_template import read_chat_template
 from rufus_data.models.merged_model import copy_merged, merged_model
 from rufus_data.models.reference import ModelRef
 
@@ -25,8 +26,6 @@ from rufus_data.models.reference import ModelRef
 warnings.filterwarnings("ignore", message="`gradient_checkpointing_(disable|enable)` is deprecated",
                         category=FutureWarning)
 
-_PRISTINE: dict[tuple[str, str], object] = {}  # loaded base models, never trained in place
-_MAX_CACHED = 3
 
 
 @dataclass(frozen=True)
@@ -96,44 +95,41 @@ def torch_dtype(name: str, full_finetune: bool = False):
 
 
 def load_model(ref: str | ModelRef, dtype: str = "auto", full_finetune: bool = False):
-    """A fresh copy of the model behind `ref` (adapters merged), in the dtype `precision` gives it;
-    the base is read from disk once."""
+    """The model behind `ref` (adapters merged), read from disk, in the dtype `precision` gives it.
+    Nothing is kept: a stage holds the one copy it trains (as plain TRL does), and a pipeline stage
+    or teacher that needs a model again reads it again (safetensors: a fraction of a second per GB
+    from the page cache) instead of every run keeping a spare copy in memory."""
     from transformers import AutoModelForCausalLM
 
     ref = ModelRef.of(ref)
     path = ref.folder()
-    weights = torch_dtype(dtype, full_finetune)
-    key = (path, str(weights))  # "auto" and "float32" share one copy on CPU
-    if key not in _PRISTINE:
-        if ref.base:
-            from peft import PeftModel
+    if ref.base:
+        from peft import PeftModel
 
-            base = load_model(ref.base, dtype, full_finetune)
-            model = PeftModel.from_pretrained(base, path).merge_and_unload()
-            model.name_or_path = path
-        else:
-            try:
-                model = AutoModelForCausalLM.from_pretrained(path, dtype=weights)
-            except OSError as err:
-                raise RufusError(f"could not load model {ref.text} ({err}): give a model folder, run folder or hub id") from None
-        if len(_PRISTINE) >= _MAX_CACHED:
-            _PRISTINE.pop(next(iter(_PRISTINE)))
-        _PRISTINE[key] = model
-    return copy.deepcopy(_PRISTINE[key])
+        model = PeftModel.from_pretrained(load_model(ref.base, dtype, full_finetune), path).merge_and_unload()
+        model.name_or_path = path
+        return model
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype(dtype, full_finetune))
+    except OSError as err:
+        raise RufusError(f"could not load model {ref.text} ({err}): give a model folder, run folder or hub id") from None
 
 
-def load_tokenizer(ref: str | ModelRef):
+def load_tokenizer(ref: str | ModelRef, chat_template: str | None = None):
     """The tokenizer of a model or run folder (a run folder keeps its own copy; an adapter without
-    one uses its base's)."""
+    one uses its base's). `chat_template`: a stage's `chat_template:` (a shipped name or a .jinja
+    file), set on it: a base model ships none, and the run saves it with the model."""
     from transformers import AutoTokenizer
 
     ref = ModelRef.of(ref)
     path = ref.folder()
     if ref.base and not (Path(path) / TOKENIZER_CONFIG).exists():
-        return load_tokenizer(ref.base)
+        return load_tokenizer(ref.base, chat_template)
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if chat_template:
+        tokenizer.chat_template = read_chat_template(chat_template, Path.cwd(), "chat_template")
     return tokenizer
 
 

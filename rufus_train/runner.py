@@ -51,6 +51,9 @@ from rufus_data.folders.run_folder import (
     write_run_json,
 )
 from rufus_data.folders.shards import package_versions, refuse_existing_output
+from rufus_data.models.chat_template import read_chat_template
+from rufus_data.models.chat_template import record as chat_template_record
+from rufus_data.models.loss_mask import LossMask
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
@@ -67,7 +70,8 @@ from rufus_train.stages import StageContext, check_config, get_stage
 from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
-TEST_HOOKS = "RUFUS_TEST_HOOKS"  # a module whose install(trainer) the kill-and-resume tests use
+TEST_HOOKS = "RUFUS_TEST_HOOKS"
+CONVERSATION_COLUMNS = {"messages", "prompt", "chosen"}  # rows a chat template renders  # a module whose install(trainer) the kill-and-resume tests use
 
 
 @dataclass
@@ -209,7 +213,7 @@ def already_done(config: StageConfig, out: Path, step: int) -> RunResult:
 
 def run_stage(config: StageConfig, *, model=None, tokenizer=None, extras: dict | None = None) -> RunResult:
     """Run one stage. `model`/`tokenizer` may be passed in (already loaded; the model is trained
-    in place), otherwise they are loaded from `config.model` (the base read from disk once)."""
+    in place), otherwise they are loaded from `config.model` (one copy: modeling.load_model keeps none)."""
     with contextlib.ExitStack() as held:  # the run folder's lock, from prepare_output to the end of the run
         return _run_stage(config, held, model, tokenizer, extras)
 
@@ -234,12 +238,16 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         # catalogs are mixed before any weights load, by one process; the lineage is on disk from here
         folders, lineage = launch.on_main_process(data.prepare_data, config.data, out, config.model, config.eval.suite)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
-        model, tokenizer = load_policy(config, starting, model, tokenizer)
+        model, tokenizer = load_policy(config, starting, model, tokenizer, rows.column_names)
         trainable, total = modeling.trainable_parameters(model)
         log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
         guard = DivergenceGuard()
         callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS),
                      *filter(None, callbacks)]
+        loss = get_stage(config.stage).loss_mask(config, tokenizer)
+        if loss is not None:  # said once; build_dataset decides the same again
+            log.info("%s", loss.describe())
+            console.print(loss.describe(), highlight=False)
         trainer = make_trainer(config, model, tokenizer, rows, out, callbacks, extras)
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
@@ -249,7 +257,7 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
                               lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1),
-                              diverged=guard.diverged)
+                              diverged=guard.diverged, templates=template_record(config, tokenizer, loss))
         report_run(trainer, config, out, summary, metrics)
     if guard.diverged is not None:
         raise RufusError(summary["warning"])
@@ -269,18 +277,33 @@ def refuse_launched_stage(config: StageConfig) -> None:
         )
 
 
-def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer):
-    """(model, tokenizer) to train: those passed in, else loaded from `starting`; seeded, then
-    LoRA put on when the stage asks for it."""
+def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer, columns: list[str]):
+    """(model, tokenizer) to train: those passed in, else loaded from `starting`; the stage's
+    `chat_template:` set on the tokenizer, and a conversational stage without any refused before
+    the model loads; seeded, then LoRA put on when the stage asks for it."""
     from transformers import set_seed  # heavy: transformers loads with the run
 
-    tokenizer = tokenizer if tokenizer is not None else modeling.load_tokenizer(starting)
+    if tokenizer is None:
+        tokenizer = modeling.load_tokenizer(starting, config.chat_template)
+    elif config.chat_template:
+        tokenizer.chat_template = read_chat_template(config.chat_template, Path.cwd(), "chat_template")
+    if not tokenizer.chat_template and set(columns) & CONVERSATION_COLUMNS:
+        raise RufusError(f"model {config.model} has no chat template (a base model ships none), and stage {config.stage} "
+                         "renders conversations: set `chat_template:` in the stage config (a shipped name: rufus_chatml, or "
+                         "a family TRL stores such as qwen2_5; or a .jinja file)")
     if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
     set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
     if config.lora.enabled:
         model = modeling.apply_lora(model, config.lora)
     return model, tokenizer
+
+
+def template_record(config: StageConfig, tokenizer, loss: LossMask | None) -> dict:
+    """run.json's record of the chat template the run trained and saved with, and its loss mask."""
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    return {"chat_template": chat_template_record(template, config.chat_template or "model") if template else None,
+            "loss_mask": loss.record() if loss else None}
 
 
 def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbacks: list, extras: dict | None):
@@ -299,11 +322,12 @@ def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbac
 
 
 def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[dict], *, before,
-                params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float,
+                params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float, templates: dict,
                 diverged: dict | None = None) -> dict:
     """run.json's record of what trained, with a warning when the weights barely moved (`before`:
     a sample of the weights before training, full fine-tuning only), or when training diverged
-    (`diverged`: where, from divergence.DivergenceGuard; then no model was saved)."""
+    (`diverged`: where, from divergence.DivergenceGuard; then no model was saved); `templates`:
+    template_record."""
     moved = None if diverged else weight_update.measure(trainer.model, config.lora.enabled, before)
     warning = (divergence_message(diverged, config.stage) if diverged else
                weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step))
@@ -314,6 +338,7 @@ def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[
         "data": config.data,
         "lineage": lineage,  # what the data was made from, and what it was checked against
         "lora": config.lora.model_dump() if config.lora.enabled else None,
+        **templates,  # the chat template saved with the model, and which tokens trained (template_record)
         # of the trained weights (a merge uses it)
         "dtype": modeling.precision(config.dtype, full_finetune=not config.lora.enabled).dtype,
         "precision": modeling.precision_report(trainer),  # what trained: weights, autocast, optimizer dtypes

@@ -1,5 +1,6 @@
 """What a stage is: a config class, a one-line description, and three hooks the runner calls
-(`check` before anything loads, `build_dataset` from canonical shard rows, `make_trainer`).
+(`check` before anything loads, `build_dataset` from canonical shard rows, `make_trainer`), and
+`loss_mask`, the tokens it trains on, which the run prints once and records.
 
 It sits on rufus_train's ground floor, below grpo/ and stages/, so the GRPO stage and the
 registry's stages subclass it without grpo/ importing the registry above it.
@@ -19,6 +20,7 @@ import pyarrow as pa
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import as_messages, content_text
+from rufus_data.models.loss_mask import LossMask
 from rufus_train.config import StageConfig, trl_config_class
 
 if TYPE_CHECKING:
@@ -63,6 +65,11 @@ class Stage:
     def build_dataset(self, config: StageConfig, rows: pa.Table, tokenizer) -> Dataset:
         """Canonical rows -> the dataset format the TRL trainer reads."""
         raise NotImplementedError
+
+    def loss_mask(self, config: StageConfig, tokenizer) -> LossMask | None:
+        """How the stage finds the tokens that carry loss (rufus_data/models/loss_mask.py); None:
+        it masks no conversation tokens itself (every token trains, or TRL's prompt/completion split)."""
+        return None
 
     def prepare(self, ctx: StageContext) -> None:
         """Load what the stage needs besides the policy (a teacher, reward models) into ctx.extras."""

@@ -68,7 +68,9 @@ def test_clean_sample_mix_has_no_warnings(tmp_path):
 
     repo = Path(__file__).resolve().parents[1]
     result = mix(repo / "catalogs/sft.yaml", tmp_path / "sft")
-    assert inspect_shards(result.out).warnings == []
+    found = inspect_shards(result.out)
+    assert found.warnings == []
+    assert found.loss_mask == {**found.loss_mask, "route": "markers", "chat_template": "rufus_chatml"}  # from the manifest
 
 
 def test_sql_and_cli(tmp_path):

@@ -383,30 +383,48 @@ def test_holdout_precedence():
     assert [len(s.holdout) for s in select_rows(catalog, _counted(catalog, sizes), 5)] == [0, 5]
 
 
-def test_template_without_generation_markers(tmp_path, data_root, tiny_model, capsys):
-    """A `chat_template:` file without {% generation %} blocks (SmolLM2's own ChatML, which still
-    says add_generation_prompt): trainable counts would all be 0, so `basis: trainable` is refused
-    before counting and `basis: total` warns and counts total tokens with that template."""
+def test_template_without_generation_markers_counts_by_prefixes(tmp_path, data_root, tiny_model, capsys):
+    """A `chat_template:` file without {% generation %} blocks that TRL does not know (SmolLM2's own
+    ChatML): it renders prefixes as prefixes, so `basis: trainable` counts each reply from where
+    the prompt's rendering (with the generation prompt) ends; the route is said and recorded."""
     import shutil
 
-    from rufus_data.base.errors import RufusError
+    from transformers import AutoTokenizer
 
     shutil.copy(Path(tiny_model) / "original_chat_template.jinja", tmp_path / "plain.jinja")
     body = {"kind": "sft", "name": "plain", "chat_template": "plain.jinja", "basis": "trainable", "sources": [
         {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0}], "budget": 3000}
-    with pytest.raises(RufusError, match="no \\{% generation %\\} markers.*basis: total"):
+    result = mix(write_catalog(tmp_path, body), tmp_path / "out")
+    assert "rendering each conversation's prefixes" in " ".join(capsys.readouterr().err.split())
+    manifest = json.loads((result.out / "manifest.json").read_text())
+    assert manifest["loss_mask"]["route"] == "prefixes" and manifest["loss_mask"]["chat_template"].startswith("custom")
+    text = (tmp_path / "plain.jinja").read_text()
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    for row in read_shards(result.out).to_pylist()[:5]:  # counted with the override, not the built-in Rufus template
+        whole = tok.apply_chat_template(row["messages"], chat_template=text, tokenize=True)["input_ids"]
+        prompt = tok.apply_chat_template(row["messages"][:-1], chat_template=text, tokenize=True,
+                                         add_generation_prompt=True)["input_ids"]
+        assert whole[: len(prompt)] == prompt  # one reply at the end: its tokens are the rest
+        assert row["num_tokens"] == len(whole) and row["num_trainable_tokens"] == len(whole) - len(prompt)
+
+
+def test_template_no_route_serves(tmp_path, data_root, capsys):
+    """A template with no markers, unknown to TRL (Qwen3's, edited), that rewrites earlier turns (it
+    drops the empty <think> block of replies before the last question): no tokens can be told
+    trainable, so `basis: trainable` is refused before counting, naming it and what to set, and
+    `basis: total` warns and counts total tokens."""
+    from rufus_data.base.errors import RufusError
+    from rufus_data.models.chat_template import shipped_templates
+
+    (tmp_path / "edited.jinja").write_text(shipped_templates()["qwen3"] + "{#- edited here -#}")
+    body = {"kind": "sft", "name": "edited", "chat_template": "edited.jinja", "basis": "trainable", "sources": [
+        {"name": "gsm8k", "path": str(data_root / "gsm8k/train.jsonl"), "share": 1.0}], "budget": 3000}
+    with pytest.raises(RufusError, match="custom .*does not render prefixes as prefixes.*rufus_chatml.*basis: total"):
         mix(write_catalog(tmp_path, body), tmp_path / "out")
     assert not (tmp_path / "out").exists()
     result = mix(write_catalog(tmp_path, {**body, "basis": "total"}), tmp_path / "out")
     assert "num_trainable_tokens will be 0" in capsys.readouterr().err
-    rows = read_shards(result.out).to_pylist()
-    text = (tmp_path / "plain.jinja").read_text()
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(tiny_model)
-    for row in rows[:5]:  # total tokens are counted with the override, not the built-in Rufus template
-        ids = tok.apply_chat_template(row["messages"], chat_template=text, tokenize=True, return_dict=True)["input_ids"]
-        assert row["num_tokens"] == len(ids) and row["num_trainable_tokens"] == 0
+    assert {row["num_trainable_tokens"] for row in read_shards(result.out).to_pylist()} == {0}
 
 
 def test_rl_and_preference_shares_recounted_independently(tmp_path, data_root, tiny_tokenizer):

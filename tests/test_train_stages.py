@@ -15,7 +15,6 @@ from train_helpers import assert_adapter_trained, one_torch_thread, run_tiny, ti
 
 from rufus_data.base.errors import RufusError
 from rufus_train import modeling
-from rufus_train.mask import loss_mask
 from rufus_train.stages import get_stage
 from rufus_train.trl_args import build_trl_args
 
@@ -117,6 +116,12 @@ def test_distill_trains_student_toward_teacher(train_shards, tiny_model, perturb
     assert result.trainer.args.beta == 1.0  # reverse KL by default
 
 
+def trl_mask(tokenizer, messages: list[dict], tools: list | None = None) -> list[int]:
+    """The assistant mask TRL's SFTTrainer builds for a template with markers (before truncation)."""
+    return tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=True,
+                                         return_assistant_tokens_mask=True)["assistant_masks"]
+
+
 def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(tiny_tokenizer, tmp_path, caplog):
     """Open Instruct's SFT filter: an example with every label masked after truncation is dropped
     before training and counted; one with at least one assistant token inside max_length stays."""
@@ -133,8 +138,8 @@ def test_sft_drops_examples_whose_assistant_tokens_all_fall_past_max_length(tiny
     assert [m[0]["content"] for m in dataset["messages"]] == ["What is 2 + 2?", "Name a colour."]
     assert "2 of 4 examples dropped before training" in caplog.text and "max_length 64" in caplog.text
     # what was dropped is what TRL would have trained on nothing: no assistant token within 64
-    assert loss_mask(tiny_tokenizer, conversations[1], True, 64).trained_tokens == 0
-    assert loss_mask(tiny_tokenizer, conversations[1], True, None).trained_tokens > 0
+    assert sum(trl_mask(tiny_tokenizer, conversations[1])[:64]) == 0
+    assert sum(trl_mask(tiny_tokenizer, conversations[1])) > 0
     # without the assistant-only loss nothing is dropped (every token trains)
     everything = tiny_config("sft", [], tmp_path / "sft2", max_length=64, assistant_only_loss=False)
     assert len(get_stage("sft").build_dataset(everything, rows, tiny_tokenizer)) == 4
@@ -160,7 +165,7 @@ def test_sft_drop_is_batched_and_keeps_the_rows_trl_masks_keep(tiny_tokenizer, d
     conversations = [[{k: v for k, v in m.items() if v is not None} for m in c] for c in conversations]
     lengths = (40, 80, 120, 300)
     expected = {n: [i for i, (c, t) in enumerate(zip(conversations, tools))
-                    if loss_mask(tiny_tokenizer, c, True, n, tools=json.loads(t) if t else None).trained_tokens]
+                    if sum(trl_mask(tiny_tokenizer, c, json.loads(t) if t else None)[:n])]
                 for n in lengths}
     assert 0 < len(expected[80]) < len(conversations) and expected[300] != expected[40]  # the lengths cut between rows
     monkeypatch.setattr(tiny_tokenizer, "apply_chat_template", lambda *a, **k: pytest.fail("a row rendered alone"))

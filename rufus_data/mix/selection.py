@@ -22,6 +22,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.folders.dataset_card import tokens_column
 from rufus_data.mix.config import OnBadRow
+from rufus_data.models.chat_template import read_chat_template
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, encode_specs, normalise_specs
 from rufus_data.sources.canonical import Canonicaliser, OpenedSource, open_source
 from rufus_data.sources.catalog import (
@@ -116,8 +117,11 @@ def open_sources(read: CatalogRead) -> tuple[list[OpenedSource], TokenCounter]:
     the tokenizer with the catalog's chat template."""
     catalog = read.catalog
     opened = [open_source(spec) for spec in catalog.sources]
-    counter = TokenCounter(catalog.tokenizer, _read_template(catalog, read.folder, read.path or catalog.name))
-    _check_trainable_spans(catalog, counter)
+    template = read_chat_template(catalog.chat_template, read.folder, str(read.path or catalog.name)) \
+        if catalog.chat_template else None
+    masks = "none" if catalog.kind == "rl" else "required" if catalog.kind == "sft" and catalog.basis == "trainable" else "if_any"
+    counter = TokenCounter(catalog.tokenizer, template, masks=masks)
+    _say_loss_mask(catalog, counter)
     return opened, counter
 
 
@@ -145,29 +149,16 @@ def _rewards_by_label(catalog: MixtureCatalog) -> dict[str, list]:
     return {label: specs for label, (_, specs) in sorted(found.items())}
 
 
-def _check_trainable_spans(catalog: MixtureCatalog, counter: TokenCounter) -> None:
-    """Trainable tokens come from the template's {% generation %} blocks; without them every
-    count would read 0, so a mix that needs them is refused and one that does not says so."""
-    if counter.has_generation_markers or catalog.kind == "rl":
+def _say_loss_mask(catalog: MixtureCatalog, counter: TokenCounter) -> None:
+    """Which tokens count as trainable, said once (rl prompts have none); a template no route serves
+    counts total tokens only, which `basis: trainable` refuses (TokenCounter) and `basis: total` warns."""
+    if catalog.kind == "rl":
         return
-    fix = ("use a template with {% generation %} ... {% endgeneration %} around assistant replies (the built-in "
-           "'smollm2-135m' ships one: rufus_data/models/templates/rufus_chatml.jinja) via `chat_template:`")
-    if catalog.kind == "sft" and catalog.basis == "trainable":
-        raise RufusError(f"the chat template of {catalog.tokenizer!r} has no {{% generation %}} markers, but the catalog "
-                         f"sets `basis: trainable`: {fix}, or set `basis: total`")
-    console.print(f"[yellow]warning:[/] the chat template of {catalog.tokenizer!r} has no {{% generation %}} markers: "
-                  f"num_trainable_tokens will be 0 (shares count total tokens, so the mix is right); to count them, {fix}")
-
-
-def _read_template(catalog: MixtureCatalog, folder: Path, where: Path | str) -> str | None:
-    """`chat_template:` may be inline jinja or a path to a .jinja file (relative to `folder`, the catalog's)."""
-    value = catalog.chat_template
-    if value is None or "{%" in value or "{{" in value:
-        return value
-    path = Path(value) if Path(value).is_absolute() else folder / value
-    if not path.exists():
-        raise RufusError(f"{where}: chat_template file {value} does not exist")
-    return path.read_text()
+    if counter.loss is not None:
+        console.print(counter.loss.describe(), highlight=False)
+        return
+    console.print(f"[yellow]warning:[/] num_trainable_tokens will be 0 (shares count total tokens, so the mix is "
+                  f"right): {counter.no_mask_reason}", highlight=False)
 
 
 # --- pass 1: canonicalise and count ------------------------------------------------------

@@ -101,7 +101,7 @@ def build_pairs(inputs: list[str | Path] | None = None, out: str | Path | None =
         generation[role]["finish_length"] = sum(
             reason == "length" for record in samples[role].values() for reason in record["finish_reasons"])
     tokenizer = pair_tokenizer(config, folders)
-    counter = TokenCounter(tokenizer)
+    counter = TokenCounter(tokenizer, masks="if_any")
     pairs, counts = make_pairs(rows, config, method, samples, scorer,
                                encode=lambda text: counter.tokenizer.encode(text, add_special_tokens=False))
     count_pair_tokens(pairs, counter)

@@ -1,27 +1,28 @@
-"""Token counts of canonical rows, as the trainer will see them.
+"""Token counts and loss masks of canonical rows, as the trainer will see them.
 
-Rows are rendered with the tokenizer's chat template (the Rufus template carries
-{% generation %} markers), then tokenized in batches by the fast (Rust) tokenizer. A token is
-trainable when it overlaps an assistant span: the same rule transformers applies for
+Rows are rendered with the template the loss mask decided (rufus_data/models/loss_mask.py: the
+chat template's own, or TRL's training version of it), then tokenized in batches by the fast
+(Rust) tokenizer. A token is trainable when it overlaps an assistant span ({% generation %}
+blocks, or the prefix spans): the same rule transformers applies for
 `return_assistant_tokens_mask`, so the counts equal TRL's `assistant_masks`."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
-from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Literal
 
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import Kind
+from rufus_data.models.loss_mask import LossMask, NoLossMask, decide_loss_mask, overlap_mask, prefix_spans
 from rufus_data.models.reference import ModelRef
 from rufus_data.sources.chat_render import ChatRenderer
 
 FIRST_TRAINABLE_BATCH = 1024
-GENERATION_MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
+MaskNeed = Literal["required", "if_any", "none"]
 
 
 @dataclass
@@ -44,22 +45,38 @@ def _load_tokenizer(tokenizer_ref: str):
         ) from None
 
 
-class TokenCounter:
-    """Counts total and trainable tokens of canonical rows of one kind."""
+def _name(tokenizer_ref) -> str:
+    return tokenizer_ref if isinstance(tokenizer_ref, str) else getattr(tokenizer_ref, "name_or_path", "") or "given"
 
-    def __init__(self, tokenizer_ref, chat_template: str | None = None):
-        """`tokenizer_ref`: a model reference (loaded here) or an already loaded tokenizer (a trainer's)."""
+
+class TokenCounter:
+    """Counts total and trainable tokens of canonical rows of one kind, and gives their loss masks."""
+
+    def __init__(self, tokenizer_ref, chat_template: str | None = None, *, loss: LossMask | None = None,
+                 masks: MaskNeed = "required"):
+        """`tokenizer_ref`: a model reference (loaded here) or an already loaded tokenizer (a trainer's).
+        `loss`: the decided loss mask, else decided here as `masks` says: `required` (a template no
+        route serves is refused), `if_any` (it counts total tokens; `no_mask_reason` says why none
+        are trainable) or `none` (prompts only: nothing is trainable, nothing decided)."""
         self.tokenizer = tokenizer_ref if not isinstance(tokenizer_ref, str) else _load_tokenizer(tokenizer_ref)
         if chat_template is not None:
             self.tokenizer.chat_template = chat_template
         self.template = self.tokenizer.chat_template
         if not self.template:
-            raise RufusError(f"tokenizer {tokenizer_ref!r} has no chat template: set `chat_template:` in the catalog")
-        # `{% generation %}` blocks, not the word "generation" (every template reads add_generation_prompt)
-        self.has_generation_markers = GENERATION_MARKER.search(self.template) is not None
+            raise RufusError(f"tokenizer {tokenizer_ref!r} has no chat template: set `chat_template:` in the catalog "
+                             "(a shipped name such as rufus_chatml or qwen2_5, or a .jinja file)")
+        self.loss, self.no_mask_reason = loss, None
+        if self.loss is None and masks != "none":
+            try:
+                self.loss = decide_loss_mask(self.tokenizer, f"tokenizer {_name(tokenizer_ref)!r}")
+            except NoLossMask as err:
+                if masks == "required":
+                    raise
+                self.no_mask_reason = str(err)
         self.backend = self.tokenizer.backend_tokenizer
         self.template_kwargs = dict(self.tokenizer.special_tokens_map)
-        self.renderer = ChatRenderer(self.template, self.has_generation_markers)
+        rendered = self.loss.template if self.loss else self.template
+        self.renderer = ChatRenderer(rendered, self.loss is not None and self.loss.tracked)
         # special tokens a batch's shared prefix may end at (_shared_prefix), and whether cutting there
         # was checked to count what the whole texts count (None: not yet)
         self.cut_tokens = [t.content for t in self.tokenizer.added_tokens_decoder.values()
@@ -68,9 +85,16 @@ class TokenCounter:
 
     def render(self, conversations: list[list[dict]], add_generation_prompt: bool = False, tools: list | None = None):
         """(rendered texts, assistant spans of each) of conversations that share the tool schemas
-        `tools`, as transformers renders them (many per template call: rufus_data/sources/chat_render.py)."""
-        return self.renderer.render(conversations, add_generation_prompt=add_generation_prompt, tools=tools,
-                                    **self.template_kwargs)
+        `tools`, as transformers renders them (many per template call: rufus_data/sources/chat_render.py);
+        the spans by the loss mask's route (none with the generation prompt, or without a route)."""
+        texts, spans = self.renderer.render(conversations, add_generation_prompt=add_generation_prompt, tools=tools,
+                                            **self.template_kwargs)
+        if self.loss is not None and not self.loss.tracked and not add_generation_prompt:
+            def render_chats(chats, prompt):
+                return self.renderer.render(chats, add_generation_prompt=prompt, tools=tools, **self.template_kwargs)[0]
+
+            spans = prefix_spans(conversations, texts, render_chats, f"chat template {self.loss.name}")
+        return texts, spans
 
     def count_conversations(self, conversations: list[list[dict]], add_generation_prompt: bool = False) -> Counts:
         return self._encode(*self.render(conversations, add_generation_prompt))
@@ -98,25 +122,36 @@ class TokenCounter:
         return self.render([list(r["prompt"]) + list(r["chosen"]) for r in rows])
 
     def first_trainable(self, conversations: list[list[dict]], tools: list | None = None) -> list[int | None]:
-        """Per conversation, the position of its first trainable token (None: it has none), in batches:
-        a token is trainable by the rule of the counts, so it is the first 1 of TRL's
-        `assistant_masks`. `tools`: per conversation, its tool schemas (a list, its JSON, or None),
-        rendered into the system turn as SFTTrainer renders them; rows are rendered in groups of
-        the same schemas."""
-        if not self.has_generation_markers:  # no {% generation %} blocks: TRL's masks are all 0
+        """Per conversation, the position of its first trainable token (None: it has none): the
+        first 1 of its loss mask (`token_masks`), found without building the masks."""
+        if self.loss is None:
             return [None] * len(conversations)
+        first: list[int | None] = [None] * len(conversations)
+        for i, encoding, spans in self._encoded(conversations, tools):
+            first[i] = _first_overlapping_token(encoding, spans)
+        return first
+
+    def token_masks(self, conversations: list[list[dict]], tools: list | None = None) -> list[tuple[list[int], list[int]]]:
+        """Per conversation, (token ids, loss mask): what TRL trains with (routes 1 and 2: its
+        `assistant_masks`; route 3: what the SFT stage hands it). `tools` as in `first_trainable`."""
+        masks: list = [None] * len(conversations)
+        for i, encoding, spans in self._encoded(conversations, tools):
+            masks[i] = (list(encoding.ids), overlap_mask(encoding.offsets, spans) if self.loss else [0] * len(encoding.ids))
+        return masks
+
+    def _encoded(self, conversations: list[list[dict]], tools: list | None):
+        """(index, encoding, spans) of each conversation, rendered and encoded in batches of rows that
+        share tool schemas. `tools`: per conversation, its tool schemas (a list, its JSON, or None),
+        rendered into the system turn as SFTTrainer renders them."""
         groups: dict[str, list[int]] = {}
         for i, schemas in enumerate(tools or [None] * len(conversations)):
             groups.setdefault(schemas if isinstance(schemas, str) else json.dumps(schemas), []).append(i)
-        first: list[int | None] = [None] * len(conversations)
         for schemas, rows in groups.items():
             for lo in range(0, len(rows), FIRST_TRAINABLE_BATCH):
                 part = rows[lo : lo + FIRST_TRAINABLE_BATCH]
                 rendered, spans = self.render([conversations[i] for i in part], tools=json.loads(schemas) or None)
                 encodings = self.backend.encode_batch(rendered, add_special_tokens=False)
-                for i, encoding, row_spans in zip(part, encodings, spans, strict=True):
-                    first[i] = _first_overlapping_token(encoding, row_spans)
-        return first
+                yield from zip(part, encodings, spans, strict=True)
 
     def _encode(self, rendered: list[str], spans) -> Counts:
         cut = self._shared_prefix(rendered, spans)
@@ -152,17 +187,19 @@ class TokenCounter:
 
 def _overlapping_tokens(encoding, spans: list[tuple[int, int]]) -> int:
     """Tokens whose character range overlaps any span: from the token holding the span's first
-    character to the token holding its last (byte-level tokenizers cover every character).
-    Falls back to scanning the offsets when a character maps to no token."""
-    count = 0
+    character to the token holding its last (byte-level tokenizers cover every character), a
+    token two spans share counted once. Falls back to scanning the offsets when a character maps
+    to no token."""
+    count, counted_to = 0, -1  # the last token counted
     for span_start, span_end in spans:
         if span_end <= span_start:
             continue
         first = encoding.char_to_token(span_start)
         last = encoding.char_to_token(span_end - 1)
         if first is None or last is None:
-            return _overlapping_by_offsets(encoding.offsets, spans)
-        count += last - first + 1
+            return sum(overlap_mask(encoding.offsets, spans))
+        count += max(0, last - max(first, counted_to + 1) + 1)
+        counted_to = max(counted_to, last)
     return count
 
 
@@ -179,14 +216,3 @@ def _first_overlapping_token(encoding, spans: list[tuple[int, int]]) -> int | No
         if any(token_start < end and token_end > start for start, end in spans):
             return position
     return None
-
-
-def _overlapping_by_offsets(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> int:
-    starts = [o[0] for o in offsets]
-    ends = [o[1] for o in offsets]
-    count = 0
-    for span_start, span_end in spans:
-        first = bisect_right(ends, span_start)  # first token ending after the span starts
-        last = bisect_left(starts, span_end)  # first token starting at or after the span end
-        count += max(0, last - first)
-    return count

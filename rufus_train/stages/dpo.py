@@ -1,7 +1,8 @@
 """`dpo`: preference optimisation with TRL's DPOTrainer on `prompt`/`chosen`/`rejected` rows.
 
-The reference model is the policy with its LoRA adapter switched off (no second copy in
-memory); with full fine-tuning TRL keeps a frozen copy."""
+With LoRA the reference is a frozen `ref` adapter TRL 1.16 adds, a copy of the fresh adapter (so
+its scores are the base model's, as with the adapter off; one adapter more, not a second model);
+with full fine-tuning TRL keeps a frozen copy."""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-"""`sft` (loss on assistant turns only, via the chat template's {% generation %} markers),
+"""`sft` (loss on assistant turns only: the tokens rufus_data/models/loss_mask.py finds),
 `sft_full` (the Smol playbook's full fine-tuning SFT baseline: the same stage with its settings)
 and `midtrain` (continued pretraining on long traces: packing, loss on every token). All run
 TRL's SFTTrainer on `messages` rows (midtrain also reads a plain `text` column).
 
 With the loss on assistant turns, an example whose assistant tokens all fall past `max_length`
 would train on nothing: such examples are dropped before training and counted (console and
-train.log), as Open Instruct's SFT filter does."""
+train.log), as Open Instruct's SFT filter does. A template TRL cannot mask (the loss mask's
+`prefixes` route) is trained from token ids and masks Rufus hands TRL; the others TRL tokenizes
+and masks itself (its training template swapped in where the loss mask says so)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from pydantic import Field
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import KIND_COLUMNS
+from rufus_data.models.loss_mask import LossMask, decide_loss_mask
 from rufus_data.sources.tokens import TokenCounter
 from rufus_train.config import LoraSettings, StageConfig
 from rufus_train.stage_base import Stage, StageContext, conversational, without_empty_replies
@@ -25,12 +28,13 @@ from rufus_train.stage_base import Stage, StageContext, conversational, without_
 log = logging.getLogger("rufus_train")
 
 
-def rows_with_loss(tokenizer, conversations: list[list[dict]], tools: list | None, max_length: int) -> list[int]:
+def rows_with_loss(tokenizer, conversations: list[list[dict]], tools: list | None, max_length: int,
+                   loss: LossMask | None = None) -> list[int]:
     """Indices of the conversations with at least one assistant token among their first
     `max_length` tokens (Open Instruct's SFT filter: an example whose labels are all masked after
     truncation trains nothing and only dilutes the batch). The mask is the one TRL trains with,
     found by mix's batched counter (rendered and tokenised a batch at a time, not row by row)."""
-    first = TokenCounter(tokenizer).first_trainable(conversations, tools)
+    first = TokenCounter(tokenizer, loss=loss).first_trainable(conversations, tools)
     return [i for i, position in enumerate(first) if position is not None and position < max_length]
 
 
@@ -41,7 +45,8 @@ class SFTStageConfig(StageConfig):
     lora_learning_rate: ClassVar[float] = 1e-4
     trl_config: ClassVar[str] = "trl.SFTConfig"
 
-    assistant_only_loss: bool = Field(True, description="loss on assistant turns only ({% generation %} markers)")
+    assistant_only_loss: bool = Field(True, description="loss on assistant turns only (the chat template's "
+                                      "{% generation %} markers, TRL's training template, or its rendered prefixes)")
     packing: bool = Field(False, description="pack several examples into each max_length row (packing_strategy)")
     packing_strategy: Literal["bfd", "bfd_split", "wrapped"] = Field(
         "bfd", description="bfd: whole conversations per row, padding-free (one flattened row per batch: "
@@ -99,6 +104,11 @@ class SFTStage(Stage):
             raise RufusError("sft: packing_strategy wrapped cuts conversations mid-turn; with assistant_only_loss "
                              "set packing_strategy: bfd (or turn packing off)")
 
+    def loss_mask(self, config: SFTStageConfig, tokenizer) -> LossMask | None:
+        if not config.assistant_only_loss:
+            return None
+        return decide_loss_mask(tokenizer, f"model {config.model}")
+
     def build_dataset(self, config: SFTStageConfig, rows: pa.Table, tokenizer):
         from datasets import Dataset  # heavy: only when a run builds its dataset
 
@@ -109,24 +119,37 @@ class SFTStage(Stage):
             columns["tools"] = rows.column("tools").to_pylist()
         if config.assistant_only_loss:
             columns = without_empty_replies(columns, ("messages",), self.name)
-        if config.assistant_only_loss and config.max_length is not None:
-            keep = rows_with_loss(tokenizer, columns["messages"], columns.get("tools"), config.max_length)
-            if len(keep) < len(columns["messages"]):
-                dropped = len(columns["messages"]) - len(keep)
-                message = (f"{dropped} of {len(columns['messages'])} examples dropped before training: every "
-                           f"assistant token falls past max_length {config.max_length} (no label left to train)")
-                log.info("sft: %s", message)
-                console.print(f"[yellow]sft:[/] {message}")
-            if not keep:
-                raise RufusError(f"sft: no example has an assistant token within max_length {config.max_length}: "
-                                 "raise max_length or shorten the prompts")
-            columns = {name: [values[i] for i in keep] for name, values in columns.items()}
-        return Dataset.from_dict(columns)
+        loss = self.loss_mask(config, tokenizer)
+        if loss is not None and not loss.tracked:  # TRL cannot mask this template: it trains on Rufus's masks
+            masks = TokenCounter(tokenizer, loss=loss).token_masks(columns["messages"], columns.get("tools"))
+            columns = {"input_ids": [ids for ids, _ in masks], "assistant_masks": [mask for _, mask in masks]}
+            keep = [i for i, mask in enumerate(columns["assistant_masks"]) if 1 in mask[: config.max_length]]
+        elif loss is not None and config.max_length is not None:
+            keep = rows_with_loss(tokenizer, columns["messages"], columns.get("tools"), config.max_length, loss)
+        else:
+            return Dataset.from_dict(columns)
+        return Dataset.from_dict(_kept(columns, keep, config.max_length))
 
     def make_trainer(self, ctx: StageContext):
         from trl import SFTTrainer
 
+        if "assistant_masks" in ctx.train_dataset.column_names:  # masks Rufus made: TRL must not swap templates
+            ctx.args.assistant_only_loss = False
         return SFTTrainer(**ctx.trainer_kwargs())
+
+
+def _kept(columns: dict, keep: list[int], max_length: int | None) -> dict:
+    """The columns of the rows in `keep`, the dropped ones counted (console and train.log); none kept is refused."""
+    total = len(next(iter(columns.values())))
+    if len(keep) < total:
+        message = (f"{total - len(keep)} of {total} examples dropped before training: every assistant token falls "
+                   f"past max_length {max_length} (no label left to train)")
+        log.info("sft: %s", message)
+        console.print(f"[yellow]sft:[/] {message}")
+    if not keep:
+        raise RufusError(f"sft: no example has an assistant token within max_length {max_length}: raise max_length or "
+                         "shorten the prompts")
+    return {name: [values[i] for i in keep] for name, values in columns.items()}
 
 
 class MidtrainStage(SFTStage):
