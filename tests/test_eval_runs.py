@@ -188,7 +188,7 @@ def test_failed_runs_leave_no_folder(tmp_path, monkeypatch, data_root):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     runner = CliRunner()
     res = runner.invoke(app, ["suite", "quick", "--ckpt", "MISSING", "--out", str(tmp_path / "DIR")])
-    assert res.exit_code == 2 and "model 'MISSING' is neither a model folder nor a built-in" in res.output
+    assert res.exit_code == 2 and "model 'MISSING' cannot be loaded: HF_HUB_OFFLINE" in res.output
     judged = write_suite(tmp_path, MIXED.replace("scorer: {name: ifeval}",
                                                  "scorer: {name: llm_judge, model: m, base_url: 'http://127.0.0.1:9/v1'}")
                          .replace("gold_fields: [instruction_id_list, kwargs]", "gold_fields: [prompt]"))

@@ -190,8 +190,8 @@ def test_serve_dry_run_prints_the_server_command_and_starts_nothing(tmp_path, mo
     command = result.stdout.strip()
     assert command.startswith("VLLM_SERVER_DEV_MODE=1 CUDA_VISIBLE_DEVICES=0,1,2,3 ")
     for flag in ("--tensor-parallel-size 2", "--data-parallel-size 2", "--max-model-len 16384", "--dtype bfloat16",
-                 "--gpu-memory-utilization 0.9", "--host 0.0.0.0", "--port 8000", "-m vllm.entrypoints.openai.api_server"):
-        assert flag in command, flag  # the recipe's defaults
+                 "--gpu-memory-utilization 0.9", "--host 127.0.0.1", "--port 8000", "-m vllm.entrypoints.openai.api_server"):
+        assert flag in command, flag  # the recipe's defaults, on loopback unless asked (issue 47)
     uneven = invoke("serve", "org/model", "--dry_run", "--devices", "0,1,2", "--data_parallel_size", "2")
     assert uneven.exit_code == 2 and "does not divide the 3 GPUs" in uneven.output
     # the launch settings are ServerLaunch's: the same options as rufus-data's vllm backend

@@ -161,8 +161,9 @@ def test_a_run_folder_without_a_finished_step_is_taken_over(sft_shards, tmp_path
     config = load("sft", data=[str(sft_shards["sft"])], output_dir=str(run))
     check_config(config)
     with contextlib.ExitStack() as held:
-        out, resume = prepare_output(config, held)
-    assert resume is None and not (out / "data").exists() and (out / "config.yaml").read_text() != "stage: sft\n"
+        out, resume, done = prepare_output(config, held)
+    assert resume is None and done is None and not (out / "data").exists()
+    assert (out / "config.yaml").read_text() != "stage: sft\n"
     assert "holds no finished step" in capsys.readouterr().err
     (run / "checkpoint-2").mkdir()
     with pytest.raises(RufusError, match=r"already holds a run \(checkpoint-2\): pass --overwrite"):
