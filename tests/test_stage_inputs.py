@@ -42,6 +42,14 @@ def test_list_content_is_joined_as_the_chat_layer_joins_text_parts():
     assert content_text("plain") == "plain" and content_text(None) is None
 
 
+def test_an_rl_prompt_with_list_content_reaches_the_generator_as_text():
+    """filter and pairs read RL prompts through the same rule, never a Python repr of the parts."""
+    from rufus_data.rollouts.prompts import normalise_prompt
+
+    assert normalise_prompt([{"role": "user", "content": PARTS}], "row 1") == [
+        {"role": "user", "content": "First part.\nSecond part."}]
+
+
 def mix(tmp_path, rows, *extra):
     src = tmp_path / "rows.jsonl"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows))

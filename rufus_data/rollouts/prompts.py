@@ -16,6 +16,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.folders.shards import (
     DATA_DIR,
     as_messages,
+    content_text,
     folder_fingerprint,
     read_shards,
     sample_indices,
@@ -46,7 +47,7 @@ def normalise_prompt(value, where: str) -> list[dict]:
     messages = as_messages(value)
     if isinstance(messages, Sequence) and messages and all(isinstance(m, dict) and "role" in m and "content" in m
                                                            for m in messages):
-        return [{"role": str(m["role"]), "content": "" if m["content"] is None else str(m["content"])} for m in messages]
+        return [{"role": str(m["role"]), "content": content_text(m["content"]) or ""} for m in messages]
     raise RufusError(f"{where}: `prompt` must be a list of {{role, content}} messages or a string, got {value!r:.120}")
 
 
