@@ -16,6 +16,7 @@ A catalog found in none of them is an error naming the places it looked."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -77,11 +78,10 @@ def docs_root() -> Path:
     checkout = source_checkout()
     if checkout is not None:
         return checkout / "docs"
-    try:
-        root = resources.files(SHIPPED_DOCS)
-    except ModuleNotFoundError:
-        raise RufusError(f"Rufus's docs (the package {SHIPPED_DOCS}) are not installed: reinstall rufus") from None
-    return Path(root.joinpath(CONSTRAINTS)).parent  # a folder without __init__.py is a MultiplexedPath: its folder
+    spec = importlib.util.find_spec(SHIPPED_DOCS)
+    if spec is None or not spec.submodule_search_locations:
+        raise RufusError(f"Rufus's docs (the package {SHIPPED_DOCS}) are not installed: reinstall rufus")
+    return Path(next(iter(spec.submodule_search_locations)))  # a folder without __init__.py has no files() path
 
 
 def docs_page(page: str) -> str:
