@@ -96,8 +96,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     (recorded with the reason and the command that fetches it), or, with `strict`, refused before
     the model loads."""
     resolved = resolve(req)  # the backend decided, the suite and its tasks, the step (plan.py)
-    req, suite, tasks, step, step_from = (resolved.request, resolved.suite, resolved.tasks, resolved.step,
-                                          resolved.step_from)
+    req, suite, tasks = resolved.request, resolved.suite, resolved.tasks
     default_name = resolved.default_name()
     # hf and vllm load a folder; a server knows the model by the name given as the checkpoint
     model = local_model(resolved.model) if resolved.model else req.checkpoint
@@ -110,22 +109,7 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
         try:
             with OutputLock(out, "rufus-eval suite"):  # one writer per run folder, before any task runs
                 refuse_existing_output(out, req.overwrite)
-                record = {
-                    "run": work.run_name,
-                    "suite": suite.name,
-                    "checkpoint": str(req.checkpoint),
-                    "step": step,
-                    "step_from": step_from,
-                    "final": req.final,
-                    "not_run": left_out(suite, tasks, req.final),  # the suite's tasks left out, with why
-                    "limit": req.limit,
-                    "created": work.created,
-                    "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit
-                    "system_prompt": suite.system_prompt,
-                    "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
-                    "tasks": {},
-                    "judges": {},
-                }
+                record = _new_record(resolved, work, training_run)
                 _run_tasks(suite, tasks, model, req, record, work, out)
                 record["tasks"] = {t.name: {**record["tasks"][t.name], "data_check": data_checks[t.name].as_dict()}
                                    for t in tasks}  # suite order
@@ -146,6 +130,27 @@ def run_suite(req: EvalRequest, fmt: str = "table") -> dict:
     console.print(f"run folder: {out}  (compare runs with `rufus-eval compare {out} OTHER_RUN...`)", highlight=False,
                   markup=False, soft_wrap=True)
     return record
+
+
+def _new_record(resolved, work: SuiteWork, training_run: Path | None) -> dict:
+    """results.json before any task ran: what runs, on what, and what the suite leaves out."""
+    req, suite = resolved.request, resolved.suite
+    return {
+        "run": work.run_name,
+        "suite": suite.name,
+        "checkpoint": str(req.checkpoint),
+        "step": resolved.step,
+        "step_from": resolved.step_from,
+        "final": req.final,
+        "not_run": left_out(suite, resolved.tasks, req.final),  # the suite's tasks left out, with why
+        "limit": req.limit,
+        "created": work.created,
+        "versions": package_versions("lm_eval", "transformers", "torch"),  # rufus's names the commit
+        "system_prompt": suite.system_prompt,
+        "training_run": str(training_run) if training_run else None,  # whose data lineage data_check reads
+        "tasks": {},
+        "judges": {},
+    }
 
 
 def _run_tasks(suite: Suite, tasks: list[Task], model: str, req: EvalRequest, record: dict, work: SuiteWork,
