@@ -6,6 +6,7 @@ n-grams shared by many eval item families are boilerplate and never indexed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,19 +158,26 @@ def gram_postings(grams: np.ndarray, items: np.ndarray, is_answer: np.ndarray, l
     return postings, by_length, int((~keep_gram).sum())
 
 
-def scan_exact(batch: FieldBatch, index: ExactIndex, found: Candidates) -> None:
-    """Exact n-grams (and short whole-text grams), vectorised over the batch: one rolling pass
-    for all gram lengths, a filter on the low bits to discard almost every gram, a binary
-    search for the rest."""
-    for length, grams in rolling_gram_hashes(batch.ids, index.gram_lengths):
+def indexed_grams(ids: np.ndarray, offsets: np.ndarray, index) -> Iterator[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """(length, grams, starts, texts) of the grams of each indexed length that are in the index
+    (`gram_lengths`, `filters`, `keys`): a filter on the low bits discards almost every gram, a
+    binary search checks the rest; a gram that crosses into the next text is none."""
+    for length, grams in rolling_gram_hashes(ids, index.gram_lengths):
         filter_, mask = index.filters[length]
         maybe = np.flatnonzero(filter_[(grams & mask).astype(np.int64)])
         if not len(maybe):
             continue
         hit = maybe[sorted_member(grams[maybe], index.keys[length])]
-        owner = np.searchsorted(batch.offsets, hit, side="right") - 1
-        inside = hit + length <= batch.offsets[owner + 1]  # the gram does not cross into the next text
-        hit, owner = hit[inside], owner[inside]
+        owner = np.searchsorted(offsets, hit, side="right") - 1
+        inside = hit + length <= offsets[owner + 1]
+        yield length, grams, hit[inside], owner[inside]
+
+
+def scan_exact(batch: FieldBatch, index: ExactIndex, found: Candidates) -> None:
+    """Exact n-grams (and short whole-text grams), vectorised over the batch: one rolling pass
+    for all gram lengths, a filter on the low bits to discard almost every gram, a binary
+    search for the rest."""
+    for length, grams, hit, owner in indexed_grams(batch.ids, batch.offsets, index):
         for start, t, entries in zip(hit.tolist(), owner.tolist(), index.postings.lookup_many(grams[hit])):
             gram = int(grams[start])
             text = " ".join(batch.tokens[start : start + length].to_pylist())

@@ -16,9 +16,9 @@ import pyarrow.compute as pc
 
 from rufus_data.decontam.candidates import Candidates
 from rufus_data.decontam.config import DecontamConfig
-from rufus_data.decontam.exact_stage import Postings, gram_postings, low_bits_filter
+from rufus_data.decontam.exact_stage import Postings, gram_postings, indexed_grams, low_bits_filter
 from rufus_data.decontam.texts import PROBLEM, EvalTexts, FieldBatch
-from rufus_data.similarity.ngram_hash import TokenHasher, gram_hashes, rolling_gram_hashes, sorted_member
+from rufus_data.similarity.ngram_hash import TokenHasher, gram_hashes
 
 DIGITS = "[0-9]+"
 
@@ -72,15 +72,8 @@ def scan_numbers(batch: FieldBatch, index: NumbersIndex, hasher: TokenHasher, fo
     if not index.gram_lengths:
         return
     masked = masked_ids(batch.tokens, batch.ids, hasher)
-    for length, grams in rolling_gram_hashes(masked, index.gram_lengths):
-        filter_, mask = index.filters[length]
-        maybe = np.flatnonzero(filter_[(grams & mask).astype(np.int64)])
-        if not len(maybe):
-            continue
-        hit = maybe[sorted_member(grams[maybe], index.keys[length])]
-        owner = np.searchsorted(batch.offsets, hit, side="right") - 1
-        inside = hit + length <= batch.offsets[owner + 1]
-        for t, entries in zip(owner[inside].tolist(), index.postings.lookup_many(grams[hit[inside]])):
+    for _, grams, hit, owner in indexed_grams(masked, batch.offsets, index):
+        for t, entries in zip(owner.tolist(), index.postings.lookup_many(grams[hit])):
             for item, _, _ in entries:
                 c = found.at(int(batch.row_of[t]), item)
                 c.fields.add(batch.names[t])
