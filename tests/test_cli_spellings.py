@@ -30,12 +30,18 @@ def said(result) -> str:
 def test_each_trl_spelling_through_rufus_train_stage(entry, tmp_path, no_model_loads):
     result = CliRunner().invoke(train_app, ["stage", "sft", "--dry_run", "--model", "tiny-random",
                                             "--output_dir", str(tmp_path / "run"), *fed(entry)], env={"COLUMNS": "200"})
-    assert "Traceback" not in result.output
+    taken_or_refused(result, entry, "TRL's")
+
+
+def taken_or_refused(result, entry, whose: str) -> None:
+    """A borrowed spelling is either taken, with its note and its Rufus value in the plan, or
+    refused (exit 2) with the line that says where Rufus keeps the setting; never a traceback."""
+    assert "Traceback" not in result.output and "No such option" not in result.output
     if result.exit_code == 2:
         assert entry.shows in said(result), result.output
         return
     assert result.exit_code == 0, result.output
-    assert f"note: {entry.name}" in said(result) and "is TRL's spelling" in said(result)
+    assert f"note: {entry.name}" in said(result) and f"is {whose} spelling" in said(result)
     assert entry.shows in result.stdout, result.stdout
 
 
@@ -43,13 +49,7 @@ def test_each_trl_spelling_through_rufus_train_stage(entry, tmp_path, no_model_l
 def test_each_lm_eval_spelling_through_rufus_eval_suite(entry, no_model_loads):
     result = CliRunner().invoke(eval_app, ["suite", "quick", "--ckpt", "tiny-random", "--dry-run", *fed(entry)],
                                 env={"COLUMNS": "200"})
-    assert "Traceback" not in result.output and "No such option" not in result.output
-    if result.exit_code == 2:
-        assert entry.shows in said(result), result.output
-        return
-    assert result.exit_code == 0, result.output
-    assert f"note: {entry.name}" in said(result) and "is lm-eval's spelling" in said(result)
-    assert entry.shows in result.stdout, result.stdout
+    taken_or_refused(result, entry, "lm-eval's")
 
 
 def test_model_args_key_without_a_rufus_setting_says_where_it_lives(no_model_loads):
