@@ -41,6 +41,12 @@ def mix_args(tmp_path: Path, out: Path) -> list[str]:
     return ["mix", str(catalog), "--out", str(out)]
 
 
+def writer_args(command: str, tmp_path: Path, shards: Path, out: Path) -> list[str]:
+    if command == "mix":
+        return mix_args(tmp_path, out)
+    return [command, str(shards), *(["--against", "gsm8k"] if command == "decontam" else []), "--out", str(out)]
+
+
 def assert_one_paragraph(result, out: Path, why: str) -> None:
     text = " ".join(result.output.split())
     assert result.exit_code == 2, result.output
@@ -50,10 +56,10 @@ def assert_one_paragraph(result, out: Path, why: str) -> None:
     assert [p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}.") and "work" not in p.name] == []
 
 
-@pytest.mark.parametrize("command", ["mix", "dedup"])
-def test_a_full_disk_while_writing_is_one_paragraph_and_leaves_nothing(tmp_path, shards, monkeypatch, command):
+@pytest.mark.parametrize("command", ["mix", "dedup", "decontam"])
+def test_a_full_disk_while_writing_is_one_paragraph_and_leaves_nothing(tmp_path, shards, monkeypatch, command, data_root):
     out = tmp_path / "out"
-    args = mix_args(tmp_path, out) if command == "mix" else ["dedup", str(shards), "--out", str(out)]
+    args = writer_args(command, tmp_path, shards, out)
 
     def full(*_args, **_kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -75,13 +81,13 @@ def tmpfs(folder: Path, options: str):
         subprocess.run(["umount", str(folder)], check=False)
 
 
-@pytest.mark.parametrize("command", ["mix", "dedup"])
-def test_a_real_full_disk_and_a_read_only_folder(tmp_path, shards, command):
+@pytest.mark.parametrize("command", ["mix", "dedup", "decontam"])
+def test_a_real_full_disk_and_a_read_only_folder(tmp_path, shards, command, data_root):
     for options, why in (("size=12k", "no space left on the device (ENOSPC)"),
                          ("ro,size=64k", "the file system is read-only (EROFS")):
         folder = tmp_path / options.replace(",", "-").replace("=", "")
         with tmpfs(folder, options):
             out = folder / "out"
-            args = mix_args(tmp_path, out) if command == "mix" else ["dedup", str(shards), "--out", str(out)]
+            args = writer_args(command, tmp_path, shards, out)
             result = runner.invoke(app, args)
             assert_one_paragraph(result, out, why)
