@@ -24,6 +24,8 @@ quantized models, PEFT, a reward model on a local GPU) was re-checked against th
   `kernels` package for the FlashAttention-3 tree-attention kernel it packs with (fetched from
   the Hub on first use: attention_kernel.py), no Liger kernel, attention-only architectures, picklable rewards.
 - Every stage setting the async config has no field for (async_config.py): refused by name.
+- Warned, not refused: a `token_budget` without room for two completions of `max_completion_length` costs
+  throughput, not correctness (the recipe measured 7 groups in 12 steps against 11).
 
 The checks every GRPO run shares sit beside this module: length_checks.py (completion length
 against the server's `max_model_len`) and rollout_state.py (the async resume position); the
@@ -36,7 +38,9 @@ import importlib.util
 import os
 import pickle
 import sys
+import warnings
 
+from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.models.builtin import read_model_config
@@ -88,8 +92,30 @@ def async_problems(config, environ: dict | None = None) -> list[str]:
     return problems
 
 
+def token_budget_warning(config) -> str | None:
+    """A set `token_budget` that cannot hold two completions of `max_completion_length` with their
+    prompts per micro-batch row: every row trains one sample, so each step covers part of a group. Slower, not
+    wrong (the seed measured it), so a warning, never a refusal."""
+    budget, longest = getattr(config, "token_budget", None), config.max_completion_length
+    if budget is None or budget <= 0 or budget > 2 * longest:
+        return None
+    return (
+        f"token_budget {budget} holds one completion of max_completion_length {longest} (plus its prompt) per "
+        "micro-batch row, so each step trains few samples: a small budget costs throughput, not correctness. The "
+        "recipe measured it (seed 000): token_budget 4096 with 2048-token completions trained 7 groups in 12 "
+        "steps; with the server's context at 16384 and token_budget null, the same 12 steps trained 11. Leave "
+        f"token_budget null (the server's max_model_len) or set it above {2 * longest} (two completions a row) by "
+        "at least two prompts' length"
+    )
+
+
 def validate_async_args(config, environ: dict | None = None) -> None:
-    """Raise one RufusError listing every problem of `config` for async GRPO (nothing loads)."""
+    """Raise one RufusError listing every problem of `config` for async GRPO (nothing loads);
+    first warn about what only slows it (token_budget_warning)."""
+    slow = token_budget_warning(config)
+    if slow:
+        console.print(f"[bold yellow]warning:[/] {slow}", highlight=False, soft_wrap=True)
+        warnings.warn(slow, UserWarning, stacklevel=2)
     problems = async_problems(config, environ)
     if problems:
         raise RufusError(
