@@ -44,6 +44,7 @@ from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.models.builtin import read_model_config
+from rufus_data.models.devices import gpu_ids
 from rufus_train.grpo.async_config import async_setting_problems
 from rufus_train.grpo.attention_kernel import CUDA_KERNEL, cached_kernel, kernels_missing
 from rufus_train.launch import accelerate_config_path
@@ -60,7 +61,7 @@ def async_problems(config, environ: dict | None = None) -> list[str]:
     """Every reason the AsyncGRPOTrainer path cannot run `config` (a GRPO stage config), one string each."""
     env = dict(os.environ if environ is None else environ)
     problems: list[str] = []
-    problems += _environment_problems(env)
+    problems += _environment_problems(env, named_gpus(config))
     problems += _distributed_problems(config, env)
     trainer = dict(getattr(config, "trainer", {}) or {})
     eval_strategy = str(trainer.get("eval_strategy", "no")).lower()
@@ -124,14 +125,23 @@ def validate_async_args(config, environ: dict | None = None) -> None:
         )
 
 
-def _environment_problems(env: dict) -> list[str]:
+def named_gpus(config) -> str:
+    """The GPUs the config's roles name, as a clause for a message ('' when none are named)."""
+    roles = getattr(config, "devices", None)
+    named = [f"{role} GPU {','.join(gpu_ids(getattr(roles, role)))}" for role in ("trainer", "server")
+             if roles is not None and gpu_ids(getattr(roles, role))]
+    return f" This config places the {' and the '.join(named)} (devices)." if named else ""
+
+
+def _environment_problems(env: dict, wanted: str = "") -> list[str]:
     problems = []
     import torch  # heavy: only when an async run is checked
 
     if not torch.cuda.is_available():
         problems.append(
             "(trl) no CUDA GPU is visible to the trainer: async GRPO packs rollouts with a FlashAttention-3 kernel "
-            "and pushes weights to vLLM over NCCL, both CUDA-only. Run on a GPU machine, or use grpo_execution: sync"
+            f"and pushes weights to vLLM over NCCL, both CUDA-only.{wanted} Run on a GPU machine, or use "
+            "grpo_execution: sync"
         )
     elif not torch.version.hip and torch.cuda.get_device_capability()[0] < 8:
         name = torch.cuda.get_device_name()
