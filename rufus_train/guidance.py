@@ -5,6 +5,8 @@ advice, not rules a trainer breaks on.
 
 - packing in SFT with the stage's unpacked learning rate;
 - a preference stage (dpo, kto, orpo) over more than one epoch;
+- a preference stage (dpo and its apo_zero, kto, orpo, online_dpo) whose beta is outside the
+  playbook's 0.01-0.5 sweep (SmolLM3's best: 0.1);
 - in a pipeline, a preference stage whose learning rate is not 5-20x below the SFT stage before it."""
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ PACKED_STAGES = ("sft", "sft_full")  # midtrain packs by definition (continued p
 SFT_STAGES = ("sft", "sft_full")
 PREFERENCE_STAGES = ("dpo", "kto", "orpo")
 PREFERENCE_LR_BELOW_SFT = (5.0, 20.0)  # the playbook: the preference learning rate 5-20x below SFT's
+BETA_STAGES = ("dpo", "kto", "orpo", "online_dpo")
+PREFERENCE_BETA_RANGE = (0.01, 0.5)  # the playbook sweeps beta over 0.01-0.5; SmolLM3's best was 0.1
+# the length-normalised loss averages log-ratios per token: its beta lives on another scale (Tulu 3: 5)
+PER_TOKEN_LOSSES = ("sigmoid_norm",)
 
 
 class GuidanceWarning(UserWarning):
@@ -50,6 +56,18 @@ def check_stage(config) -> None:
         warn(f"{config.stage}: num_train_epochs {config.num_train_epochs:g}. The Smol playbook trains preference "
              "optimisation for one epoch: later passes over the same pairs overfit them. To use more pairs, split the data and run another round from this "
              "stage's output (a pipeline of preference stages); set num_train_epochs: 1")
+    check_preference_beta(config)
+
+
+def check_preference_beta(config) -> None:
+    """The playbook's beta sweep for preference optimisation; a per-token (length-normalised) loss
+    is left out, since its beta is on another scale."""
+    low, high = PREFERENCE_BETA_RANGE
+    if config.stage not in BETA_STAGES or getattr(config, "loss_type", None) in PER_TOKEN_LOSSES:
+        return
+    if not low <= config.beta <= high:
+        warn(f"{config.stage}: beta {config.beta:g} is outside the Smol playbook's {low:g}-{high:g} range for "
+             "preference optimisation (SmolLM3's best: 0.1); set beta within it, e.g. 0.1")
 
 
 def check_pipeline(stages: list) -> None:

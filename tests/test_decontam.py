@@ -264,7 +264,7 @@ def test_normalisation_is_shared_and_keeps_numbers_and_latex():
 # Hub revisions that are not commit shas: none could be looked up offline. Loading one of these
 # from the hub prints a warning; pin a commit and remove it from this list.
 UNPINNED = {
-    "aime25", "ifeval", "mbpp", "gsm_plus", "gpqa_diamond", "mixeval_hard", "global_mmlu",  # `main`
+    "aime25", "ifeval", "mbpp", "gsm_plus", "gpqa_diamond", "mixeval_hard", "global_mmlu", "mmlu_pro",  # `main`
     "livecodebench",  # `main`: the files of the v4_v5 window (the repo's version tags are loader-script configs)
 }
 

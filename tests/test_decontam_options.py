@@ -124,7 +124,7 @@ def test_against_resolves_suites_and_refuses_a_set_that_shadows_one(tmp_path):
     resolved = resolve_against(load_registry()[0], [str(suite)], ["quick"])
     assert resolved.benchmarks == ["gsm8k", "math500", "ifeval", "humaneval"] and resolved.suites == [str(suite), "quick"]
     assert list(resolved.not_checked) == ["mine/own"] and "inline" in resolved.not_checked["mine/own"]
-    with pytest.raises(RufusError, match=r"unknown benchmark or set `smolm3`.*did you mean `smollm3`.*suites: quick, smollm3"):
+    with pytest.raises(RufusError, match=r"unknown benchmark or set `smolm3`.*did you mean `smollm3`.*suites: checkpoint_eval, quick, smollm3"):
         resolve_against(load_registry()[0], ["smolm3"])
 
 

@@ -133,6 +133,21 @@ def test_dead_frac_is_over_local_rows_and_the_gathered_share_has_its_own_name(ti
     assert (metrics["dyn/dead_frac"][-1], metrics["dyn/dead_frac_global"][-1]) == (0.5, 0.25)
 
 
+def test_dead_frac_is_not_trls_frac_reward_zero_std(tiny_model, tmp_path):
+    """The seed's caveat (000): `dyn/dead_frac` is the share of local rows in a dead group *after*
+    any refill; TRL's `frac_reward_zero_std` is measured before it, per prompt, over every batch
+    scored (the refills included). One dead and one live group, refilled: the first batch's
+    zero-std share is 0.5 while the batch that trains has no dead row."""
+    dataset = prompts_dataset(flat=4, live=8)
+    trainer = make_trainer(tiny_model, tmp_path, dataset, FlatOrRanked(), dynamic_sampling="resample")
+    trainer.model.train()
+    trainer._generate_and_score_completions(batch_of(dataset, [0, 4]))
+    metrics = trainer._metrics["train"]
+    assert metrics["frac_reward_zero_std"][0] == 0.5  # the batch as sampled, before the refill
+    assert metrics["dyn/dead_frac"][-1] == 0.0 and metrics["dyn/refilled"][-1] == 1.0
+    assert len(metrics["frac_reward_zero_std"]) >= 2  # logged again for each refill batch scored
+
+
 def test_mask_warns_for_beta_but_not_when_gradient_is_untouched(tiny_model, tmp_path):
     dataset = prompts_dataset(flat=2, live=2)
     for beta, expect_warning in ((0.04, True), (0.0, False)):

@@ -48,6 +48,20 @@ def test_a_preference_stage_over_more_than_one_epoch_warns():
         assert guidance_of(check_stage, stage(name, num_train_epochs=3, max_steps=10)) == []  # steps decide
 
 
+def test_a_preference_beta_outside_the_playbook_range_warns():
+    """The playbook sweeps beta over 0.01-0.5 (SmolLM3: 0.1); apo_zero is dpo's loss, so it is
+    checked too; the length-normalised loss's beta is on another scale and is not."""
+    for name, extra in (("dpo", {}), ("dpo", {"loss_type": "apo_zero"}), ("orpo", {}), ("kto", {}), ("online_dpo", {})):
+        for beta in (0.005, 2.0):
+            messages = guidance_of(check_stage, stage(name, beta=beta, **extra))
+            expected = (f"{name}: beta {beta:g} is outside the Smol playbook's 0.01-0.5 range for preference "
+                        "optimisation (SmolLM3's best: 0.1); set beta within it, e.g. 0.1")
+            assert messages == [expected]
+        for beta in (0.01, 0.1, 0.5):
+            assert guidance_of(check_stage, stage(name, beta=beta, **extra)) == []
+    assert guidance_of(check_stage, stage("dpo", beta=5.0, loss_type="sigmoid_norm")) == []  # Tulu 3's per-token beta
+
+
 def pipeline_file(tmp_path, sft_lr: float, dpo_lr: float, dpo_lora: bool = True):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"name": "p", "output_dir": str(tmp_path / "runs"), "stages": [

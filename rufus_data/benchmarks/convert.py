@@ -14,6 +14,8 @@ task's prompt and scorer read; a row that already has those fields (a local copy
 - `gpqa`: Idavidrein/gpqa rows. The four choices shuffled once per question, seeded by its
   `Record ID` (so every run and machine sees the same order), as `choice1`..`choice4`, and the
   letter of the correct one as `answer`.
+- `mmlu_pro`: TIGER-Lab/MMLU-Pro rows. Its up to ten `options` as `options_text` ("A. ...", one a
+  line, in the dataset's order) for the prompt; `answer` is already the letter.
 - `mixeval`: MixEval free-form rows. `question_text` is MixEval's own prompt
   (mix_eval/prompts/evaluation_prompts.py, construct_prompt_freeform) and `reference` the gold
   answers as its judge reads them (`<answer 1> ... <answer 2> ...`)."""
@@ -137,6 +139,17 @@ def gpqa_row(row: dict, index: int) -> dict:
     return {**row, **{f"choice{i + 1}": c for i, c in enumerate(choices)}, "answer": "ABCD"[choices.index(correct)]}
 
 
+def mmlu_pro_row(row: dict, index: int) -> dict:
+    if "options_text" in row:
+        return row
+    missing = [k for k in ("question", "options", "answer") if k not in row]
+    if missing or not isinstance(row.get("options"), list) or not 0 < len(row["options"]) <= 10:
+        raise RufusError(f"MMLU-Pro row {index} has no {missing or ['options (a list of 1-10)']} (fields: "
+                         f"{sorted(row)}): not a row of TIGER-Lab/MMLU-Pro")
+    lines = [f"{letter}. {str(option).strip()}" for letter, option in zip("ABCDEFGHIJ", row["options"])]
+    return {**row, "options_text": "\n".join(lines)}
+
+
 def _has_text(value) -> bool:
     return value is not None and str(value).lower() not in ("none", "null") and str(value).replace(" ", "") != ""
 
@@ -161,6 +174,7 @@ CONVERTERS: dict[str, Callable[[dict, int], dict]] = {
     "livecodebench": livecodebench_row,
     "gpqa": gpqa_row,
     "mixeval": mixeval_row,
+    "mmlu_pro": mmlu_pro_row,
 }
 
 

@@ -51,7 +51,10 @@ def open_source(spec: SourceSpec) -> OpenedSource:
         if spec.fallback is None:
             raise
         fallback = spec.fallback
-        loaded = load_rows(fallback, f"{what} (fallback)", bad_lines=bad_lines)
+        try:
+            loaded = load_rows(fallback, f"{what} (fallback)", bad_lines=bad_lines)
+        except DatasetUnavailable as fallback_err:  # name the source's own place too, not only its stand-in
+            raise DatasetUnavailable(f"{what}: {_describe(spec)} is not available here, and {fallback_err}") from None
         loaded.provenance["fallback"] = {"used": True, "instead_of": _describe(spec), "why": str(err)}
         console.print(f"[yellow]note:[/] {what}: {_describe(spec)} is not available here; using its fallback "
                       f"{_describe(fallback)} (from {loaded.provenance['from']})", highlight=False)

@@ -20,7 +20,11 @@ Deadness is decided per group from the gathered rewards, never per row: a row ex
 group's mean has advantage 0 inside an informative group and is trained like any other.
 Metrics: `dyn/dead_frac` (share of local rows in a dead group, after any refill),
 `dyn/dead_frac_global` (the same over every process's rows) and `dyn/refilled` (1 when the refill
-filled the batch, 0 on fallback). `resample` trains other prompts than a run without it (the
+filled the batch, 0 on fallback). `dyn/dead_frac` is not TRL's `frac_reward_zero_std`: TRL
+measures that before any filtering, per prompt, gathered over ranks, and logs it again for each
+refill batch scored. Under async GRPO (which refuses dynamic sampling) a generation group's
+samples may train in different optimizer steps, so a step's reward_std and grad_norm need not
+match one to one. `resample` trains other prompts than a run without it (the
 refills come from a second sampler), so the two runs are not reproductions of each other."""
 
 from __future__ import annotations
