@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from rufus_data.base.console import console, print_result
 from rufus_data.base.errors import RufusError
 from rufus_data.base.redaction import RedactingFormatter
@@ -67,6 +69,7 @@ from rufus_train.push import push_run
 from rufus_train.resume import resume_checkpoint
 from rufus_train.run_summary import summary_table, write_train_curves
 from rufus_train.stages import StageContext, check_config, get_stage
+from rufus_train.step_progress import StepClock, say, step_line
 from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
@@ -85,13 +88,17 @@ class RunResult:
     trainer: Any = field(default=None, repr=False)
 
 
-def metrics_callback(path: Path):
+def metrics_callback(path: Path, shown_metrics: tuple):
     from transformers import TrainerCallback
 
     class MetricsToJsonl(TrainerCallback):
         """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads), and
-        a line of it to train.log. A run shorter than `logging_steps` logs every step, so it too
-        has its per-step lines and its train_curves.png."""
+        a line of it to train.log; each logged step's progress line (step_progress.py, the stage's
+        `shown_metrics`) goes to the console. A run shorter than `logging_steps` logs every step,
+        so it too has its per-step lines and its train_curves.png."""
+
+        def __init__(self):
+            self.clock = StepClock()
 
         def on_train_begin(self, args, state, control, **kwargs):
             if 0 < state.max_steps < state.logging_steps:
@@ -99,12 +106,19 @@ def metrics_callback(path: Path):
                          state.max_steps, state.logging_steps)
                 state.logging_steps = 1
 
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.clock.step_begins(state.global_step)
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if state.is_world_process_zero and logs:
                 with open(path, "a") as fh:
                     fh.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
                 log.info("step %d: %s", state.global_step, shown)
+                if "train_runtime" not in logs:  # the closing log: the summary table shows it
+                    line = step_line(state.global_step, state.max_steps, logs, shown_metrics,
+                                     self.clock.seconds_per_step(state.global_step))
+                    say(escape(line))
 
     return MetricsToJsonl()
 
@@ -242,7 +256,7 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         trainable, total = modeling.trainable_parameters(model)
         log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
         guard = DivergenceGuard()
-        callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS),
+        callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS, config.progress_metrics),
                      *filter(None, callbacks)]
         loss = get_stage(config.stage).loss_mask(config, tokenizer)
         if loss is not None:  # said once; build_dataset decides the same again
