@@ -26,6 +26,7 @@ Around the run:
 - checkpoints.py, mirror.py, resume.py: complete checkpoints, a mirror on a second place, and
   where a run resumes from (exactly).
 - weight_update.py, model_card.py: how far the weights moved; the run folder's README.md.
+- step_progress.py: the console line after each logged step (its metrics, s/step, ETA), every stage's.
 - divergence.py: a loss or grad norm that turns NaN or infinite stops the run, no model saved.
 - run_summary.py: the table a stage ends with, train_curves.png, the tracker project and run name.
 - push.py: `push_to_hub: ORG/NAME`: the run (or RUN/merged) uploaded after its card.

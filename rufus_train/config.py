@@ -57,6 +57,8 @@ class StageConfig(StrictModel):
     max_length_unused_because: ClassVar[str | None] = None
     # Stages that train against a vLLM generation server (GRPO) have a `devices.server` role.
     generation_server: ClassVar[bool] = False
+    # What a logged step's console line shows (rufus_train/step_progress.py): (label, logged key, kind).
+    progress_metrics: ClassVar[tuple[tuple[str, str, str | None], ...]] = (("loss", "loss", None),)
 
     stage: str = Field(description="stage name (from the registry)")
     model: str = Field("smollm2-135m", description="built-in name, local folder, run folder, or hub id")

@@ -117,6 +117,7 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
          f"{summary['global_step']} steps on {data}."),
         "",
         *([f"**Training diverged: no model was saved.** {summary['warning']}", ""] if diverged else []),
+        *([f"**Training stopped: no model was saved.** {summary['warning']}", ""] if summary.get("stopped") else []),
         "## Use it",
         "",
         "```bash",
@@ -136,7 +137,9 @@ def model_card(out: Path, summary: dict, merged: bool = False) -> str:
         *([f"- final training loss: {loss:.4g}"] if isinstance(loss, (int, float)) else []),
         *([f"- diverged at step {diverged['step']}: {diverged['metric']} {diverged['value']}"] if diverged else []),
         *([f"- weight update: ||dW||/||W|| = {summary['weight_update']['relative']:.3g}"] if summary.get("weight_update") else []),
-        *([f"- **warning:** {summary['warning']}"] if summary.get("warning") and not diverged else []),
+        *dead_group_lines(summary.get("dead_groups")),
+        *([f"- **warning:** {summary['warning']}"] if summary.get("warning") and not diverged
+          and not summary.get("stopped") else []),
         f"- time: {summary['seconds']} s",
         f"- versions: {', '.join(f'{k} {v}' for k, v in (summary.get('versions') or {}).items())}",
         "",
@@ -158,6 +161,16 @@ def template_lines(summary: dict) -> list[str]:
     if loss:
         lines.append(f"- loss on assistant tokens, found by: {loss['route']}")
     return lines
+
+
+def dead_group_lines(record: dict | None) -> list[str]:
+    """A GRPO run's measured reward signal (run.json's `dead_groups`)."""
+    if not record:
+        return []
+    reward = "-" if record.get("reward_mean") is None else f"{record['reward_mean']:.4g}"
+    return [(f"- rewards: mean {reward}; groups whose completions all scored the same (no advantage): "
+             f"{record['dead_share_mean']:.0%} on average, every group in {len(record['dead_steps'])} of "
+             f"{record['steps']} logged steps")]
 
 
 def evaluation_lines(results: list[EvalResult]) -> list[str]:

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from rufus_data.base.console import console, print_result
 from rufus_data.base.errors import RufusError
 from rufus_data.base.redaction import RedactingFormatter
@@ -67,6 +69,7 @@ from rufus_train.push import push_run
 from rufus_train.resume import resume_checkpoint
 from rufus_train.run_summary import summary_table, write_train_curves
 from rufus_train.stages import StageContext, check_config, get_stage
+from rufus_train.step_progress import StepClock, say, step_line
 from rufus_train.trl_args import build_trl_args
 
 log = logging.getLogger("rufus_train")
@@ -85,13 +88,17 @@ class RunResult:
     trainer: Any = field(default=None, repr=False)
 
 
-def metrics_callback(path: Path):
+def metrics_callback(path: Path, shown_metrics: tuple):
     from transformers import TrainerCallback
 
     class MetricsToJsonl(TrainerCallback):
         """Appends every trainer log to metrics.jsonl (the file a person or rufus-eval reads), and
-        a line of it to train.log. A run shorter than `logging_steps` logs every step, so it too
-        has its per-step lines and its train_curves.png."""
+        a line of it to train.log; each logged step's progress line (step_progress.py, the stage's
+        `shown_metrics`) goes to the console. A run shorter than `logging_steps` logs every step,
+        so it too has its per-step lines and its train_curves.png."""
+
+        def __init__(self):
+            self.clock = StepClock()
 
         def on_train_begin(self, args, state, control, **kwargs):
             if 0 < state.max_steps < state.logging_steps:
@@ -99,12 +106,19 @@ def metrics_callback(path: Path):
                          state.max_steps, state.logging_steps)
                 state.logging_steps = 1
 
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.clock.step_begins(state.global_step)
+
         def on_log(self, args, state, control, logs=None, **kwargs):
             if state.is_world_process_zero and logs:
                 with open(path, "a") as fh:
                     fh.write(json.dumps({"step": state.global_step, **logs}, default=float) + "\n")
                 shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in logs.items())
                 log.info("step %d: %s", state.global_step, shown)
+                if "train_runtime" not in logs:  # the closing log: the summary table shows it
+                    line = step_line(state.global_step, state.max_steps, logs, shown_metrics,
+                                     self.clock.seconds_per_step(state.global_step))
+                    say(escape(line))
 
     return MetricsToJsonl()
 
@@ -242,8 +256,9 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         trainable, total = modeling.trainable_parameters(model)
         log.info("trainable parameters: %s of %s", f"{trainable:,}", f"{total:,}")
         guard = DivergenceGuard()
-        callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS),
-                     *filter(None, callbacks)]
+        watch = get_stage(config.stage).watch(config)  # after the metrics callback: a step's line, then its warning
+        callbacks = [checkpoints.CompleteCheckpoints(mirror), guard, metrics_callback(out / METRICS, config.progress_metrics),
+                     *filter(None, [watch, *callbacks])]
         loss = get_stage(config.stage).loss_mask(config, tokenizer)
         if loss is not None:  # said once; build_dataset decides the same again
             log.info("%s", loss.describe())
@@ -252,14 +267,15 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         initial = modeling.adapter_state(trainer.model) if config.lora.enabled else {}
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=resume)
-        if guard.diverged is None:  # a diverged run's NaN weights are no result
+        stopped = watch.stopped if watch else None
+        if guard.diverged is None and stopped is None:  # a diverged run's NaN weights, a stopped one's, are no result
             save_final(trainer, tokenizer, config, out, starting)
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
                               lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1),
-                              diverged=guard.diverged, templates=template_record(config, tokenizer, loss))
+                              diverged=guard.diverged, templates=template_record(config, tokenizer, loss), watch=watch)
         report_run(trainer, config, out, summary, metrics)
-    if guard.diverged is not None:
+    if guard.diverged is not None or stopped is not None:
         raise RufusError(summary["warning"])
     console.print(f"[green]stage {config.stage} done[/]: {trainer.state.global_step} steps, output in {out}")
     return RunResult(out, trainer.state.global_step, metrics, trainable, total, initial, trainer)
@@ -323,14 +339,16 @@ def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbac
 
 def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[dict], *, before,
                 params: tuple[int, int], lineage: dict, mirror: Mirror | None, seconds: float, templates: dict,
-                diverged: dict | None = None) -> dict:
+                diverged: dict | None = None, watch=None) -> dict:
     """run.json's record of what trained, with a warning when the weights barely moved (`before`:
     a sample of the weights before training, full fine-tuning only), or when training diverged
     (`diverged`: where, from divergence.DivergenceGuard; then no model was saved); `templates`:
-    template_record."""
+    template_record. A stage's `watch` (Stage.watch: GRPO's dead groups) gives the warning it
+    measured first, and its record (`dead_groups`)."""
     moved = None if diverged else weight_update.measure(trainer.model, config.lora.enabled, before)
+    measured, signal = watch.closing(metrics) if watch else (None, None)
     warning = (divergence_message(diverged, config.stage) if diverged else
-               weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step))
+               measured or weight_update.barely_moved_warning(moved, metrics, trainer.state.global_step, signal))
     return {
         "stage": config.stage,
         "model": config.model,
@@ -350,6 +368,8 @@ def run_summary(config: StageConfig, starting: ModelRef, trainer, metrics: list[
         "final_metrics": metrics[-1] if metrics else {},
         "weight_update": moved,
         "diverged": diverged,
+        "dead_groups": signal,  # GRPO: steps whose groups all had equal rewards, the share, the reward mean, the cause
+        "stopped": bool(watch and watch.stopped),
         "warning": warning,
         "seconds": seconds,
         "versions": package_versions("torch", "transformers", "trl", "peft", "accelerate"),
@@ -366,9 +386,9 @@ def report_run(trainer, config: StageConfig, out: Path, summary: dict, metrics: 
         print_result(summary_table(out, summary, metrics))
         if curves:
             print_result(f"curves: {curves}")
-        if config.push_to_hub and not summary["diverged"]:  # after Rufus's card (TRL's own push is routed here)
+        if config.push_to_hub and not summary["diverged"] and not summary["stopped"]:  # after Rufus's card (TRL's own push is routed here)
             push_run(out, config.push_to_hub, config.push_private, config.push_merged)
-    if summary["warning"] and not summary["diverged"]:  # a diverged run stops with it as its error
+    if summary["warning"] and not summary["diverged"] and not summary["stopped"]:  # those end with it as their error
         log.warning(summary["warning"])
         console.print(f"[bold yellow]warning:[/] {summary['warning']}", highlight=False, soft_wrap=True)
     finish_tracker_runs(config.report_to)

@@ -77,6 +77,12 @@ class Stage:
     def make_trainer(self, ctx: StageContext):
         raise NotImplementedError
 
+    def watch(self, config: StageConfig):
+        """A trainer callback that reads the run's logs for a reason to stop that the stage
+        measures (GRPO: steps whose prompt groups all had equal rewards), or None. It has
+        `stopped` (the message the run ends with: no model saved, exit 2, or None) and
+        `closing(metrics)` (the closing warning and run.json's `dead_groups` record)."""
+
 
 def conversational(rows: pa.Table, column: str) -> list:
     """A messages column as python lists of plain {role, content, ...} dicts (null fields dropped,

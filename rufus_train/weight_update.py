@@ -66,18 +66,25 @@ def measure(model, lora: bool, before: dict | None = None) -> dict:
     return {"relative": float(f"{relative:.3g}"), "max_abs": float(f"{largest:.3g}")}
 
 
-def barely_moved_warning(update: dict, metrics: list[dict], steps: int) -> str | None:
+def barely_moved_warning(update: dict, metrics: list[dict], steps: int, signal: dict | None = None) -> str | None:
     """The end-of-training warning, or None: weights moved less than BARELY_MOVED relative to
-    their size, or loss and grad norm were 0 at every logged step."""
+    their size, or loss and grad norm were 0 at every logged step. `signal`: a GRPO run's measured
+    rewards (run.json's `dead_groups`, from rufus_train/grpo/dead_groups.py), which replace the
+    advice: its groups carried signal, so the steps and learning rate are what moved so little."""
     logged = [m for m in metrics if "loss" in m or "grad_norm" in m]
     flat = bool(logged) and all(not m.get("loss") and not m.get("grad_norm") for m in logged)
     if flat:
         return (f"loss and grad norm were 0 at every logged step ({len(logged)} logs over {steps} steps): nothing "
-                "was learned (for GRPO: every group's rewards were equal, so no advantage; filter the prompts to "
-                "`learnable` ones or use more samples per prompt)")
+                "was learned")
     if update["relative"] >= BARELY_MOVED:
         return None
-    return (f"the weights barely moved: ||dW||/||W|| = {update['relative']:.2g}, largest change "
-            f"{update['max_abs']:.2g}, after {steps} steps - below bf16's resolution (about 4e-3 of a weight), so a "
-            "bf16 copy of this model (vLLM, a bf16 merge) is nearly the base model, and its answers will hardly "
-            "differ from the base's. Train more steps or with a higher learning rate")
+    moved = (f"the weights barely moved: ||dW||/||W|| = {update['relative']:.2g}, largest change "
+             f"{update['max_abs']:.2g}, after {steps} steps - below bf16's resolution (about 4e-3 of a weight), so a "
+             "bf16 copy of this model (vLLM, a bf16 merge) is nearly the base model, and its answers will hardly "
+             "differ from the base's")
+    if signal:
+        reward = "-" if signal.get("reward_mean") is None else f"{signal['reward_mean']:.4g}"
+        return (f"{moved}. Measured: no step's groups were all dead (dead groups averaged "
+                f"{signal['dead_share_mean']:.0%} over {signal['steps']} logged steps, reward mean {reward}), so the "
+                "rewards carried signal and this many steps at this learning rate moved the weights that little")
+    return f"{moved}. Train more steps or with a higher learning rate"

@@ -120,7 +120,7 @@ def test_sync_grpo_in_two_processes_with_checkpoint_evaluation(steps, suite, tin
     out = tmp_path / "run"
     run_stage_in_two_processes("reasoning_rl", steps, suite, [
         "--data", str(shards), "--output_dir", str(out), "--per_device_train_batch_size", "2", "--num_generations", "2",
-        "--max_completion_length", "16"])
+        "--max_completion_length", "16", "--stop_after_dead_steps", "0"])  # tiny-random's groups are dead: mechanics
     starting = request.getfixturevalue("starting_outputs") if steps == 4 else None  # slow: one more evaluation
     check_two_process_run(out, steps, suite, tmp_path, starting)
 

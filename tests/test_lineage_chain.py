@@ -59,7 +59,7 @@ def chain(tmp_path_factory, data_root, tiny_model) -> dict:
                  key=lambda b: read_manifest(root / "filtered" / b)["counts"]["rows"])
     stage = run(root, log, "rufus-train", "stage", "reasoning_rl", "--model", tiny_model, "--data", f"filtered/{bucket}",
                 "--output_dir", "run", "--max_steps", "1", "--per_device_train_batch_size", "2", "--num_generations", "2",
-                "--max_completion_length", "8", "--save_steps", "1", "--logging_steps", "1",
+                "--max_completion_length", "8", "--save_steps", "1", "--logging_steps", "1", "--stop_after_dead_steps", "0",
                 "--gradient_checkpointing", "false", "--eval.eval_on_checkpoint", "true", "--eval.suite", str(suite),
                 "--eval.backend", "hf", "--eval.limit", "1", "--eval.repeats", "1", "--eval.max_tokens", "8")
     compare = run(root, log, "rufus-eval", "compare", "run/eval_logs/step-0", "run/eval_logs/step-1")

@@ -164,6 +164,11 @@ def test_string_match_scores_and_none_rules():
     assert scores == [1.0, None, 0.0, 1.0, 0.0, None, 1.0]
     assert metrics.values["string_match_boxed/unclosed_think"] == 1.0
     assert metrics.values["string_match_boxed/unscored"] == 2.0
+    # of the 5 scored completions, one (the unclosed <think>) holds no \boxed{} answer
+    assert metrics.values["string_match_boxed/unparsed"] == pytest.approx(0.2)
+    never = Metrics()
+    assert reward(completions=["5", "it is 5"], solution=["5", "5"], log_metric=never) == [0.0, 0.0]
+    assert never.values["string_match_boxed/unparsed"] == 1.0  # the extractor read no answer at all
 
 
 def test_unclosed_think_counts_only_scored_rows():

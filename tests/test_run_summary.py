@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import example_shards
@@ -24,8 +25,11 @@ _ = one_torch_thread
 def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_path, capsys):
     shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
     result = run_tiny("sft", shards, tmp_path / "sft", model="tiny-random")
-    shown = capsys.readouterr().out
+    captured = capsys.readouterr()
+    shown = captured.out
     print(shown)
+    for step in (1, 2):  # each step's progress line on the console (stderr), as it ends
+        assert re.search(rf"step {step}/2: loss \d\S*, \d\S* s/step, ETA \d+:\d\d:\d\d$", captured.err, re.MULTILINE), captured.err
     run = json.loads((result.output_dir / "run.json").read_text())
     last = [m for m in result.metrics if "loss" in m][-1]
     assert "steps" in shown and "final loss" in shown and "tokens seen" in shown and "||dW||/||W||" in shown

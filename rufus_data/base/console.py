@@ -9,6 +9,7 @@ import csv
 import functools
 import io
 import json
+import math
 import os
 import signal
 import sys
@@ -246,13 +247,14 @@ def progress_line(task, unit: str, columns) -> str:
     total = f"/{task.total:,.0f}" if task.total is not None else ""
     share = f" ({task.percentage:.0f}%)" if task.total else ""
     rates = ", ".join(str(column.render(task)) for column in columns)
-    elapsed = _clock(task.elapsed)
-    eta = _clock(task.time_remaining) if task.total is not None else "?"
+    elapsed = clock(task.elapsed)
+    eta = clock(task.time_remaining) if task.total is not None else "?"
     return f"progress {task.description}: {task.completed:,.0f}{total} {unit}{share}, {rates}, elapsed {elapsed}, ETA {eta}"
 
 
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
+def clock(seconds: float | None) -> str:
+    """h:mm:ss, or ? when unknown (a progress line's elapsed time and ETA)."""
+    if seconds is None or math.isnan(seconds):
         return "?"
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

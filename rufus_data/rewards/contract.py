@@ -130,11 +130,16 @@ class RewardFunction:
 
     def log_counts(self, log_metric: Callable | None, texts, closed, results) -> None:
         """Counts over rows the reward scored: an unclosed `<think>` on a row left None (only_label, no
-        gold, no tests) is not this reward's failure."""
+        gold, no tests) is not this reward's failure. A reward that extracts an answer also logs
+        `NAME/unparsed`, the share of the completions it scored in which its extractor found none:
+        at 1 the reward never read an answer (rufus_train/grpo/dead_groups.py names the extractor)."""
         if log_metric is None or not results:
             return
         log_metric(f"{self.name}/unclosed_think", float(sum(not c and r is not None for c, r in zip(closed, results))))
         log_metric(f"{self.name}/unscored", float(sum(r is None for r in results)))
+        scored = [text for text, result in zip(texts, results) if result is not None]
+        if self.answer_extractor is not None and scored:
+            log_metric(f"{self.name}/unparsed", sum(self.answer_extractor(text) is None for text in scored) / len(scored))
 
     def score_rows(self, prompts, texts, closed, rows, log_metric) -> list[float | None]:
         """One score per row this reward applies to. `texts` are the answers with reasoning removed;

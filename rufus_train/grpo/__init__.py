@@ -8,6 +8,8 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
 - kl_penalty.py: the KL estimator a recipe names (`kl_estimator`), which TRL has no switch for.
+- dead_groups.py: a step whose prompt groups all had equal rewards is said with its measured cause
+  and fix; `stop_after_dead_steps` such steps in a row stop the run; the closing note of the share.
 - async_checks.py: every configuration TRL's AsyncGRPOTrainer cannot run, refused up front.
 - async_config.py: TRL's AsyncGRPOConfig from a stage config; async_trainer.py: the async trainer.
 - attention_kernel.py: the kernel async GRPO packs with, its cache, `rufus-train prefetch`.

@@ -14,6 +14,7 @@ from rufus_train.config import StageConfig
 TRL_DEFAULT_SERVER = "http://localhost:8000"
 # adv_norm -> TRL's scale_rewards (the advantage is always the reward minus its group's mean)
 ADV_NORM_TO_TRL = {"std": "group", "centered": "none", "batch_std": "batch"}
+SHAPING_REWARDS = ("overlong_penalty",)  # score length, not correctness: a stage with only these has no reward
 
 
 class GRPOStageConfig(StageConfig):
@@ -31,8 +32,19 @@ class GRPOStageConfig(StageConfig):
         "rewards": "reward_weights", "vllm_server": "vllm_server_base_url", "adv_norm": "scale_rewards",
     }
     generation_server: ClassVar[bool] = True
+    progress_metrics: ClassVar[tuple[tuple[str, str, str | None], ...]] = (
+        ("loss", "loss", None), ("reward", "reward", None), ("reward std", "reward_std", None),
+        ("dead groups", "frac_reward_zero_std", "share"),
+    )
 
     max_length: int | None = Field(None, description="not used by GRPO: refused (see max_length_unused_because)")
+    logging_steps: int = Field(
+        1, ge=1, description="optimizer steps between logged metrics: 1, so each step's rewards and dead-group share "
+        "show (and are checked) as soon as it ends")
+    stop_after_dead_steps: int | None = Field(
+        3, ge=0, description="stop the run (exit 2, no model saved) after this many steps in a row whose prompt groups "
+        "all had equal rewards (nothing to learn), or after every step of a shorter run; 0 or null: warn after each "
+        "such step and train on")
     rewards: list[str | dict[str, Any]] = Field(default_factory=list, description="reward specs (rewards registry)")
     num_generations: int = Field(8, ge=2, description="completions per prompt (the group)")
     max_completion_length: int = Field(512, ge=1, description="tokens generated per completion at most (cut there)")

@@ -30,7 +30,7 @@ from rufus_train.config import StageConfig
 from rufus_train.data import columns_of
 from rufus_train.grpo.async_checks import check_picklable, validate_async_args
 from rufus_train.grpo.async_config import async_config, weighted_rewards
-from rufus_train.grpo.config import GRPOStageConfig
+from rufus_train.grpo.config import SHAPING_REWARDS, GRPOStageConfig
 from rufus_train.grpo.kl_penalty import kl_estimator_problems
 from rufus_train.grpo.length_checks import check_prompt_fits, check_token_budget, context_limit
 from rufus_train.grpo.rollout_state import read_rollout_state
@@ -127,6 +127,12 @@ class GRPOStage(Stage):
                                                                        config.search_top_k)
         return kwargs
 
+    def watch(self, config: GRPOStageConfig):
+        # transformers loads with it: only when a run starts
+        from rufus_train.grpo.dead_groups import DeadGroupWatch
+
+        return DeadGroupWatch(config.stage, config.model, config.data, config.stop_after_dead_steps)
+
     def make_trainer(self, ctx: StageContext):
         if ctx.config.grpo_execution == "async":
             return self.make_async_trainer(ctx)
@@ -191,9 +197,6 @@ def stage_rewards(specs: list, judge_url: str | None) -> list:
             if name == "llm_judge" and "base_url" not in params:
                 specs[i] = {"name": name, **params, "weight": weight, "base_url": judge_url}
     return build_rewards(specs)[0] if specs else []
-
-
-SHAPING_REWARDS = ("overlong_penalty",)  # score length, not correctness: a stage with only these has no reward
 
 
 def uses_data_rewards(config: GRPOStageConfig) -> bool:
