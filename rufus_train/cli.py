@@ -154,6 +154,7 @@ def stage_cmd(
     if dry_run:
         check_config(cfg)
         typer.echo(resolved_yaml(cfg), nl=False)
+        print_model_check(cfg.model, cfg.chat_template)
         console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     if show_mask:
@@ -170,6 +171,24 @@ def stage_cmd(
     from rufus_train.runner import run_stage
 
     run_stage(cfg)
+
+
+def print_model_check(model: str, chat_template: str | None) -> None:
+    """`rufus-data models check`'s table for the model a dry run would train, on stderr (stdout
+    stays the YAML); read from the model's small files, so a model not here yet is only named."""
+    from rufus_data.models.check import COLUMNS, dry_run_check
+
+    rows = dry_run_check(model, chat_template)
+    if rows is None:
+        console.print(f"model check: {model} is not here yet (a hub id, a built-in not yet converted); "
+                      f"`rufus-data models check {model}` fetches and reads it", highlight=False, markup=False)
+        return
+    table = Table(title=f"model check: {model}")
+    for column in COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table, highlight=False, markup=False)
 
 
 def print_masks(cfg, n: int) -> None:

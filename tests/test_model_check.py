@@ -4,12 +4,24 @@ Qwen2.5-0.5B-Instruct (tests/qwen_shaped.py) through the tulu3_mini pipeline."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
+
+from rufus_data.models.check import check_model, dry_run_check
 
 REPO = Path(__file__).resolve().parents[1]
 WIDE = {"COLUMNS": "300"}
+
+
+@pytest.fixture(scope="module")
+def qwen_folder(tiny_model, tmp_path_factory) -> str:
+    from qwen_shaped import write_qwen2_5_shaped
+
+    return str(write_qwen2_5_shaped(tiny_model, tmp_path_factory.mktemp("qwen") / "Qwen2.5-0.5B-Instruct-tiny"))
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +37,65 @@ def chats(tmp_path_factory, data_root):
     import example_shards
 
     return example_shards.gsm8k_sft(data_root, tmp_path_factory.mktemp("check_shards"), limit=4, max_chars=300)
+
+
+def test_models_check_reads_a_qwen_shaped_folder(qwen_folder):
+    """Template source, route, Qwen's two end tokens by name, no thinking switch, and the rows
+    Qwen pads past its tokenizer; as JSON for scripts."""
+    from rufus_data.cli import app
+
+    result = CliRunner().invoke(app, ["models", "check", qwen_folder, "--format", "json"], env=WIDE)
+    assert result.exit_code == 0, result.output
+    found = {row["check"]: row["finding"] for row in json.loads(result.stdout)}
+    assert found["chat template"] == "the model's own (qwen2_5)"
+    assert found["loss mask route"].startswith("trl_training_template: ")
+    assert found["end tokens"] == "<|im_end|> (2), <|endoftext|> (0) from generation_config.json"
+    assert found["thinking switch"] == "none"
+    assert found["vocabulary"] == "49171 tokens, 49216 embedding rows (45 spare)"
+
+
+def test_models_check_says_each_template_source_and_switch(tiny_model, tmp_path):
+    """A built-in by name with its own template; a `chat_template:` setting in its place (Qwen3's
+    enable_thinking, Llama 3.1 by prefixes); a base model without one: none, and the route refused."""
+    rows = dict(check_model("tiny-random"))
+    assert rows["model"] == "built-in tiny-random" and rows["chat template"] == "the model's own (rufus_chatml)"
+    assert rows["loss mask route"].startswith("markers: ") and rows["end tokens"].startswith("<|im_end|> (2)")
+    qwen3 = dict(check_model("tiny-random", "qwen3"))
+    assert qwen3["chat template"] == "`chat_template: qwen3` (qwen3)"
+    assert qwen3["thinking switch"] == "enable_thinking (Qwen3-style: a template variable)"
+    assert dict(check_model(tiny_model, "llama3_1"))["loss mask route"].startswith("prefixes: ")
+    smol3 = tmp_path / "smollm3_style.jinja"
+    smol3.write_text("{% if '/no_think' in messages[0]['content'] %}{% endif %}"
+                     "{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    assert dict(check_model(tiny_model, str(smol3)))["thinking switch"] == "/think and /no_think system flags (SmolLM3-style)"
+    base = tmp_path / "base"
+    shutil.copytree(tiny_model, base, ignore=shutil.ignore_patterns("*chat_template*", "rufus-model.json"))
+    bare = dict(check_model(str(base)))
+    assert bare["chat template"].startswith("none: a base model; set `chat_template:`")
+    assert bare["loss mask route"].startswith("refused: no chat template")
+    assert bare["thinking switch"] == "none (no chat template)"
+
+
+def test_models_check_refuses_what_cannot_load(tmp_path):
+    from rufus_data.cli import app
+
+    result = CliRunner().invoke(app, ["models", "check", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert dry_run_check(str(tmp_path / "runs" / "01-sft"), None) is None  # a pipeline's later stage: not yet there
+
+
+def test_stage_dry_run_prints_the_check_table(qwen_folder, chats):
+    """`rufus-train stage sft --dry_run` keeps the YAML on stdout and puts the table on stderr."""
+    import yaml
+
+    from rufus_train.cli import app
+
+    result = CliRunner().invoke(app, ["stage", "sft", "--model", qwen_folder, "--data", str(chats), "--dry-run"],
+                                env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.stdout)["model"] == qwen_folder
+    assert "model check: " in result.stderr and "trl_training_template" in result.stderr
+    assert "<|im_end|> (2), <|endoftext|> (0)" in result.stderr
 
 
 def test_added_tokens_get_rows_before_training_and_an_adapter_loads_on_them(grown_folder, chats, tmp_path, capsys):
