@@ -219,14 +219,17 @@ def pipeline_cmd(
     file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")],
     dry_run: Annotated[bool, flag_option(
         "--dry-run", f"{DRY_RUN_HELP}; the plan: every stage's resolved config, the evaluation and the merge")] = False,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="the base model the first stage trains (instead of the file's `model:`)")] = None,
 ) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
     from rufus_train.pipeline import dry_run as pipeline_dry_run  # heavy: the stages import TRL and peft
-    from rufus_train.pipeline import load_pipeline, run_pipeline
+    from rufus_train.pipeline import load_pipeline, run_pipeline, stage_configs
 
-    pipeline = load_pipeline(file)
+    pipeline = load_pipeline(file, model)
     if dry_run:
         print_result(pipeline_dry_run(pipeline), end="", markup=False, highlight=False)
+        print_model_check(pipeline.model, stage_configs(pipeline, notes=[])[0].chat_template)
         console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     run_pipeline(pipeline)

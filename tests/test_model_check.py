@@ -130,3 +130,27 @@ def test_a_tokenizer_within_the_rows_changes_nothing(tiny_model):
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     assert fit_embeddings(model, 49152) is None and fit_embeddings(model, 100) is None
     assert model.get_input_embeddings().weight.shape[0] == 49152
+
+
+def test_tulu3_mini_dry_runs_and_trains_a_first_step_on_a_qwen_shaped_folder(qwen_folder, tmp_path, monkeypatch):
+    """The shipped pipeline with `--model` a Qwen2.5-shaped folder: the dry run passes (its table
+    names qwen2_5 and TRL's training template), and its first stage trains one step on it."""
+    from rufus_data.folders.run_folder import read_run_json
+    from rufus_train.cli import app
+    from rufus_train.pipeline import load_pipeline, stage_configs
+    from rufus_train.runner import run_stage
+
+    monkeypatch.chdir(tmp_path)
+    pipeline_file = "catalogs/pipelines/tulu3_mini.yaml"
+    result = CliRunner().invoke(app, ["pipeline", pipeline_file, "--dry-run", "--model", qwen_folder], env=WIDE)
+    assert result.exit_code == 0, result.output
+    assert f"model: {qwen_folder}" in result.stdout and "the model's own (qwen2_5)" in result.stderr
+    pipeline = load_pipeline(pipeline_file, model=qwen_folder)
+    pipeline.stages[0].update(max_steps=1, save_steps=1, max_rows=4, per_device_train_batch_size=2,
+                              gradient_accumulation_steps=1, max_length=256)
+    first = stage_configs(pipeline, notes=[])[0]
+    run = run_stage(first)
+    assert run.global_step == 1
+    summary = read_run_json(run.output_dir)
+    assert summary["base_model"] == str(Path(qwen_folder).resolve())
+    assert summary["chat_template"]["name"] == "qwen2_5" and summary["loss_mask"]["route"] == "trl_training_template"
