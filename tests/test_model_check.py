@@ -120,6 +120,10 @@ def test_added_tokens_get_rows_before_training_and_an_adapter_loads_on_them(grow
     assert torch.equal(loaded[49152:], trained[49152:])
     merged = AutoModelForCausalLM.from_pretrained(merged_model(ModelRef.of(str(result.output_dir))))
     assert torch.equal(merged.get_input_embeddings().weight[49152:], trained[49152:])
+    run = dict(check_model(str(result.output_dir)))  # a run folder: its tokenizer, its base's config
+    assert run["model"] == f"run {result.output_dir} (LoRA on {Path(grown_folder).resolve()})"
+    assert run["vocabulary"].startswith("49171 tokens, 49152 embedding rows: 19 tokens without a row")
+    assert run["chat template"] == "the model's own (qwen2_5)"
 
 
 def test_a_tokenizer_within_the_rows_changes_nothing(tiny_model):
