@@ -63,6 +63,21 @@ def models_pull(name: str = typer.Argument("smollm2-135m", help="built-in model 
     print_result(str(pull(name)), highlight=False)
 
 
+@models_app.command("check")
+@cli_errors
+def models_check(
+    model: str = typer.Argument(..., help="built-in name, model folder, run folder or hub id"),
+    chat_template: str | None = typer.Option(
+        None, "--chat-template", help="a stage's `chat_template:` (shipped name or .jinja file) instead of the model's"),
+    fmt: FormatOption = "table",
+) -> None:
+    """What a run will make of MODEL, from its small files: template source, loss mask route, end
+    tokens, thinking switch, vocabulary against embedding rows."""
+    from rufus_data.models.check import COLUMNS, check_model
+
+    print_rows(COLUMNS, check_model(model, chat_template), fmt, title=f"model check: {model}")
+
+
 @catalogs_app.command("list")
 @cli_errors
 def catalogs_list() -> None:

@@ -154,6 +154,7 @@ def stage_cmd(
     if dry_run:
         check_config(cfg)
         typer.echo(resolved_yaml(cfg), nl=False)
+        print_model_check(cfg.model, cfg.chat_template)
         console.print("[green]config valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     if show_mask:
@@ -170,6 +171,24 @@ def stage_cmd(
     from rufus_train.runner import run_stage
 
     run_stage(cfg)
+
+
+def print_model_check(model: str, chat_template: str | None) -> None:
+    """`rufus-data models check`'s table for the model a dry run would train, on stderr (stdout
+    stays the YAML); read from the model's small files, so a model not here yet is only named."""
+    from rufus_data.models.check import COLUMNS, dry_run_check
+
+    rows = dry_run_check(model, chat_template)
+    if rows is None:
+        console.print(f"model check: {model} is not here yet (a hub id, a built-in not yet converted); "
+                      f"`rufus-data models check {model}` fetches and reads it", highlight=False, markup=False)
+        return
+    table = Table(title=f"model check: {model}")
+    for column in COLUMNS:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table, highlight=False, markup=False)
 
 
 def print_masks(cfg, n: int) -> None:
@@ -200,14 +219,17 @@ def pipeline_cmd(
     file: Annotated[Path, typer.Argument(help="catalogs/pipelines/NAME.yaml")],
     dry_run: Annotated[bool, flag_option(
         "--dry-run", f"{DRY_RUN_HELP}; the plan: every stage's resolved config, the evaluation and the merge")] = False,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="the base model the first stage trains (instead of the file's `model:`)")] = None,
 ) -> None:
     """Run stages in order, each from the previous output; print a quick evaluation after each."""
     from rufus_train.pipeline import dry_run as pipeline_dry_run  # heavy: the stages import TRL and peft
-    from rufus_train.pipeline import load_pipeline, run_pipeline
+    from rufus_train.pipeline import load_pipeline, run_pipeline, stage_configs
 
-    pipeline = load_pipeline(file)
+    pipeline = load_pipeline(file, model)
     if dry_run:
         print_result(pipeline_dry_run(pipeline), end="", markup=False, highlight=False)
+        print_model_check(pipeline.model, stage_configs(pipeline, notes=[])[0].chat_template)
         console.print("[green]pipeline valid[/]: nothing was loaded or trained (drop --dry_run to run)")
         return
     run_pipeline(pipeline)

@@ -17,6 +17,7 @@ from rufus_data.base.catalog_files import docs_page
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.run_folder import TOKENIZER_CONFIG, read_run_json
 from rufus_data.models.chat_template import read_chat_template
+from rufus_data.models.embeddings import fit_for_adapter
 from rufus_data.models.merged_model import copy_merged, merged_model
 from rufus_data.models.reference import ModelRef
 
@@ -106,7 +107,9 @@ def load_model(ref: str | ModelRef, dtype: str = "auto", full_finetune: bool = F
     if ref.base:
         from peft import PeftModel
 
-        model = PeftModel.from_pretrained(load_model(ref.base, dtype, full_finetune), path).merge_and_unload()
+        base = load_model(ref.base, dtype, full_finetune)
+        fit_for_adapter(base, path)
+        model = PeftModel.from_pretrained(base, path).merge_and_unload()
         model.name_or_path = path
         return model
     try:

@@ -71,14 +71,17 @@ class PipelineConfig(StrictModel):
         return [entry.get("label") or entry["stage"] for entry in self.stages]
 
 
-def load_pipeline(path: str | Path) -> PipelineConfig:
+def load_pipeline(path: str | Path, model: str | None = None) -> PipelineConfig:
     """Read and validate a pipeline file: every stage config and the eval block, before anything
-    trains. A shipped pipeline's relative path (`catalogs/pipelines/...`) works from any folder."""
+    trains. A shipped pipeline's relative path (`catalogs/pipelines/...`) works from any folder.
+    `model`: the base model instead of the file's `model:` (`--model`)."""
     path = resolve_entry(path)
     data, node = read_yaml(path)
     if not isinstance(data, dict):
         raise RufusError(f"{path}: a pipeline is a mapping with `name` and `stages`")
     data.setdefault("name", path.stem)
+    if model:
+        data["model"] = model
     try:
         config = PipelineConfig.model_validate(_expand_env(data))
     except ValidationError as err:

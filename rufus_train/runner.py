@@ -55,6 +55,7 @@ from rufus_data.folders.run_folder import (
 from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.chat_template import read_chat_template
 from rufus_data.models.chat_template import record as chat_template_record
+from rufus_data.models.embeddings import fit_embeddings
 from rufus_data.models.loss_mask import LossMask
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
@@ -309,6 +310,10 @@ def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer, colum
                          "a family TRL stores such as qwen2_5; or a .jinja file)")
     if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
+    resize = fit_embeddings(model, len(tokenizer))  # added special tokens get rows (the Tulu 3 notebook's resize)
+    if resize:
+        console.print(f"note: {resize.note(config.lora.enabled)}", style="yellow", highlight=False, markup=False,
+                      soft_wrap=True)
     set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
     if config.lora.enabled:
         model = modeling.apply_lora(model, config.lora)

@@ -3,6 +3,8 @@
 - builtin.py: the built-in models (smollm2-135m, tiny-random), converted once and cached.
 - reference.py: a model reference resolved once (ModelRef): built-in, hub id, folder, adapter, run, checkpoint.
 - chat_template.py: a `chat_template:` setting read (shipped name, file, inline) and a template named.
+- check.py: `models check`: template source, mask route, end tokens, thinking switch, vocabulary.
+- embeddings.py: embedding rows added for a tokenizer longer than them (before training, before an adapter loads).
 - loss_mask.py: which tokens of a conversation carry loss (markers, TRL's training template, prefixes).
 - merged_model.py: a LoRA adapter or run as a plain model folder (`RUN/merged/`).
 - hub.py: hub revisions, offline mode, whether the hub answers.

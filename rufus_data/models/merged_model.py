@@ -29,6 +29,7 @@ from rufus_data.folders.run_folder import (
 )
 from rufus_data.folders.shards import atomic_output_dir, file_sha256, refuse_existing_output
 from rufus_data.models.builtin import file_lock
+from rufus_data.models.embeddings import fit_for_adapter
 from rufus_data.models.reference import ModelRef
 
 # peft 0.21's PeftModel.__init__ reads transformers 5's deprecated `is_gradient_checkpointing`:
@@ -104,6 +105,7 @@ def _merge(run: Path, base_path: str, target: Path, source: dict) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     base = AutoModelForCausalLM.from_pretrained(base_path, dtype=getattr(torch, source["dtype"]))
+    fit_for_adapter(base, run)
     model = PeftModel.from_pretrained(base, str(run)).merge_and_unload()
     tokenizer_source = run if (run / TOKENIZER_CONFIG).exists() else Path(base_path)
     with atomic_output_dir(target, overwrite=True) as tmp:  # a stale copy is replaced, never half-written
