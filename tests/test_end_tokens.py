@@ -124,3 +124,19 @@ def test_server_requests_carry_the_end_tokens(llama3_like, monkeypatch):
     api.generate_until([Instance("generate_until", {}, ("Q:", {"until": ["\n\n"]}), 0, metadata=("t", 0, 1))])
     [request] = sent
     assert request.args[1]["until"] == ["\n\n", *ends.strings] and request.args[1]["stop_token_ids"] == list(ends.ids)
+
+
+def test_vllm_backend_sends_the_folder_end_tokens(llama3_like, monkeypatch):
+    """The vllm backend (a server Rufus starts for a folder) asks for the folder's end tokens."""
+    import contextlib
+    import types
+
+    from rufus_data.generate import backends
+    from rufus_data.generate.backend_config import ModelAccess
+
+    listed = llama3_like[1]
+    started = types.SimpleNamespace(base_url="http://127.0.0.1:9", model="m")
+    monkeypatch.setattr(backends, "launch", lambda *a, **k: contextlib.nullcontext(started))
+    with backends.open_generator(ModelRef.of(str(listed)), ModelAccess(backend="vllm")) as generator:
+        body = generator.request_body(QUESTION, SAMPLED)
+    assert body["stop_token_ids"] == list(folder_end_tokens(listed).ids) and len(body["stop_token_ids"]) == 2
