@@ -22,6 +22,7 @@ from rufus_data.base.cli_options import (
 from rufus_data.base.console import cli_errors, exit_on_sigterm, print_rows
 from rufus_data.base.env_report import env_command
 from rufus_data.base.yaml_config import StrictModel, model_from_options
+from rufus_data.models.thinking import THINKING_HELP, ThinkingMode
 from rufus_eval.compare import compare_runs
 from rufus_eval.lm_eval_spellings import LM_EVAL_SPELLINGS
 from rufus_eval.request import EvalRequest, request_from_cli
@@ -133,6 +134,7 @@ class VibeSettings(StrictModel):
                                "time)")
     out: Path | None = Field(None, description="also write the answers as Markdown here (the side-by-side page goes "
                              "beside it as OUT.html; vibe.html without --out)")
+    thinking: ThinkingMode = Field("default", description=THINKING_HELP)
 
 
 @app.command("vibe")
@@ -145,7 +147,7 @@ def vibe(options: dict | None = None) -> None:
     from rufus_eval.vibe import run_vibe  # torch and lm-eval load with it: not for --help or compare
 
     run_vibe(settings.prompts, settings.checkpoints, max_tokens=settings.max_tokens, temperature=settings.temperature,
-             out=settings.out)
+             out=settings.out, thinking=settings.thinking)
 
 
 if __name__ == "__main__":

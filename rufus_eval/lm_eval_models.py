@@ -10,7 +10,12 @@ every document of a task the seed `sample_seed(run_seed, task, i)` (the generati
 rule): the k samples of a document differ, and the requests of one sample index share their
 generation kwargs, which is what lm-eval groups concurrent requests by (one seed per document
 and sample would make every group a single request, sent one after another).
-`rufus-hf` seeds torch before the i-th sample of every document."""
+`rufus-hf` seeds torch before the i-th sample of every document.
+
+Both also stop where the model's family stops (rufus_data/models/end_tokens.py): its end tokens'
+text joins every request's `until` (a task's own stop strings kept), and against vLLM their ids
+go as `stop_token_ids`; and both render the chat template with a suite's `thinking:` keywords
+(rufus_data/models/thinking.py; lm-eval's `chat_template_args`)."""
 
 from __future__ import annotations
 
@@ -29,8 +34,10 @@ from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import sample_seed
 from rufus_data.models import devices
+from rufus_data.models.end_tokens import EndTokens, folder_end_tokens
 from rufus_data.models.openai_api import SERVER_KEY_VARIABLE, api_key, server_version, v1_url
 from rufus_data.models.reference import ModelRef
+from rufus_data.models.thinking import Thinking, model_thinking
 
 
 def repeat_indices(requests) -> list[int]:
@@ -43,54 +50,112 @@ def repeat_indices(requests) -> list[int]:
     return out
 
 
+def with_end_strings(gen_kwargs: dict, end_strings: list[str]) -> dict:
+    """A request's generation kwargs with the model's end strings added to its own `until`."""
+    until = gen_kwargs.get("until") or []
+    until = [until] if isinstance(until, str) else list(until)
+    return {**gen_kwargs, "until": until + [s for s in end_strings if s not in until]}
+
+
 @register_model("rufus-completions")
 class SeededCompletionsAPI(LocalCompletionsAPI):
-    """lm-eval's `local-completions` with a distinct, reproducible seed per sample."""
+    """lm-eval's `local-completions` with a distinct, reproducible seed per sample, the model's
+    end tokens and the suite's chat-template keywords."""
+
+    def __init__(self, *args, end_strings: list[str] | None = None, stop_token_ids: list[int] | None = None,
+                 chat_template_args: dict | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.end_strings = list(end_strings or [])
+        self.stop_token_ids = list(stop_token_ids or [])
+        self.chat_template_args = dict(chat_template_args or {})
+
+    def apply_chat_template(self, chat_history, add_generation_prompt: bool = True):
+        if self.tokenizer_backend == "huggingface" and self.tokenized_requests:
+            return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt,
+                                                      continue_final_message=not add_generation_prompt,
+                                                      **self.chat_template_args)
+        return super().apply_chat_template(chat_history, add_generation_prompt)
 
     def generate_until(self, requests, disable_tqdm: bool = False):
         seeded = []
         for req, index in zip(requests, repeat_indices(requests)):
-            context, gen_kwargs = req.args[0], dict(req.args[1])
+            context, gen_kwargs = req.args[0], with_end_strings(dict(req.args[1]), self.end_strings)
             gen_kwargs["seed"] = sample_seed(self._seed, str(req.task_name), index)
+            if self.stop_token_ids:
+                gen_kwargs["stop_token_ids"] = self.stop_token_ids  # vLLM extension: the payload carries it
             seeded.append(dataclasses.replace(req, arguments=(context, gen_kwargs), resps=[], filtered_resps={}))
         return super().generate_until(seeded, disable_tqdm=disable_tqdm)
 
 
 @register_model("rufus-hf")
 class SeededHFLM(HFLM):
-    """lm-eval's `hf` model; the i-th samples of all documents run together after seeding torch."""
+    """lm-eval's `hf` model; the i-th samples of all documents run together after seeding torch,
+    stopping at the model's end tokens (their text joins `until`, their ids generate's eos)."""
 
-    def __init__(self, *args, seed: int = 0, **kwargs):
+    def __init__(self, *args, seed: int = 0, end_strings: list[str] | None = None,
+                 end_token_ids: list[int] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.rufus_seed = int(seed)
+        self.end_strings = list(end_strings or [])
+        self.end_token_ids = list(end_token_ids or [])
 
     def generate_until(self, requests, disable_tqdm: bool = False):
-        indices = repeat_indices(requests)
+        ended = []
+        for req in requests:
+            gen_kwargs = with_end_strings(dict(req.args[1]), self.end_strings)
+            if self.end_token_ids:
+                gen_kwargs["eos_token_id"] = self.end_token_ids
+            ended.append(dataclasses.replace(req, arguments=(req.args[0], gen_kwargs), resps=[], filtered_resps={}))
+        return self._seeded_generate(ended, repeat_indices(requests), disable_tqdm)
+
+    def _seeded_generate(self, requests, indices: list[int], disable_tqdm: bool) -> list[str]:
         results: list[str | None] = [None] * len(requests)
         for index in sorted(set(indices)):
             positions = [p for p, i in enumerate(indices) if i == index]
             torch.manual_seed(self.rufus_seed * 1000 + index)
-            answers = super().generate_until([requests[p] for p in positions], disable_tqdm=disable_tqdm)
+            answers = HFLM.generate_until(self, [requests[p] for p in positions], disable_tqdm=disable_tqdm)
             for p, answer in zip(positions, answers):
                 results[p] = answer
         return results
 
 
+def model_chat(model: str, cfg: ModelAccess, thinking: str) -> tuple[Thinking, EndTokens | None]:
+    """A suite's `thinking:` mode for the model's chat template, and the model's end tokens, read
+    from its local files before anything loads (None: a server whose tokenizer is not here answers
+    by its own generation config)."""
+    local = (cfg.tokenizer or model) if cfg.backend == "server" else model
+    mode = model_thinking(local, thinking)
+    try:
+        return mode, folder_end_tokens(ModelRef.of(local).folder())
+    except Exception:  # only a served name may lack local files; a folder's error is its own
+        if cfg.backend != "server":
+            raise
+        return mode, None
+
+
 @contextlib.contextmanager
-def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 16) -> Iterator[tuple[str, dict, dict]]:
+def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 16, thinking: Thinking = Thinking(),
+                 ends: EndTokens | None = None) -> Iterator[tuple[str, dict, dict]]:
     """Yield (lm-eval model name, model args, facts for the results) for `model` - a model folder
     (hf, vllm) or the name a server knows it by - and clean up afterwards; `batch_size`: the hf
-    backend's (lm-eval's)."""
+    backend's (lm-eval's); `thinking`, `ends`: model_chat's."""
+    chat = {key: value for key, value in (("chat_template_args", thinking.template_kwargs()),
+                                          ("end_strings", list(ends.strings) if ends else [])) if value}
+    end_ids = list(ends.ids) if ends else []
     if cfg.backend == "hf":
         cuda = devices.gpu_count() > 0
         args = {"pretrained": model, "device": "cuda" if cuda else "cpu",
-                "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": batch_size, "seed": seed}
+                "dtype": cfg.dtype or ("auto" if cuda else "float32"), "batch_size": batch_size, "seed": seed,
+                **chat, **({"end_token_ids": end_ids} if end_ids else {})}
         if cfg.max_model_len:
             args["max_length"] = cfg.max_model_len
         yield "rufus-hf", args, {"backend": "hf"}
     elif cfg.backend == "vllm":
         with launch(cfg.launch_config(model, cfg.served_model_name or model)) as server:
-            yield "rufus-completions", _api_args(cfg, server.base_url, server.model, model, seed), {
+            args = {**_api_args(cfg, server.base_url, server.model, model, seed), **chat,
+                    **({"stop_token_ids": end_ids} if end_ids else {})}
+            yield "rufus-completions", args, {
                 "backend": "vllm",
                 "server_pgid": server.pgid,
                 "server_version": server_version(server.base_url, key=api_key(SERVER_KEY_VARIABLE)),
@@ -101,7 +166,7 @@ def open_backend(model: str, cfg: ModelAccess, seed: int = 0, batch_size: int = 
         base_url = cfg.base_urls[0]
         # a built-in name or a folder as --tokenizer: what from_pretrained loads (lm-eval takes it as a hub id)
         tokenizer = ModelRef.of(cfg.tokenizer).folder() if cfg.tokenizer else model
-        yield "rufus-completions", _api_args(cfg, base_url, cfg.served_model_name or model, tokenizer, seed), {
+        yield "rufus-completions", {**_api_args(cfg, base_url, cfg.served_model_name or model, tokenizer, seed), **chat}, {
             "backend": "server",
             "server_version": server_version(base_url, key=api_key(SERVER_KEY_VARIABLE)),
         }

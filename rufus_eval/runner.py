@@ -33,7 +33,7 @@ from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
 from rufus_eval.data_check import task_data_checks
 from rufus_eval.judge import pin_judge
-from rufus_eval.lm_eval_models import open_backend
+from rufus_eval.lm_eval_models import model_chat, open_backend
 from rufus_eval.metrics import answer_of
 from rufus_eval.native import write_native
 from rufus_eval.plan import left_out, model_source, refuse_unrunnable, resolve
@@ -193,7 +193,10 @@ def _run_through_lm_eval(suite: Suite, tasks: list[Task], lm_names: dict[str, st
     """Create the model once and run each task through lm-eval, writing into the work folder's run
     (paths recorded under `out`); each task is marked done there as it finishes."""
     logging.getLogger("lm_eval").setLevel(logging.WARNING)
-    with open_backend(model, req.access(), seed=suite.seed, batch_size=req.batch_size) as (model_name, model_args, facts):
+    thinking, ends = model_chat(model, req.access(), suite.thinking)  # a mode the template cannot take: refused here
+    record.update(thinking=thinking.record(), end_tokens=ends.record() if ends else None)
+    with open_backend(model, req.access(), seed=suite.seed, batch_size=req.batch_size, thinking=thinking,
+                      ends=ends) as (model_name, model_args, facts):
         record.update({k: facts.get(k) for k in ("backend", "server_version", "server_pgid")})
         # RULER builds its documents with the model's tokenizer, at the lengths the task reports
         metadata = None
@@ -210,7 +213,8 @@ def _run_through_lm_eval(suite: Suite, tasks: list[Task], lm_names: dict[str, st
                 bar.update(job, description=f"{suite.name}: {task.name}")
                 with _task_context(task):
                     output = evaluate_task(lm, lm_names[task.name], manager, suite.seed, limit=req.limit,
-                                           apply_chat_template=True, system_instruction=suite.system_prompt,
+                                           apply_chat_template=True,
+                                           system_instruction=thinking.system_instruction(suite.system_prompt),
                                            bootstrap_iters=1000)
                 record["tasks"][task.name] = _task_record(suite, task, lm_names[task.name], output, work.run, out)
                 work.task_done(task.name, record["tasks"][task.name], record["judges"].get(task.name))

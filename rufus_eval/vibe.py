@@ -24,8 +24,10 @@ from rufus_data.base.catalog_files import resolve_entry
 from rufus_data.base.console import print_result
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, read_yaml
+from rufus_data.models.end_tokens import end_tokens
 from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
+from rufus_data.models.thinking import Thinking, model_thinking
 from rufus_eval.vibe_page import write_vibe_page
 
 MODE_FLAGS = ("/think", "/no_think")
@@ -87,45 +89,51 @@ def mode_at(messages: list[dict]) -> str:
     return mode
 
 
-def converse(conversation: VibeConversation, tokenizer, generate) -> list[TurnReply]:
+def converse(conversation: VibeConversation, tokenizer, generate, thinking: Thinking = Thinking()) -> list[TurnReply]:
     """Each user turn in order, the model's reply (`generate(prompt_text) -> str`) kept in the
-    conversation; the system prompt heads every turn's prompt."""
+    conversation; the system prompt heads every turn's prompt, which renders in `thinking`'s mode."""
     messages = [{"role": "system", "content": conversation.system}] if conversation.system else []
     replies = []
     for user in conversation.user_turns:
         messages.append({"role": "user", "content": user})
-        prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        shown = thinking.messages(messages)
+        prompt = tokenizer.apply_chat_template(shown, add_generation_prompt=True, tokenize=False,
+                                               **thinking.template_kwargs())
         reply = generate(prompt)
-        replies.append(TurnReply(mode_at(messages), prompt, reply))
+        replies.append(TurnReply(mode_at(shown), prompt, reply))
         messages.append({"role": "assistant", "content": reply})
     return replies
 
 
-def answer_all(ckpt: str, prompts: list[VibeConversation], max_tokens: int, temperature: float) -> list[list[TurnReply]]:
+def answer_all(ckpt: str, prompts: list[VibeConversation], max_tokens: int, temperature: float,
+               thinking: str = "default") -> list[list[TurnReply]]:
+    """Each model's replies, stopping at its end tokens (models/end_tokens.py), in the `thinking` mode."""
     import torch  # heavy: only when a model answers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = plain_folder(ModelRef.of(ckpt))
+    mode = model_thinking(path, thinking)  # a mode its template cannot take: refused before the weights load
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+    ends = list(end_tokens(tokenizer, model.generation_config).ids)
     torch.manual_seed(0)
 
     def generate(prompt: str) -> str:
         ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
         with torch.no_grad():
             out = model.generate(
-                **ids, max_new_tokens=max_tokens, do_sample=temperature > 0,
+                **ids, max_new_tokens=max_tokens, do_sample=temperature > 0, eos_token_id=ends,
                 **({"temperature": temperature} if temperature > 0 else {}),
             )
         return tokenizer.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True).strip()
 
-    return [converse(conversation, tokenizer, generate) for conversation in prompts]
+    return [converse(conversation, tokenizer, generate, mode) for conversation in prompts]
 
 
 def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temperature: float = 0.0,
-             out: Path | None = None) -> dict[str, list[list[TurnReply]]]:
+             out: Path | None = None, thinking: str = "default") -> dict[str, list[list[TurnReply]]]:
     prompts = load_prompts(resolve_entry(prompts_file))  # `catalogs/vibe_prompts.yaml` installed: the shipped one
-    answers = {ckpt: answer_all(ckpt, prompts, max_tokens, temperature) for ckpt in ckpts}
+    answers = {ckpt: answer_all(ckpt, prompts, max_tokens, temperature, thinking) for ckpt in ckpts}
     table = Table(title="vibe test", show_lines=True)
     for col in ("prompt", "turn", "mode"):
         table.add_column(col)

@@ -56,7 +56,7 @@ from rufus_data.folders.shards import package_versions, refuse_existing_output
 from rufus_data.models.chat_template import read_chat_template
 from rufus_data.models.chat_template import record as chat_template_record
 from rufus_data.models.embeddings import fit_embeddings
-from rufus_data.models.loss_mask import LossMask
+from rufus_data.models.loss_mask import LossMask, check_prompt_render
 from rufus_data.models.merged_model import set_adapter_base
 from rufus_data.models.reference import ModelRef
 from rufus_eval.checkpoint_eval.callback import CheckpointEvalCallback
@@ -308,6 +308,8 @@ def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer, colum
         raise RufusError(f"model {config.model} has no chat template (a base model ships none), and stage {config.stage} "
                          "renders conversations: set `chat_template:` in the stage config (a shipped name: rufus_chatml, or "
                          "a family TRL stores such as qwen2_5; or a .jinja file)")
+    if "prompt" in columns and "messages" not in columns:  # TRL renders the prompt alone, with the generation prompt
+        check_prompt_render(tokenizer, f"model {config.model}")
     if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
     resize = fit_embeddings(model, len(tokenizer))  # added special tokens get rows (the Tulu 3 notebook's resize)

@@ -58,10 +58,10 @@ def test_vibe_and_data_pull_take_their_generated_options(monkeypatch, tmp_path):
     asked: list = []
     monkeypatch.setattr(vibe, "run_vibe", lambda prompts, ckpts, **how: asked.append((prompts, ckpts, how)))
     result = CliRunner().invoke(app, ["vibe", "p.yaml", "--ckpt", "a", "--ckpt", "b", "--max_tokens", "32",
-                                      "--out", str(tmp_path / "v.md")])
+                                      "--out", str(tmp_path / "v.md"), "--thinking", "off"])
     assert result.exit_code == 0, result.output
     assert [(str(p), c, h) for p, c, h in asked] == [("p.yaml", ["a", "b"], {"max_tokens": 32, "temperature": 0.0,
-                                                                               "out": tmp_path / "v.md"})]
+                                                                               "out": tmp_path / "v.md", "thinking": "off"})]
     missing = CliRunner().invoke(app, ["vibe", "p.yaml"])
     assert missing.exit_code == 2 and "--ckpt" in missing.output
 

@@ -29,6 +29,7 @@ from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
 from rufus_data.benchmarks.registry import Registry, load_registry
+from rufus_data.models.thinking import ThinkingMode
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.sources.dataset_source import DatasetSource
@@ -154,6 +155,7 @@ class Suite(StrictModel):
     repeats: int = Field(4, ge=1)  # default k
     sampling: Sampling = Sampling()
     system_prompt: str | None = None  # e.g. "/think" or "/no_think" for hybrid reasoning models
+    thinking: ThinkingMode = "default"  # on/off through the template's own switch (rufus_data/models/thinking.py)
     think_end_token: str = "</think>"
     seed: int = 0
     tasks: list[Task]

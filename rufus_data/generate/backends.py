@@ -16,7 +16,9 @@ from rufus_data.generate.hf import HFGenerator
 from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
+from rufus_data.models.end_tokens import folder_end_tokens
 from rufus_data.models.reference import ModelRef, require_loadable
+from rufus_data.models.thinking import Thinking, model_thinking
 
 
 def model_to_load(model: str, config: ModelAccess) -> str | ModelRef:
@@ -38,30 +40,43 @@ def check_model(model: str | ModelRef, config: ModelAccess) -> None:
         raise RufusError(f"{err} (or --backend server --base-url URL)") from None
 
 
+def generator_thinking(model: str | ModelRef, config: ModelAccess, mode: str) -> Thinking:
+    """A `thinking:` mode for the model a generator serves (models/thinking.py), read from its
+    local tokenizer (a server's: --tokenizer, else the served name as a reference) before any
+    weights load or server starts."""
+    return model_thinking(config.tokenizer or model if config.backend == "server" else model, mode)
+
+
 @contextlib.contextmanager
-def open_generator(model: str | ModelRef, config: ModelAccess) -> Iterator[Generator]:
+def open_generator(model: str | ModelRef, config: ModelAccess, thinking: str = "default") -> Iterator[Generator]:
     """A ready generator for `model` (from `model_to_load`); anything it started (a vLLM server) is
-    stopped on exit. `config` is resolved: `auto` was decided where the command started."""
+    stopped on exit. `config` is resolved: `auto` was decided where the command started. `thinking`:
+    the mode every prompt renders with (on, off, default). The vllm backend stops on the folder's
+    end tokens; a server the user runs on its own generation config."""
     if config.backend == "auto":
         raise ValueError("resolve the model access first (ModelAccess.resolved)")
+    mode = generator_thinking(model, config, thinking)
     if config.backend == "server":  # the server's name for its model: nothing here to resolve
         name = config.served_model_name or model
-        with ServerGenerator(ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency)) as gen:
+        cfg = ServerConfig(base_urls=config.base_urls, model=name, concurrency=config.concurrency, thinking=mode)
+        with ServerGenerator(cfg) as gen:
             yield gen
         return
     if config.backend == "hf":
-        with HFGenerator(model, dtype=config.dtype or "bfloat16") as gen:
+        with HFGenerator(model, dtype=config.dtype or "bfloat16", thinking=mode) as gen:
             yield gen
         return
+    ends = folder_end_tokens(model.folder())
     with launch(config.launch_config(model.folder(), config.served_model_name or model.text)) as server:
-        cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency)
+        cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency,
+                           thinking=mode, stop_token_ids=ends.ids)
         with ServerGenerator(cfg) as gen:
             yield gen
 
 
-def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt]) -> int | None:
-    """Tokens of the longest chat-templated prompt, with the model's tokenizer (None if unavailable:
-    a served name without a local tokenizer)."""
+def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt], thinking: Thinking = Thinking()) -> int | None:
+    """Tokens of the longest chat-templated prompt (in `thinking`'s mode), with the model's
+    tokenizer (None if unavailable: a served name without a local tokenizer)."""
     try:
         from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
 
@@ -70,7 +85,8 @@ def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt]) -> i
         return None
     longest = 0
     for prompt in prompts:
-        ids = tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(thinking.messages(prompt.messages), add_generation_prompt=True,
+                                            tokenize=True, **thinking.template_kwargs())
         longest = max(longest, len(ids["input_ids"] if hasattr(ids, "keys") else ids))
     return longest
 
@@ -82,7 +98,7 @@ def check_prompts_fit(generator: Generator, model: str | ModelRef, prompts: Sequ
     base_urls = getattr(generator, "base_urls", None)
     if not base_urls or not prompts:
         return "n/a"
-    longest = longest_prompt_tokens(model, prompts)
+    longest = longest_prompt_tokens(model, prompts, getattr(generator.config, "thinking", Thinking()))
     if longest is None:
         name = model.text if isinstance(model, ModelRef) else model
         status = f"skipped: no local tokenizer for {name!r} to count the prompt tokens"

@@ -21,18 +21,21 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from rufus_data.base.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
+from rufus_data.models.end_tokens import end_tokens
 from rufus_data.models.reference import ModelRef
+from rufus_data.models.thinking import Thinking
 
 
 class HFGenerator(Generator):
     def __init__(self, model: ModelRef, dtype: str = "bfloat16", device: str | None = None,
-                 model_name: str | None = None):
+                 model_name: str | None = None, thinking: Thinking = Thinking()):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         ref = model
         path = ref.folder()
         self.model = model_name or ref.text
+        self.thinking = thinking
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
@@ -40,13 +43,12 @@ class HFGenerator(Generator):
         except OSError as err:  # a hub id that does not exist, or files missing from a folder
             raise RufusError(f"could not load model {ref.text!r} ({str(err).splitlines()[0]}): give a built-in name, a "
                              "model folder (config.json, weights, tokenizer) or a hub id that exists") from None
-        eos = self.lm.generation_config.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
-        self.eos_ids.discard(None)
+        self.eos_ids = set(end_tokens(self.tokenizer, self.lm.generation_config).ids)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_ids)
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
-        ids = self.tokenizer.apply_chat_template(prompt.messages, add_generation_prompt=True, tokenize=True)
+        ids = self.tokenizer.apply_chat_template(self.thinking.messages(prompt.messages), add_generation_prompt=True,
+                                                 tokenize=True, **self.thinking.template_kwargs())
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def complete(self, prompt: Prompt, sampling: SamplingParams) -> PromptResult:

@@ -20,7 +20,7 @@ import itertools
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -38,6 +38,7 @@ from rufus_data.models.openai_api import (
     checked,
     root_url,
 )
+from rufus_data.models.thinking import Thinking
 
 
 @dataclass
@@ -52,6 +53,8 @@ class ServerConfig:
     drop_after: int = 3  # consecutive connection failures after which a URL is dropped
     logprobs: bool = True
     api_key: str | None = None  # None: OPENAI_API_KEY, if set
+    thinking: Thinking = field(default_factory=Thinking)  # the mode's system flag or `chat_template_kwargs` (models/thinking.py)
+    stop_token_ids: tuple[int, ...] = ()  # the model's end tokens (models/end_tokens.py), when read here
 
 
 class ServerGenerator(Generator):
@@ -75,7 +78,7 @@ class ServerGenerator(Generator):
     def request_body(self, prompt: Prompt, sampling: SamplingParams) -> dict:
         body = {
             "model": self.model,
-            "messages": prompt.messages,
+            "messages": self.config.thinking.messages(prompt.messages),
             "n": sampling.n,
             "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature,
@@ -94,6 +97,10 @@ class ServerGenerator(Generator):
             body["repetition_penalty"] = sampling.repetition_penalty
         if self.config.logprobs:
             body["logprobs"] = True
+        if self.config.thinking.template_kwargs():
+            body["chat_template_kwargs"] = self.config.thinking.template_kwargs()  # vLLM extension
+        if self.config.stop_token_ids:
+            body["stop_token_ids"] = list(self.config.stop_token_ids)  # vLLM extension
         return body
 
     @staticmethod

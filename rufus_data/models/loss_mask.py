@@ -13,7 +13,11 @@ The routes, in order:
    template renders prefixes as prefixes, and checked again on every row. TRL cannot swap such a
    template, so the SFT stage hands TRL these masks with the token ids.
 Else the template is refused, by name, with what to set. A token carries loss when its characters
-overlap a span: transformers' rule for `assistant_masks`, so counts equal TRL's masks."""
+overlap a span: transformers' rule for `assistant_masks`, so counts equal TRL's masks.
+
+Stages that train on a prompt and its completions (dpo, orpo, kto, grpo) mask no conversation
+themselves (TRL splits prompt from completion), but render the prompt alone with the generation
+prompt: `check_prompt_render` refuses, with docs/train.md's reasons, a template that cannot."""
 
 from __future__ import annotations
 
@@ -32,6 +36,8 @@ PROBE = [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "c
 FIX = ("set `chat_template:` to a template with {% generation %} ... {% endgeneration %} around each assistant reply "
        "(the shipped `rufus_chatml` for ChatML models), or train on every token (`assistant_only_loss: false`; a mix: "
        "`basis: total`)")
+PROMPT_FIX = ("set `chat_template:` to a text chat template (the shipped `rufus_chatml` for ChatML models, or the "
+              "text template of the model's family)")
 ROUTE_WORDS = {"markers": "its own {% generation %} markers",
                "trl_training_template": "TRL's training template for it (the swap SFTTrainer makes)",
                "prefixes": "rendering each conversation's prefixes (the template renders prefixes as prefixes)"}
@@ -146,6 +152,32 @@ def prefix_spans(conversations: list[list[dict]], texts: list[str], render_chats
                              f"tokens cannot be found from prefixes: {FIX}", "a row's prefixes do not render as prefixes")
         spans[row].append((len(start), len(end)))
     return spans
+
+
+def check_prompt_render(tokenizer, owner: str) -> None:
+    """A probe prompt renders, with the user's text, ending after it in the generation prompt and
+    holding none of the reply: else refused (NoLossMask, with the reason docs/train.md names)."""
+    template = tokenizer.chat_template
+    template = template.get("default") if isinstance(template, dict) else template
+    name = template_name(template)
+    prompt, reply = PROBE[:1], PROBE[1]["content"]
+    try:
+        [text], _ = render(tokenizer, template, [prompt], add_generation_prompt=True)
+        [bare], _ = render(tokenizer, template, [prompt])
+        render(tokenizer, template, [PROBE[:2]])  # a DPO stage renders the prompt with each reply too
+    except Exception as err:  # noqa: BLE001 - the template's own error, said with its name
+        raise NoLossMask(f"the chat template {name} of {owner} cannot render a plain text prompt (it raises "
+                         f"{type(err).__name__}: {str(err)[:200]}): {PROMPT_FIX}",
+                         f"cannot render a plain-text chat ({type(err).__name__}: {str(err)[:80]})") from None
+    user = prompt[0]["content"]
+    if user not in text:
+        raise NoLossMask(f"the chat template {name} of {owner} drops the text of plain-text messages (it reads "
+                         f"`content` only as a list of typed blocks, as vision-language templates do), so every prompt "
+                         f"would render empty: {PROMPT_FIX}", "renders plain-text messages empty (reads content only as typed blocks)")
+    if reply in text or text == bare:
+        raise NoLossMask(f"the chat template {name} of {owner} does not end a prompt in an open assistant turn "
+                         f"(add_generation_prompt adds nothing, or the prompt holds the reply): {PROMPT_FIX}",
+                         "no generation prompt")
 
 
 def _check_probe_masked(tokenizer, found: LossMask, owner: str) -> None:

@@ -36,7 +36,13 @@ from rufus_data.base.report import markdown_table, pyplot
 from rufus_data.base.yaml_config import settings_model
 from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import DATA_DIR, MANIFEST, read_shards, write_shards
-from rufus_data.generate.backends import check_model, check_prompts_fit, model_to_load, open_generator
+from rufus_data.generate.backends import (
+    check_model,
+    check_prompts_fit,
+    generator_thinking,
+    model_to_load,
+    open_generator,
+)
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.models.reference import ModelRef
 from rufus_data.rewards.data_rewards import scoring_specs
@@ -124,6 +130,7 @@ def filter_prompts(inputs: list[str | Path] | None = None, out: str | Path | Non
         Scorer.from_specs(config.reward)  # a bad --reward fails before anything loads
     policy = model_to_load(config.policy, config.access())
     check_model(policy, config.access())
+    generator_thinking(policy, config.access(), config.thinking)  # a mode the template cannot take: refused now
     folders, catalogs = input_folders(entries, partial_dir(step.out), show_progress)
     rows, prompts, inputs_, schema = read_prompt_rows(folders, config.limit, config.seed)
     if not prompts:
@@ -162,7 +169,7 @@ def _generate(config: FilterConfig, policy: str | ModelRef, prompts: list, journ
             console.print(f"all {len(prompts)} prompts already generated in {journal.path}: writing the output")
         return {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}, "n/a"
     sampling = config.sampling(config.k)
-    with open_generator(policy, config.access()) as generator:
+    with open_generator(policy, config.access(), config.thinking) as generator:
         context_status = check_prompts_fit(generator, policy, todo, sampling)
         timings = run_journaled(generator, prompts, sampling, journal, to_record, description=f"filter k={config.k}",
                                 show_progress=show_progress)

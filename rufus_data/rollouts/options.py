@@ -21,6 +21,7 @@ from rufus_data.base.errors import RufusError, quoted
 from rufus_data.base.yaml_config import load_yaml_text
 from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.generate.sampling import SamplingParams
+from rufus_data.models.thinking import THINKING_HELP, ThinkingMode
 
 
 def parse_reward_option(values: list[str]) -> list[str | dict]:
@@ -63,6 +64,7 @@ class GenerationOptions(ModelAccess):
     repetition_penalty: float = Field(1.0, gt=0, description="penalty on tokens already in the prompt or completion "
                                       "(1.0 = off)")
     seed: int | None = Field(0, description="run seed; per-prompt and per-sample seeds derive from it")
+    thinking: ThinkingMode = Field("default", description=THINKING_HELP)
     limit: int | None = Field(
         None, ge=1, description="a seeded sample of this many prompts (default: all); a quick run on CPU"
     )
@@ -88,6 +90,8 @@ class GenerationOptions(ModelAccess):
             raise ValueError("resolve the settings first: `auto` samples as the backend it becomes")
         key = {**identity, "backend": "hf" if self.backend == "hf" else "server",
                "sampling": self.sampling(n).to_dict(), "inputs": content_fingerprint(inputs)}
+        if self.thinking != "default":  # the prompts render differently; `default` keeps earlier journals' keys
+            key["thinking"] = self.thinking
         return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

@@ -45,7 +45,13 @@ from rufus_data.base.report import markdown_table
 from rufus_data.base.yaml_config import settings_model
 from rufus_data.folders.output_step import OutputStep, StepResult
 from rufus_data.folders.shards import read_manifest, write_shards
-from rufus_data.generate.backends import check_model, check_prompts_fit, model_to_load, open_generator
+from rufus_data.generate.backends import (
+    check_model,
+    check_prompts_fit,
+    generator_thinking,
+    model_to_load,
+    open_generator,
+)
 from rufus_data.generate.sampling import prompt_seed
 from rufus_data.models.builtin import DEFAULT_MODEL
 from rufus_data.models.reference import ModelRef
@@ -130,6 +136,7 @@ def _sampling_roles(config: PairsConfig) -> list[tuple[str, str, str | ModelRef,
     for role, model, n, urls in roles:
         loadable = model_to_load(model, config.access(urls))
         check_model(loadable, config.access(urls))
+        generator_thinking(loadable, config.access(urls), config.thinking)  # a mode the template cannot take: refused now
         resolved.append((role, model, loadable, n, urls))
     return resolved
 
@@ -142,7 +149,7 @@ def _sample(config: PairsConfig, model: str | ModelRef, n: int, urls: list[str],
         return {"prompts_total": len(prompts), "prompts_resumed": len(prompts), "prompts_generated": 0}
     by_id = {str(r["id"]): r for r in rows}
     sampling = config.sampling(n)
-    with open_generator(model, config.access(urls)) as generator:
+    with open_generator(model, config.access(urls), config.thinking) as generator:
         status = check_prompts_fit(generator, model, todo, sampling)
         timings = run_journaled(generator, prompts, sampling, journal, lambda result: _answers_record(scorer, by_id, result),
                                 description=description, show_progress=show_progress)

@@ -21,7 +21,7 @@ from rufus_data.base.console import print_result, print_rows
 from rufus_data.base.errors import RufusError
 from rufus_data.folders.output_step import check_output
 from rufus_data.folders.shards import shard_files, shard_row_counts
-from rufus_data.generate.backends import check_model, model_to_load
+from rufus_data.generate.backends import check_model, generator_thinking, model_to_load
 from rufus_data.mix.plan import mix_plan
 from rufus_data.rewards.data_rewards import REWARD_COLUMN, declares_rewards, encode_specs, scoring_specs
 from rufus_data.rollouts.filter import ROLLOUTS, parse_band
@@ -115,7 +115,9 @@ def _checked_models(config: GenerationOptions, models: list[tuple[str, list[str]
     backend, why = config.backend_choice()
     resolved = config.model_copy(update={"backend": backend})
     for model, urls in models:
-        check_model(model_to_load(model, resolved.access(urls)), resolved.access(urls))
+        loadable = model_to_load(model, resolved.access(urls))
+        check_model(loadable, resolved.access(urls))
+        generator_thinking(loadable, resolved.access(urls), config.thinking)  # its tokenizer only
     return backend, why
 
 
