@@ -17,10 +17,10 @@ copy is a duplicate of its original; no two distinct problems are duplicates of 
 
     python bench/dedup_peers.py [--rows 500000] [--workers 2] [--skip-datatrove] [--sweep]
 
-Printed for both: wall time, rows/s, peak RSS (the largest process, and summed over the
-command's processes), copies kept (rows beyond one per distinct problem) and distinct problems
-lost (every row of it removed), and the copies kept by kind (rows of a copy kind in a problem
-that keeps more than one row). Targets (issues 33 and 44): Rufus keeps no more copies than datatrove,
+Printed for both: wall time, rows/s, CPU seconds of all its processes, the load when it started
+and ended, peak RSS (the largest process, and summed over the command's processes), copies kept
+(rows beyond one per distinct problem) and distinct problems lost (every row of it removed), and
+the copies kept by kind (rows of a copy kind in a problem that keeps more than one row). Targets (issues 33 and 44): Rufus keeps no more copies than datatrove,
 loses no distinct problem, runs at >= 8x datatrove's rows/s at 0.5M rows, and its peak RSS stays
 at most 0.5 GB. `--sweep` also prints, on these rows, each verification measure and threshold
 (copies kept, problems lost) and the LSH candidate recall of the framed copies by band setting.
@@ -235,6 +235,14 @@ def score(kept_ids: set[str], truth: dict[str, list]) -> tuple[int, int, dict[st
 
 # ---- the two runs -----------------------------------------------------------------------------
 
+def with_load(run, *args) -> tuple[dict, set[str]]:
+    """A run's stats and kept ids, with the machine's 1-minute load when it started and ended (the
+    cores are shared: a wall time means little without it)."""
+    start = os.getloadavg()[0]
+    stats, kept = run(*args)
+    return {**stats, "load": (start, os.getloadavg()[0])}, kept
+
+
 def run_rufus(folder: Path, workers: int, env: dict, extra: tuple[str, ...] = ()) -> tuple[dict, set[str]]:
     import pyarrow.parquet as pq
     from scale_bench import measure
@@ -373,18 +381,22 @@ def main() -> None:
         kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
     print(f"{len(rows):,} rows: " + ", ".join(f"{k} {v:,}" for k, v in kinds.items()))
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
-    results = {"Rufus dedup": run_rufus(folder, args.workers, env)}
+    results = {"Rufus dedup": with_load(run_rufus, folder, args.workers, env)}
     if not args.skip_datatrove:
-        results["datatrove 0.10.1"] = run_datatrove(folder, args.workers, env)
+        results["datatrove 0.10.1"] = with_load(run_datatrove, folder, args.workers, env)
     print(f"\n{len(rows):,} rows, {args.workers} workers\n")
     print("| | " + " | ".join(results) + " |\n|---|" + "---|" * len(results))
-    table = {"wall time": [], "peak RSS, largest process": [], "peak RSS, all processes": [], "copies kept": [],
-             "copies kept, by kind": [], "distinct problems lost": []}
+    table = {"wall time": [], "CPU time, all processes": [], "load (1 min), start / end": [], "peak RSS, largest process": [],
+             "peak RSS, all processes": [], "copies kept": [], "copies kept, by kind": [], "distinct problems lost": []}
     outcome = {}
     for name, (stats, kept) in results.items():
         copies, lost, by_kind = score(kept, truth)
-        outcome[name] = (stats["seconds"], copies, lost, stats["peak_rss_mb"] / 1024)
+        cpu = max(stats["cpu_seconds"], stats["sampled_cpu_seconds"])
+        outcome[name] = (stats["seconds"], cpu, copies, lost, stats["peak_rss_mb"] / 1024)
         table["wall time"].append(f"{stats['seconds']:.1f} s ({len(rows) / stats['seconds'] / 1000:.1f}k rows/s)")
+        table["CPU time, all processes"].append(f"{cpu:.1f} s (reaped {stats['cpu_seconds']:.1f} s, sampled "
+                                                f"{stats['sampled_cpu_seconds']:.1f} s)")
+        table["load (1 min), start / end"].append(f"{stats['load'][0]:.1f} / {stats['load'][1]:.1f}")
         table["peak RSS, largest process"].append(f"{stats['peak_rss_mb'] / 1024:.2f} GB")
         table["peak RSS, all processes"].append(f"{stats['peak_tree_mb'] / 1024:.2f} GB")
         table["copies kept"].append(f"{copies:,}")
@@ -393,8 +405,9 @@ def main() -> None:
     for label, cells in table.items():
         print(f"| {label} | " + " | ".join(cells) + " |")
     if len(outcome) == 2:
-        (ours, copies, lost, rss), (theirs, their_copies, _, _) = outcome.values()
-        print(f"\nspeed: {theirs / ours:.1f}x datatrove's rows/s (target >= 8); copies kept {copies:,} vs {their_copies:,} "
+        (ours, our_cpu, copies, lost, rss), (theirs, their_cpu, their_copies, _, _) = outcome.values()
+        print(f"\nspeed: {theirs / ours:.1f}x datatrove's rows/s (target >= 8), {their_cpu / our_cpu:.1f}x per CPU-second "
+              f"(steadier on a shared machine); copies kept {copies:,} vs {their_copies:,} "
               f"(target: no more); problems lost {lost} (target 0); peak RSS {rss:.2f} GB (target <= 0.5)")
     if args.sweep:
         sweep(folder, rows, args.workers, env)

@@ -159,9 +159,11 @@ sys.exit(done.returncode)
 
 
 def measure(command: list[str], env: dict, work: Path) -> dict:
-    """Run a command: wall seconds, CPU seconds (all its processes), the largest process's peak
-    RSS (what /usr/bin/time reports) and the peak of the RSS summed over it and its worker
-    processes (sampled every 0.2 s)."""
+    """Run a command: wall seconds, CPU seconds (all its processes: as the kernel counts the
+    children reaped, and as sampled every 0.2 s over every process below it, which also counts
+    workers of a server process that nobody reaps), the largest process's peak RSS (what
+    /usr/bin/time reports) and the peak of the RSS summed over it and its worker processes
+    (sampled every 0.2 s)."""
     try:
         import psutil  # comes with the train extra; without it the sum over workers is not sampled
     except ImportError:
@@ -172,6 +174,7 @@ def measure(command: list[str], env: dict, work: Path) -> dict:
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(usage_file), *command], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     peak_tree = 0
+    cpu_by_process: dict[int, float] = {}  # the last CPU seconds seen of each process below the launcher
     stop = threading.Event()
 
     def sample() -> None:
@@ -185,6 +188,8 @@ def measure(command: list[str], env: dict, work: Path) -> dict:
                 for p in launcher.children(recursive=True):
                     try:
                         total += p.memory_info().rss
+                        times = p.cpu_times()
+                        cpu_by_process[p.pid] = times.user + times.system
                     except psutil.Error:
                         pass
                 peak_tree = max(peak_tree, total)
@@ -202,8 +207,8 @@ def measure(command: list[str], env: dict, work: Path) -> dict:
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({proc.returncode}):\n{output[-3000:]}")
     usage = json.loads(usage_file.read_text())
-    return {"seconds": seconds, "cpu_seconds": usage["cpu_s"], "peak_rss_mb": usage["maxrss_kb"] / 1024,
-            "peak_tree_mb": peak_tree / 2**20, "output": output}
+    return {"seconds": seconds, "cpu_seconds": usage["cpu_s"], "sampled_cpu_seconds": sum(cpu_by_process.values()),
+            "peak_rss_mb": usage["maxrss_kb"] / 1024, "peak_tree_mb": peak_tree / 2**20, "output": output}
 
 
 def exponent(sizes: list[int], values: list[float]) -> float:

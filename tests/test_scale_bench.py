@@ -4,6 +4,8 @@ planted copies, which it drops (and nothing else)."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -33,3 +35,12 @@ def test_bench_rows_are_distinct_but_for_the_planted_copies(data_root, tmp_path)
     copied = bench.copied_rows(np.arange(n))
     planted = {(i, c) for i, c in enumerate(copied.tolist()) if c != i}
     assert len(planted) == bench.planted(n) and dropped == planted
+
+
+def test_measure_counts_the_cpu_of_the_command_by_sampling_too(tmp_path):
+    """The sampled CPU seconds (what counts the workers of a server process nobody reaps, as
+    datatrove's forkserver has) see the command's own work."""
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.8:\n    pass"
+    run = scale_bench().measure([sys.executable, "-c", burn], dict(os.environ), tmp_path)
+    assert run["cpu_seconds"] >= 0.8
+    assert 0.4 <= run["sampled_cpu_seconds"] <= run["cpu_seconds"] + 0.1

@@ -181,9 +181,8 @@ class ShingleStore:
                 for lo, hi in _coalesced(starts[at], ends[at]):
                     fh.seek(4 * int(starts[at[lo]]))
                     span = np.frombuffer(fh.read(4 * int(ends[at[hi - 1]] - starts[at[lo]])), np.uint32)
-                    base = int(starts[at[lo]])
-                    for k in at[lo:hi].tolist():
-                        out[offsets[k] : offsets[k + 1]] = span[starts[k] - base : ends[k] - base]
+                    run, sizes = at[lo:hi], ends[at[lo:hi]] - starts[at[lo:hi]]
+                    out[_ranges(offsets[run], sizes)] = span[_ranges(starts[run] - starts[at[lo]], sizes)]
         return out, offsets
 
 
