@@ -25,7 +25,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "seed": config.seed,
         "report_to": [r for r in config.report_to if r != "none"] or "none",
-        "save_strategy": "steps",
+        "save_strategy": "steps" if config.save_steps else "no",  # null: only the final model (save_final)
         "save_steps": config.save_steps,
         "logging_steps": config.logging_steps,
         "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and stops the run (divergence.py)
