@@ -24,6 +24,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.quiet_bars import bars_off
 from rufus_data.generate import ModelAccess
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
@@ -64,7 +65,11 @@ class SeededHFLM(HFLM):
         super().__init__(*args, **kwargs)
         self.rufus_seed = int(seed)
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm or bars_off())
+
     def generate_until(self, requests, disable_tqdm: bool = False):
+        disable_tqdm = disable_tqdm or bars_off()  # HFLM passes tqdm's `disable` itself (quiet_bars.py)
         indices = repeat_indices(requests)
         results: list[str | None] = [None] * len(requests)
         for index in sorted(set(indices)):
