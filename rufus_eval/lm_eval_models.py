@@ -29,6 +29,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.models.openai_completions import LocalCompletionsAPI
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.quiet_bars import bars_off
 from rufus_data.generate import ModelAccess
 from rufus_data.generate.context import server_max_model_len
 from rufus_data.generate.launcher import launch
@@ -100,6 +101,9 @@ class SeededHFLM(HFLM):
         self.end_strings = list(end_strings or [])
         self.end_token_ids = list(end_token_ids or [])
 
+    def loglikelihood(self, requests, disable_tqdm: bool = False):
+        return super().loglikelihood(requests, disable_tqdm=disable_tqdm or bars_off())
+
     def generate_until(self, requests, disable_tqdm: bool = False):
         ended = []
         for req in requests:
@@ -107,6 +111,7 @@ class SeededHFLM(HFLM):
             if self.end_token_ids:
                 gen_kwargs["eos_token_id"] = self.end_token_ids
             ended.append(dataclasses.replace(req, arguments=(req.args[0], gen_kwargs), resps=[], filtered_resps={}))
+        disable_tqdm = disable_tqdm or bars_off()  # HFLM passes tqdm's `disable` itself (quiet_bars.py)
         return self._seeded_generate(ended, repeat_indices(requests), disable_tqdm)
 
     def _seeded_generate(self, requests, indices: list[int], disable_tqdm: bool) -> list[str]:

@@ -82,8 +82,9 @@ class StageConfig(StrictModel):
     report_to: list[Literal["none", "trackio", "wandb", "tensorboard"]] = Field(
         default_factory=lambda: ["none"], description="trackers the trainer logs to (project rufus); none: only "
         "metrics.jsonl and train.log")
-    save_steps: int = Field(
-        500, ge=1, description="optimizer steps between checkpoints (each one evaluated when eval.eval_on_checkpoint)")
+    save_steps: int | None = Field(
+        500, ge=1, description="optimizer steps between checkpoints (each one evaluated when eval.eval_on_checkpoint); "
+        "null: no checkpoint during the run, only the final model (TRL's save_strategy no)")
     logging_steps: int = Field(10, ge=1, description="optimizer steps between logged metrics (metrics.jsonl, trackers)")
     gradient_checkpointing: bool = Field(
         True, description="recompute activations in the backward pass: less memory, more compute")
@@ -159,6 +160,17 @@ class StageConfig(StrictModel):
         if self.push_merged and not (self.push_to_hub and self.lora.enabled):
             raise ValueError("push_merged pushes the merged copy of a LoRA run: set push_to_hub: ORG/NAME and keep "
                              "lora enabled, or remove push_merged (a full fine-tuning run is pushed as it is)")
+        return self
+
+    @model_validator(mode="after")
+    def _checkpoints_when_read(self) -> StageConfig:
+        """save_steps null writes no checkpoint: what reads checkpoints would then do nothing."""
+        if self.save_steps is None:
+            readers = [key for key, on in (("eval.eval_on_checkpoint", self.eval.eval_on_checkpoint),
+                                           ("checkpoint_mirror", self.checkpoint_mirror)) if on]
+            if readers:
+                raise ValueError(f"save_steps null writes no checkpoint, but {' and '.join(readers)} reads them: give "
+                                 f"save_steps N, or remove {' and '.join(readers)}")
         return self
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rufus_data.base.borrowed_options import taken_note
 from rufus_data.base.catalog_files import catalog_file, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
@@ -165,6 +166,58 @@ def check_trainer_block(
         raise RufusError("; ".join(problems))
 
 
+def take_trl_spellings(config_cls: type[StageConfig], mapping: dict, where_of) -> tuple[dict, dict[str, Any], list[str]]:
+    """A stage YAML's or pipeline entry's TRL spellings (`model_name_or_path:`, `use_peft:`) read with
+    the table and note the command line uses (trl_spellings.py): the mapping without them, the
+    dotted keys they set, and the notes; `where_of(key)` names where each was written."""
+    from rufus_train.trl_spellings import TRL_SPELLINGS
+
+    table = {entry.name[2:]: entry for entry in TRL_SPELLINGS}
+    kept, taken, notes = dict(mapping), {}, []
+    for key in [k for k in mapping if isinstance(k, str) and k.replace("-", "_") in table]:
+        entry, value, where = table[key.replace("-", "_")], kept.pop(key), where_of(key)
+        try:
+            rufus = entry.translate(_spelled_value(value))
+        except RufusError as err:
+            raise RufusError(f"{where}: {err}") from None
+        for dotted, typed in (typed_override(config_cls, k, v) for k, v in parse_cli_overrides(rufus)):
+            if _holds(kept, dotted) or dotted in taken:
+                raise RufusError(f"{where}: {key} is TRL's spelling of {dotted}, which is written too: keep one")
+            taken[dotted] = typed
+        notes.append("note: " + taken_note(entry, where if where.endswith(key) else f"{where}: {key}", rufus))
+    return kept, taken, notes
+
+
+def _spellings_taken(config_cls, data: dict, path: Path, node, overrides, overrides_from: str):
+    """The stage YAML and a pipeline's stage entry (dict overrides) with their TRL spellings taken,
+    and the notes saying so (a command line's were taken before typer parsed it)."""
+    data, spelt, said = take_trl_spellings(config_cls, data, lambda key: f"{path}:{node_line(node, (key,))}")
+    data = apply_overrides(data, spelt)
+    if isinstance(overrides, dict):
+        overrides, spelt, of_entry = take_trl_spellings(config_cls, overrides, lambda key: overrides_from.format(key=key))
+        overrides, said = {**overrides, **spelt}, said + of_entry
+    return data, overrides, said
+
+
+def _spelled_value(value: Any) -> str | None:
+    """A YAML value as the command line would have written it (a list as `a,b`, a boolean as true/false)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return str(value)
+
+
+def _holds(mapping: dict, dotted: str) -> bool:
+    """Whether `mapping` sets `dotted`, as a nested key (`lora: {r: 8}`) or a dotted one (`lora.r`)."""
+    if dotted in mapping:
+        return True
+    head, _, rest = dotted.partition(".")
+    return bool(rest) and isinstance(mapping.get(head), dict) and _holds(mapping[head], rest)
+
+
 def mentions_trl(config_cls: type[StageConfig], data: dict, overrides: dict[str, Any]) -> bool:
     """Whether the YAML or the overrides hold a key that is no stage key, or a `trainer:` one: only
     then is the stage's TRL config class imported (it imports torch: about 10 s of `--help` and
@@ -196,6 +249,7 @@ def load_stage_config(
     if data.get("stage", name) != name:
         raise RufusError(f"{path} is a config for stage '{data['stage']}', not '{name}': run `rufus-train stage {data['stage']}`")
     data["stage"] = name
+    data, overrides, said = _spellings_taken(config_cls, data, path, node, overrides, overrides_from)
     keys = overrides if isinstance(overrides, dict) else dict(overrides or [])
     trl_class = trl_config_class(config_cls) if mentions_trl(config_cls, data, keys) else None
     fields = trl_fields(trl_class) if trl_class else {}
@@ -222,7 +276,7 @@ def load_stage_config(
         raise RufusError(f"invalid {name} config: {problems}{hints}") from None
     if config.trainer:
         check_trainer_block(config, path, overrides, overrides_from, taken)
-    said = [taken_key.note(key) for key, taken_key in taken.items()]
+    said += [taken_key.note(key) for key, taken_key in taken.items()]
     if notes is not None:
         notes.extend(said)
         return config

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rufus_data.base.errors import RufusError
+from rufus_data.base.quiet_bars import bars_off
 from rufus_train import modeling
 from rufus_train.config import StageConfig, trl_config_class
 from rufus_train.run_summary import tracker_settings
@@ -25,7 +26,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "seed": config.seed,
         "report_to": [r for r in config.report_to if r != "none"] or "none",
-        "save_strategy": "steps",
+        "save_strategy": "steps" if config.save_steps else "no",  # null: only the final model (save_final)
         "save_steps": config.save_steps,
         "logging_steps": config.logging_steps,
         "logging_nan_inf_filter": False,  # a NaN loss is logged as NaN, and stops the run (divergence.py)
@@ -36,7 +37,7 @@ def common_trl_kwargs(config: StageConfig, output_dir: Path) -> dict:
         # use_cpu; otherwise each rank trains alone (DistributedType.NO) and every rank is "process zero"
         "use_cpu": not torch.cuda.is_available(),
         "dataloader_num_workers": 0,
-        "disable_tqdm": False,
+        "disable_tqdm": bars_off(),  # off a terminal (quiet_bars.py): the logged lines, no bar redraws
         **tracker_settings(config.stage, output_dir),  # project `rufus`, a run name from stage and folder
     }
 

@@ -27,7 +27,7 @@ COMMON_TRL_FIELDS = {
     "gradient_accumulation_steps": "gradient_accumulation_steps",
     "seed": "seed",
     "report_to": "report_to",
-    "save_strategy": "save_steps",  # always "steps": Rufus resumes, mirrors and evaluates checkpoints
+    "save_strategy": "save_steps",  # "steps", or "no" where save_steps is null (only the final model)
     "save_steps": "save_steps",
     "logging_steps": "logging_steps",
     "activation_checkpointing": "gradient_checkpointing",

@@ -44,12 +44,14 @@ def _warmup_ratio(value: str | None) -> list[str]:
 
 
 def _save_strategy(value: str | None) -> list[str]:
+    if value in ("no", "false", "False"):  # YAML reads an unquoted `no` as false
+        return ["--save_steps", "null"]
     if value == "steps":
         return []
-    raise RufusError(f"--save_strategy {value}: Rufus saves a checkpoint every --save_steps optimizer steps (resume, "
-                     "checkpoint_mirror and eval.eval_on_checkpoint read them) and the final model at the end; "
-                     "for fewer checkpoints raise --save_steps (above the run's steps: only the final model and one "
-                     "checkpoint at the last step)")
+    raise RufusError(f"--save_strategy {value}: Rufus checkpoints by optimizer steps, every --save_steps N (resume, "
+                     "checkpoint_mirror and eval.eval_on_checkpoint read them), and saves the final model at the end; "
+                     "for a checkpoint each epoch give --save_steps the steps of one epoch (rows / (batch x "
+                     "accumulation x processes)), or --save_strategy no for the final model only")
 
 
 TRL_SPELLINGS = (
@@ -71,8 +73,9 @@ TRL_SPELLINGS = (
              note="TRL's bf16 is bf16 autocast over fp32 weights: what dtype auto does on a GPU with bf16",
              shows="dtype: auto"),
     Borrowed("--fp16", "TRL", "refused: `--dtype` decides", _fp16, takes="flag", shows="Rufus picks the precision"),
-    Borrowed("--save_strategy", "TRL", "`steps` is what Rufus does; `no`/`epoch`/`best` refused: `--save_steps`",
-             _save_strategy, example="no", shows="for fewer checkpoints raise --save_steps"),
+    Borrowed("--save_strategy", "TRL", "`no`: `--save_steps null`; `steps`: what Rufus does; `epoch`/`best` "
+             "refused: `--save_steps N`", _save_strategy, example="no",
+             note="no checkpoint during the run; the final model is still saved", shows="save_steps: null"),
     Borrowed("--warmup_ratio", "TRL", "`--trainer.warmup_steps R` (R < 1)", _warmup_ratio,
              note="TRL 1.16 on transformers 5 has no warmup_ratio: a warmup_steps below 1 is the ratio",
              example="0.1", shows="warmup_steps: 0.1"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "catalogs" / "samples"
@@ -28,23 +29,26 @@ TOPICS = {
     "owls": "Owls can turn their heads much further than people can.",
     "glass": "Glass is mostly made from melted sand that cools without crystallising.",
 }
-FUNCS = [
-    ("add two numbers", "add", "a, b", "return a + b", "add(2, 3) == 5"),
-    ("return the largest item of a list", "largest", "items", "return max(items)", "largest([3, 9, 2]) == 9"),
-    ("reverse a string", "reverse", "text", "return text[::-1]", "reverse('abc') == 'cba'"),
-    ("count the vowels in a string", "count_vowels", "text", "return sum(c in 'aeiou' for c in text.lower())",
-     "count_vowels('Rufus') == 2"),
-    ("check whether a number is even", "is_even", "n", "return n % 2 == 0", "is_even(4) is True"),
-    ("square every number of a list", "squares", "nums", "return [n * n for n in nums]", "squares([1, 2]) == [1, 4]"),
-    ("join words with spaces", "join_words", "words", "return ' '.join(words)", "join_words(['a', 'b']) == 'a b'"),
-    ("sum the digits of a number", "digit_sum", "n", "return sum(int(d) for d in str(abs(n)))", "digit_sum(123) == 6"),
-    ("keep only the positive numbers", "positives", "nums", "return [n for n in nums if n > 0]",
-     "positives([-1, 2]) == [2]"),
-    ("compute a factorial", "factorial", "n", "return 1 if n < 2 else n * factorial(n - 1)", "factorial(4) == 24"),
-    ("check whether a word is a palindrome", "is_palindrome", "word", "return word == word[::-1]",
-     "is_palindrome('level') is True"),
-    ("count the words in a sentence", "word_count", "text", "return len(text.split())", "word_count('a b c') == 3"),
-]
+# The coding sample's functions: a filter, a transformation and a result, each combination once
+# (8 x 8 x 3 = 192 distinct functions), so no two rows are the same task reworded.
+KEEPS = [("even", "n % 2 == 0", lambda n: n % 2 == 0), ("odd", "n % 2 == 1", lambda n: n % 2 == 1),
+         ("positive", "n > 0", lambda n: n > 0), ("negative", "n < 0", lambda n: n < 0),
+         ("greater than 10", "n > 10", lambda n: n > 10), ("less than 5", "n < 5", lambda n: n < 5),
+         ("divisible by 3", "n % 3 == 0", lambda n: n % 3 == 0), ("not zero", "n != 0", lambda n: n != 0)]
+MAPS = [("square", "n * n", lambda n: n * n), ("double", "2 * n", lambda n: 2 * n), ("negate", "-n", lambda n: -n),
+        ("add one to", "n + 1", lambda n: n + 1), ("subtract one from", "n - 1", lambda n: n - 1),
+        ("cube", "n ** 3", lambda n: n**3), ("take the absolute value of", "abs(n)", abs),
+        ("halve (rounding down)", "n // 2", lambda n: n // 2)]
+RESULTS = [("return the results as a list", "list", "[{map} for n in nums if {keep}]", list),
+           ("return the sum of the results", "sum", "sum({map} for n in nums if {keep})", sum),
+           ("return the largest result (0 when none is left)", "max", "max(({map} for n in nums if {keep}), default=0)",
+            lambda values: max(values, default=0))]
+WORDS = ["river", "lantern", "pepper", "orbit", "meadow", "violin", "harbor", "cactus", "glacier", "pixel",
+         "saddle", "tundra", "walnut", "zephyr", "biscuit", "compass", "falcon", "granite", "hammock", "igloo",
+         "jasmine", "kettle", "lobster", "marble", "nutmeg", "oyster", "parrot", "quartz", "rocket", "spindle"]
+UNITS = [("minutes", "hours", 60), ("seconds", "minutes", 60), ("hours", "days", 24), ("days", "weeks", 7),
+         ("centimetres", "metres", 100), ("grams", "kilograms", 1000), ("millilitres", "litres", 1000),
+         ("months", "years", 12)]
 
 
 def word_problem(rng: random.Random) -> tuple[str, str, int]:
@@ -65,50 +69,93 @@ def word_problem(rng: random.Random) -> tuple[str, str, int]:
     return q, f"{steps}\nThe answer is {answer}.\n#### {answer}", answer
 
 
+def problem_key(problem: tuple) -> str:
+    """A word problem without its people's names: two that differ only in them are the same problem."""
+    return re.sub(r"\b(" + "|".join(NAMES) + r")\b", "_", problem[0])
+
+
 def arithmetic_sft(rng: random.Random, n: int) -> list[dict]:
-    rows = []
-    for _ in range(n):
-        q, a, _ = word_problem(rng)
-        rows.append({"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]})
-    return rows
+    return [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+            for q, a, _ in distinct(lambda: word_problem(rng), n, problem_key)]
 
 
 def chats(rng: random.Random, n: int) -> list[dict]:
-    """Short multi-turn chats in ShareGPT layout (from/value), each one distinct."""
-    openers = ["Tell me something about {t}.", "What is one fact about {t}?", "I'm curious about {t}. Any tip?",
-               "Share a quick note on {t}, please."]
-    follows = [
-        ("Can you say that in one short sentence?", "In short: {short}."),
-        ("Why does that matter?", "Knowing it helps you make better everyday choices about {t}."),
-        ("Thanks! Anything else?", "Happy to help. Ask me anything else about {t}."),
-        ("Is that always true?", "Mostly, though details can vary; it is a good rule of thumb for {t}."),
-    ]
-    combos = [(t, f, o, fu) for t, f in TOPICS.items() for o in openers for fu in follows]
-    rng.shuffle(combos)
-    rows = []
-    for topic, fact, opener, (follow, reply) in combos[:n]:
-        short = fact.split(";")[0].rstrip(".")
-        rows.append({"conversations": [
-            {"from": "human", "value": opener.format(t=topic)},
-            {"from": "gpt", "value": fact},
-            {"from": "human", "value": follow},
-            {"from": "gpt", "value": reply.format(t=topic, short=short)},
-        ]})
-    return rows
+    """Short two-turn chats in ShareGPT layout (from/value): each asks something of its own (a fact,
+    a unit conversion, a word's letters, a clock time, an ordering), and no two ask the same."""
+    kinds = [_unit_chat, _letters_chat, _clock_chat, _order_chat]
+    facts = list(TOPICS.items())
+    rng.shuffle(facts)
+    chats = [_fact_chat(*fact) for fact in facts] + distinct(lambda: rng.choice(kinds)(rng), n - len(facts))
+    rng.shuffle(chats)
+    return [{"conversations": [{"from": "human" if i % 2 == 0 else "gpt", "value": text} for i, text in enumerate(turns)]}
+            for turns in chats]
+
+
+def distinct(draw, n: int, key=json.dumps) -> list:
+    """n draws, no two with the same `key`: a template filled at random repeats itself now and then."""
+    drawn, seen = [], set()
+    while len(drawn) < n:
+        item = draw()
+        key_of = key(item)
+        if key_of not in seen:
+            seen.add(key_of)
+            drawn.append(item)
+    return drawn
+
+
+def _fact_chat(topic: str, fact: str) -> list[str]:
+    return [f"Tell me one fact about {topic}.", fact, "Can you say that in a few words?",
+            f"In short: {fact.split(';')[0].rstrip('.').lower()}."]
+
+
+def _unit_chat(rng: random.Random) -> list[str]:
+    small, big, per = rng.choice(UNITS)
+    a, b = rng.sample(range(2, 31), 2)
+    return [f"How many {small} are in {a} {big}?", f"{a} {big} is {a} x {per} = {a * per} {small}.",
+            f"And in {b} {big}?", f"{b} x {per} = {b * per} {small}."]
+
+
+def _letters_chat(rng: random.Random) -> list[str]:
+    word = rng.choice(WORDS)
+    return [f"How many letters does the word '{word}' have?", f"'{word}' has {len(word)} letters.",
+            f"And how is '{word}' spelt backwards?", f"Backwards, '{word}' is '{word[::-1]}'."]
+
+
+def _clock_chat(rng: random.Random) -> list[str]:
+    start, later, more = rng.randint(0, 23), rng.randint(1, 30), rng.randint(1, 12)
+    first, second = (start + later) % 24, (start + later + more) % 24
+    return [f"It is {start:02d}:00 now. What time will it be in {later} hours?",
+            f"{later} hours after {start:02d}:00 it will be {first:02d}:00.",
+            f"And {more} hours after that?", f"Then it will be {second:02d}:00."]
+
+
+def _order_chat(rng: random.Random) -> list[str]:
+    picked = rng.sample(WORDS, 4)
+    ordered = sorted(picked)
+    return [f"Put these words in alphabetical order: {', '.join(picked)}.", ", ".join(ordered) + ".",
+            "Which one comes last?", f"'{ordered[-1]}' comes last."]
 
 
 def coding(rng: random.Random, n: int) -> list[dict]:
-    """Small coding tasks in Alpaca layout (instruction/input/output)."""
-    styles = ["Write a Python function to", "Implement a function that should", "In Python, write code to",
-              "Give me a short Python function to"]
+    """Small coding tasks in Alpaca layout (instruction/input/output), each a different function."""
+    styles = [
+        "Write a Python function that keeps the {keep} integers of a list; {verb} each of them and {result}.",
+        "Implement `{name}(nums)`: from a list of integers, keep those that are {keep}, {verb} each, and {result}.",
+        "In Python: given integers `nums`, {verb} every number that is {keep}, then {result}.",
+        "I need a short Python function. Input: a list of numbers. Keep the {keep} numbers, {verb} them, {result}.",
+    ]
     inputs = ["", "Name it `{name}`.", "Keep it to one line in the body.", "Add no imports."]
-    combos = [(f, s, i) for f in FUNCS for s in styles for i in inputs]
+    combos = [(k, m, r) for k in KEEPS for m in MAPS for r in RESULTS]
     rng.shuffle(combos)
     rows = []
-    for (task, name, args, body, check), style, extra in combos[:n]:
-        code = f"def {name}({args}):\n    {body}\n"
-        rows.append({"instruction": f"{style} {task}.", "input": extra.format(name=name),
-                     "output": f"```python\n{code}```\nFor example, `{check}`."})
+    for (keep, keep_code, kept), (verb, map_code, mapped), (result, kind, body, gather) in combos[:n]:
+        name = f"{kind}_{verb.split()[0]}_{keep.split()[0]}"
+        code = f"def {name}(nums):\n    return {body.format(map=map_code, keep=keep_code)}\n"
+        nums = [rng.randint(-6, 15) for _ in range(5)]
+        value = gather([mapped(x) for x in nums if kept(x)])
+        rows.append({"instruction": rng.choice(styles).format(keep=keep, verb=verb, result=result, name=name),
+                     "input": rng.choice(inputs).format(name=name),
+                     "output": f"```python\n{code}```\nFor example, `{name}({nums})` returns `{value}`."})
     return rows
 
 
@@ -128,11 +175,10 @@ def long_reasoning(rng: random.Random, n: int) -> list[dict]:
 
 
 def rl_prompts(rng: random.Random, n: int) -> list[dict]:
-    """Single-digit arithmetic with gold answers: prompts a tiny model sometimes solves."""
+    """Small-number arithmetic with gold answers, no question twice: prompts a tiny model sometimes solves."""
+    questions = [(a, op, b) for a in range(1, 21) for b in range(1, 10) for op in "+*-"]
     rows = []
-    for _ in range(n):
-        a, b = rng.randint(1, 9), rng.randint(1, 9)
-        op = rng.choice(["+", "*", "-"])
+    for a, op, b in rng.sample(questions, n):
         value = {"+": a + b, "*": a * b, "-": a - b}[op]
         rows.append({"question": f"What is {a} {op} {b}? Answer with the number only.", "answer": str(value),
                      "solution": f"#### {value}"})
@@ -142,8 +188,7 @@ def rl_prompts(rng: random.Random, n: int) -> list[dict]:
 def preference(rng: random.Random, n: int) -> list[dict]:
     """Correct worked answers (chosen) against the same reasoning ending in a wrong number (rejected)."""
     rows = []
-    for _ in range(n):
-        q, good, answer = word_problem(rng)
+    for q, good, answer in distinct(lambda: word_problem(rng), n, problem_key):
         wrong = answer + rng.choice([-3, -2, -1, 1, 2, 3])
         bad = good.replace(f"The answer is {answer}.", f"The answer is {wrong}.").replace(f"#### {answer}", f"#### {wrong}")
         rows.append({"prompt": q, "chosen": good, "rejected": bad})

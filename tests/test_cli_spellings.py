@@ -10,9 +10,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rufus_data.base.borrowed_options import translate_borrowed
+from rufus_data.base.errors import RufusError
 from rufus_eval.cli import app as eval_app
 from rufus_eval.lm_eval_spellings import LM_EVAL_SPELLINGS
 from rufus_train.cli import app as train_app
+from rufus_train.config_loading import load_stage_config, parse_cli_overrides
+from rufus_train.stages import get_stage
 from rufus_train.trl_spellings import TRL_SPELLINGS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -71,3 +75,52 @@ def test_the_docs_table_is_the_code_s():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert (REPO / "docs" / "spellings.md").read_text() == module.rendered(), "run scripts/spellings_doc.py"
+
+
+def yaml_value(entry) -> str:
+    """The entry's example as a YAML value (`q_proj v_proj` is a list; a bare flag is true)."""
+    if entry.example is None:
+        return "true"
+    return "[" + ", ".join(entry.example.split()) + "]" if entry.takes == "values" else entry.example
+
+
+@pytest.mark.parametrize("entry", TRL_SPELLINGS, ids=lambda e: e.name)
+def test_each_trl_spelling_in_a_stage_yaml_reads_as_on_the_command_line(entry, tmp_path):
+    """`model_name_or_path:` in a stage YAML is taken with the command line's table and note, and
+    resolves to the config the command line gives; a refused one names the file and line."""
+    sft = get_stage("sft").config_class
+    mine = tmp_path / "sft.yaml"
+    mine.write_text(f"max_steps: 2\n{entry.name[2:]}: {yaml_value(entry)}\n")
+    base = ["--output_dir", str(tmp_path / "run")]
+    notes: list[str] = []
+    try:
+        command_line = translate_borrowed([*fed(entry), *base], {entry.name: entry}, print)
+    except RufusError as err:
+        with pytest.raises(RufusError) as from_yaml:
+            load_stage_config("sft", sft, mine, parse_cli_overrides(base), notes=notes)
+        assert f"{mine}:2: {err}" in str(from_yaml.value)
+        return
+    from_yaml = load_stage_config("sft", sft, mine, parse_cli_overrides(base), notes=notes)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("max_steps: 2\n")
+    assert from_yaml == load_stage_config("sft", sft, plain, parse_cli_overrides(command_line), notes=[])
+    assert any(n.startswith(f"note: {mine}:2: {entry.name[2:]} is TRL's spelling") for n in notes), notes
+
+
+def test_trl_spellings_in_a_pipeline_stage_entry(tmp_path, capsys):
+    from rufus_train.pipeline import load_pipeline, stage_configs
+
+    pipeline = tmp_path / "p.yaml"
+    pipeline.write_text("name: p\nmodel: tiny-random\nstages:\n  - {stage: sft, max_seq_length: 128, lora_r: 4}\n")
+    config = stage_configs(load_pipeline(pipeline), notes=[])[0]
+    assert config.max_length == 128 and config.lora.r == 4
+    assert (f"note: {pipeline} stages[0] (sft) key max_seq_length is TRL's spelling: taken as --max_length 128"
+            in " ".join(capsys.readouterr().err.split()))
+
+
+def test_a_trl_spelling_beside_its_rufus_key_is_refused(tmp_path):
+    mine = tmp_path / "sft.yaml"
+    mine.write_text("max_length: 256\nmax_seq_length: 512\n")
+    with pytest.raises(RufusError, match=r"sft.yaml:2: max_seq_length is TRL's spelling of max_length, which is "
+                                         r"written too: keep one"):
+        load_stage_config("sft", get_stage("sft").config_class, mine, notes=[])

@@ -12,6 +12,7 @@ import pytest
 from test_filter import RUFUS_DATA
 
 from rufus_data.base.console import ProgressLines, progress_line
+from rufus_data.base.quiet_bars import BAR_SWITCHES, bars_off, quiet_bars_off_a_terminal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -86,3 +87,36 @@ def test_a_table_on_stderr_keeps_whole_cells_in_a_file():
     print_whole(Console(file=out, width=80, force_terminal=False), table)
     text = out.getvalue()
     assert all(f"task_with_a_long_name_{i}" in text for i in range(6)) and text.count("0.1234 ± 0.0123") == 6
+
+
+TQDM_BAR = re.compile(r"\d+%\|.*\|")  # tqdm's `45%|████▌     | 9/20`
+
+
+@pytest.mark.spawn
+def test_third_party_bars_stay_off_a_pipe(tmp_path):
+    """lm-eval's, datasets' and transformers' tqdm bars, piped, were a redraw per line beside Rufus's
+    progress lines; off a terminal they are off (rufus_data/base/quiet_bars.py)."""
+    env = {key: value for key, value in os.environ.items() if key not in BAR_SWITCHES}
+    run = subprocess.run([str(Path(RUFUS_DATA).with_name("rufus-eval")), "suite", "quick", "--ckpt", "tiny-random",
+                          "--tasks", "gsm8k", "--limit", "1", "--repeats", "1", "--max-tokens", "8", "--out",
+                          str(tmp_path / "run")], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert not TQDM_BAR.search(run.stderr + run.stdout), (run.stderr + run.stdout)[-3000:]
+    assert "run folder:" in run.stderr  # Rufus's own lines still come
+
+
+def test_bars_are_turned_off_only_off_a_terminal_and_never_against_the_user(monkeypatch):
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for name in BAR_SWITCHES:
+        monkeypatch.delenv(name, raising=False)
+    assert not quiet_bars_off_a_terminal(Terminal()) and "TQDM_DISABLE" not in os.environ
+    assert quiet_bars_off_a_terminal(io.StringIO()) and bars_off()
+    assert all(os.environ[name] == "1" for name in BAR_SWITCHES)
+    monkeypatch.setenv("TQDM_DISABLE", "0")
+    assert not quiet_bars_off_a_terminal(io.StringIO())  # the user's choice stands

@@ -259,8 +259,8 @@ def test_perturbed_reference_answers_from_a_catalog_with_its_own_rewards(tmp_pat
     assert result.exit_code == 0, result.output
     manifest = read_manifest(out)
     counts = manifest["counts"]
-    assert counts["prompts"] == 384 and counts["dropped_no_reference_answer"] == 0  # 100 have no `solution`
-    assert counts["pairs"] == 384 - counts["dropped_no_answer_to_perturb"] - counts["dropped_not_verified"] > 300
+    assert counts["prompts"] == 385 and counts["dropped_no_reference_answer"] == 0  # 101 have no `solution`
+    assert counts["pairs"] == 385 - counts["dropped_no_answer_to_perturb"] - counts["dropped_not_verified"] > 300
     assert manifest["rewards"]["from"].startswith("data") and len(manifest["rewards"]["specs"]) == 2
     rows = read_shards(out).to_pylist()
     by_source = {r["source"]: r for r in rows}

@@ -57,3 +57,22 @@ def test_the_readmes_commands_run_in_order_after_make_demo():
             continue
         assert out not in written or "--overwrite" in words, f"`{' '.join(words)}` finds {out} from an earlier command"
         written.add(out)
+
+
+def test_the_readmes_dedup_example_on_the_demo_mix_drops_nothing_and_warns_nothing(tmp_path, monkeypatch):
+    """The sample sources are distinct rows (scripts/make_samples.py): dedup on `make demo`'s mix
+    finds no near duplicate, so it cannot tilt the mix ("Dedup belongs before mixing")."""
+    from typer.testing import CliRunner
+
+    from rufus_data.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    demo = runner.invoke(app, ["mix", "catalogs/sft.yaml"])
+    assert demo.exit_code == 0, demo.output
+    dedup = next(words for words in commands((REPO / "README.md").read_text())
+                 if words[1] == "dedup" and output_of(words))
+    result = runner.invoke(app, dedup[1:], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Dedup belongs before mixing" not in result.output and "warning" not in result.output.lower()
+    assert re.search(r"│\s+(\d+) │\s+\1 │\s+0 │\s+0 │", result.stdout), result.stdout  # rows in = out, 0 dropped

@@ -3,6 +3,7 @@ containment the tests observe from outside (files, sockets, processes, output, t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import tempfile
@@ -188,6 +189,14 @@ def _score_mbpp(code: str) -> tuple[float, float]:
     return score, time.monotonic() - start
 
 
+def _bound_s() -> float:
+    """The wall limit, plus the slack, plus what a benign program costs through the same reward
+    right now: on a busy machine starting and ending a sandbox takes longer, the limit does not."""
+    benign = _score_mbpp("def solve():\n    return 1")
+    assert benign[0] == 1.0
+    return HOSTILE.timeout_s + SLACK_S + benign[1]
+
+
 def _sandbox_processes() -> list[int]:
     """Processes on this machine running as a sandbox uid."""
     found = []
@@ -219,15 +228,15 @@ def _processes_with(marker: str) -> list[int]:
 
 def test_infinite_loop_is_stopped_within_its_limit():
     score, took = _score_mbpp("def solve():\n    return 1\nwhile True:\n    pass")
-    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    assert score == 0.0 and took < _bound_s()
     result = run_program("while True:\n    pass", config=HOSTILE)  # the 1 s CPU limit, or the wall limit
-    assert (result.timed_out or result.returncode != 0) and result.wall_s < HOSTILE.timeout_s + SLACK_S
+    assert (result.timed_out or result.returncode != 0) and result.wall_s < _bound_s()
 
 
 def test_fork_bomb_is_contained_and_leaves_nothing():
     bomb = "import os\ndef solve():\n    return 1\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
     score, took = _score_mbpp(bomb)
-    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    assert score == 0.0 and took < _bound_s()
     time.sleep(0.2)
     assert _sandbox_processes() == []
 
@@ -261,10 +270,13 @@ def test_cpu_limit_kills_before_the_wall_limit():
 
 
 def test_memory_bomb_hits_the_address_space_limit():
-    result = run_program("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2 ** 20))", config=HOSTILE)
+    # a wall limit far above the allocations' time: on a loaded machine the MemoryError's exit
+    # raced a 2 s wall limit (timed_out), and the address-space limit is what this checks
+    config = dataclasses.replace(HOSTILE, timeout_s=120.0)
+    result = run_program("blocks = []\nwhile True:\n    blocks.append(bytearray(50 * 2 ** 20))", config=config)
     assert result.returncode != 0 and "MemoryError" in result.stderr and not result.timed_out
     score, took = _score_mbpp("def solve():\n    return 1\nx = bytearray(4 * 1024 ** 3)")
-    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    assert score == 0.0 and took < _bound_s()
 
 
 def test_writes_outside_the_scratch_dir_do_not_survive():
@@ -373,7 +385,7 @@ def test_planted_secret_does_not_come_back(monkeypatch):
 def test_sigterm_ignoring_process_is_killed():
     code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ndef solve():\n    return 1\nwhile True:\n    time.sleep(1)"
     score, took = _score_mbpp(code)
-    assert score == 0.0 and took < HOSTILE.timeout_s + SLACK_S
+    assert score == 0.0 and took < _bound_s()
     assert _sandbox_processes() == []
 
 

@@ -353,8 +353,10 @@ def test_a_trl_key_rufus_sets_is_refused_with_the_key_to_use(tmp_path):
     assert "use the top-level key 'adv_norm' (std, centered, batch_std)" in refused("reasoning_rl", "--scale_rewards", "none")
     assert "'trainer.fp16' is set by Rufus: use the top-level key 'dtype'" in refused("sft", "--trainer.fp16")
     mine = tmp_path / "sft.yaml"
-    mine.write_text("max_steps: 2\nbf16: true\n")
-    assert f"{mine}:2: 'bf16' is a field of SFTConfig" in refused("sft", config_file=mine)
+    mine.write_text("max_steps: 2\nactivation_checkpointing: true\n")
+    assert f"{mine}:2: 'activation_checkpointing' is a field of SFTConfig" in refused("sft", config_file=mine)
+    mine.write_text("max_steps: 2\nfp16: true\n")  # TRL's spelling, refused as on the command line
+    assert f"{mine}:2: --fp16: Rufus picks the precision from --dtype" in refused("sft", config_file=mine)
     mine.write_text("trainer:\n  bf16: true\n")
     assert f"{mine}: 'trainer.bf16' is set by Rufus: use the top-level key 'dtype'" in refused("sft", config_file=mine)
     assert "warmup_steps is given twice" in refused("sft", "--warmup_steps", "0.1", "--trainer.warmup_steps", "0.2")

@@ -16,7 +16,9 @@ from train_helpers import one_torch_thread, run_tiny
 
 from rufus_data.base.errors import RufusError
 from rufus_train.checkpoints import LATEST
+from rufus_train.config_loading import load_stage_config
 from rufus_train.divergence import DivergenceGuard, non_finite
+from rufus_train.stages import get_stage
 
 _ = one_torch_thread
 REPO = Path(__file__).resolve().parents[1]
@@ -93,3 +95,18 @@ def test_latest_on_a_finished_run_trains_nothing_more(shards, tiny_model, tmp_pa
     further = run_tiny("sft", shards, out, model=tiny_model, max_steps=3, save_steps=1, resume_from_checkpoint=LATEST)
     assert further.global_step == 3  # a higher max_steps trains on, one step
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
+
+
+def test_save_steps_null_writes_no_checkpoint_but_the_final_model(shards, tiny_model, tmp_path, one_torch_thread):
+    """TRL's `--save_strategy no` is `save_steps: null`: nothing saved during the run, the model at its end."""
+    out = tmp_path / "run"
+    result = run_tiny("sft", shards, out, model=tiny_model, max_steps=2, save_steps=None)
+    assert result.global_step == 2
+    assert not list(out.glob("checkpoint-*"))
+    assert (out / "adapter_model.safetensors").is_file() and (out / "run.json").is_file()
+
+
+def test_save_steps_null_is_refused_beside_what_reads_checkpoints(tmp_path):
+    with pytest.raises(RufusError, match="save_steps null writes no checkpoint, but checkpoint_mirror reads them"):
+        load_stage_config("sft", get_stage("sft").config_class, overrides={
+            "save_steps": None, "checkpoint_mirror": str(tmp_path / "mirror"), "output_dir": str(tmp_path / "run")})

@@ -30,9 +30,9 @@ def test_an_alias_bomb_under_a_sources_reward_is_refused_at_once(tmp_path):
     catalog.write_text(f"kind: rl\nname: bomb\nsources:\n  - name: src\n    path: {rows}\n    share: 1.0\n"
                        f"    reward:\n      name: string_match\n      extra:\n{bomb}\n")
     tracemalloc.start()
-    started = time.monotonic()
+    started = time.process_time()  # CPU time: the expansion's cost, whatever else the machine runs
     result = CliRunner().invoke(app, ["mix", str(catalog), "--out", str(tmp_path / "out")])
-    seconds, (_, peak) = time.monotonic() - started, tracemalloc.get_traced_memory()
+    seconds, (_, peak) = time.process_time() - started, tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
@@ -54,9 +54,9 @@ def test_a_huge_value_is_quoted_short_and_fast():
     value = "x"
     for _ in range(40):  # 2**40 leaves if expanded
         value = [value, value]
-    started = time.monotonic()
+    started = time.process_time()  # CPU time, not the wall clock a busy machine stretches
     text = quoted({"name": "nope", "spec": value})
-    assert len(text) <= 200 and time.monotonic() - started < 1
+    assert len(text) <= 200 and time.process_time() - started < 1
     with pytest.raises(RufusError) as err:
         parse_spec({"name": "no_such_reward", "blob": "y" * 100_000, "deep": value})
     assert len(str(err.value)) < 600 and "no_such_reward" in str(err.value)

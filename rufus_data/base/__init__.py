@@ -8,7 +8,8 @@
   borrowed_options.py: TRL's and lm-eval's spellings of options, taken or refused with a note.
 - yaml_config.py: strict YAML configs whose errors name the file, line and key; a step's settings
   given from Python (model, dict or YAML path).
-- cpu_threads.py: OpenMP defaults set before torch loads.
+- cpu_threads.py: OpenMP defaults set before torch loads; quiet_bars.py: third-party tqdm bars
+  off when stderr is no terminal.
 - ports.py: a free local TCP port, for a server or a launch Rufus starts.
 - paths.py: where Rufus keeps things (the data root), files written or linked whole; cache.py:
   what `$RUFUS_CACHE` holds.

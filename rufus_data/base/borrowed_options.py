@@ -73,11 +73,15 @@ def translate_borrowed(args: list[str], table: dict[str, Borrowed], say: Callabl
         else:
             value, i = _value(args, i, entry.takes)
         rufus = entry.translate(value)
-        written = f"{name} {value}" if value is not None else name
-        taken = f"taken as {' '.join(rufus)}" if rufus else "nothing to set"
-        say(f"note: {written} is {entry.tool}'s spelling: {taken}" + (f" ({entry.note})" if entry.note else ""))
+        say("note: " + taken_note(entry, f"{name} {value}" if value is not None else name, rufus))
         out += rufus
     return out
+
+
+def taken_note(entry: Borrowed, written: str, rufus: list[str]) -> str:
+    """What the console says of a borrowed option taken: `--lora_r 16 is TRL's spelling: taken as --lora.r 16`."""
+    taken = f"taken as {' '.join(rufus)}" if rufus else "nothing to set"
+    return f"{written} is {entry.tool}'s spelling: {taken}" + (f" ({entry.note})" if entry.note else "")
 
 
 def is_true(name: str, value: str | None) -> bool:

@@ -41,6 +41,7 @@ from rufus_data.base.borrowed_options import BORROWED_ATTRIBUTE, translate_borro
 from rufus_data.base.console import console
 from rufus_data.base.cpu_threads import cpu_thread_defaults
 from rufus_data.base.errors import RufusError, UnpinnedRevision
+from rufus_data.base.quiet_bars import quiet_bars_off_a_terminal
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,8 @@ class CliApp(typer.Typer):
     options written in the CLI's `spelling` (rufus-train as TRL writes them, `--max_steps`; the
     others `--max-tokens`) with the other spelling accepted, boolean flags written and shown one
     way in all three CLIs (`--overwrite`, no value), and, when the program starts, the CPU thread
-    defaults (cpu_threads.py) and warnings the console has already given shown once."""
+    defaults (cpu_threads.py), third-party bars off a terminal (quiet_bars.py) and warnings the
+    console has already given shown once."""
 
     def __init__(self, spelling: str = HYPHENS, **options):
         super().__init__(cls=FlagGroup, no_args_is_help=True, add_completion=True, **options)
@@ -181,6 +183,7 @@ class CliApp(typer.Typer):
 
     def __call__(self, *args, **kwargs):
         cpu_thread_defaults()  # before any command imports torch
+        quiet_bars_off_a_terminal()  # before any command imports lm-eval or datasets
         warnings.filterwarnings("ignore", category=UnpinnedRevision)  # the console said it
         return super().__call__(*args, **kwargs)
 
