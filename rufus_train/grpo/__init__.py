@@ -7,6 +7,8 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - trainer.py: the sync trainer, TRL's GRPOTrainer with the two below.
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
+- filter_settings.py, prompt_filter.py: `filter:`, the stage's prompts filtered by its starting
+  model (rufus-data filter) before it trains, which then trains on the learnable bucket.
 - kl_penalty.py: the KL estimator a recipe names (`kl_estimator`), which TRL has no switch for.
 - async_checks.py: every configuration TRL's AsyncGRPOTrainer cannot run, refused up front.
 - async_config.py: TRL's AsyncGRPOConfig from a stage config; async_trainer.py: the async trainer.
