@@ -11,6 +11,7 @@ The run folder (its names and run.json's reader and writer: rufus_data/folders/r
     OUT/metrics.jsonl    one JSON line per trainer log (loss, lr, grad norm, stage metrics)
     OUT/data/NAME/       the catalogs of `data:`, mixed when the run starts
     OUT/lineage.json     the data's lineage (rufus_data/folders/lineage.py): written once the data is ready
+                         (a GRPO stage's `filter:` trains on its chosen buckets: grpo/prompt_filter.py)
     OUT/checkpoint-N/    TRL/transformers checkpoints, rufus_complete.json written last (checkpoints.py);
                          `--resume_from_checkpoint latest` resumes from the newest complete one, and
                          `checkpoint_mirror` copies each to a second place (mirror.py)
@@ -64,6 +65,7 @@ from rufus_train import checkpoints, data, guards, launch, modeling, weight_upda
 from rufus_train.config import StageConfig
 from rufus_train.config_loading import resolved_yaml
 from rufus_train.divergence import DivergenceGuard, divergence_message
+from rufus_train.grpo.prompt_filter import filter_stage_data
 from rufus_train.mirror import Mirror, open_mirror
 from rufus_train.model_card import write_model_card
 from rufus_train.push import push_run
@@ -252,6 +254,8 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
             log.info("resuming from %s", resume)
         # catalogs are mixed before any weights load, by one process; the lineage is on disk from here
         folders, lineage = launch.on_main_process(data.prepare_data, config.data, out, config.model, config.eval.suite)
+        if getattr(config, "filter", None) is not None:  # a GRPO stage's `filter:`: its learnable prompts only
+            folders, lineage = launch.on_main_process(filter_stage_data, config, folders, out, lineage)
         rows = data.read_rows(folders, config.max_rows, config.seed, config.stage)
         model, tokenizer = load_policy(config, starting, model, tokenizer, rows.column_names)
         trainable, total = modeling.trainable_parameters(model)

@@ -281,7 +281,8 @@ STEP_ON_STEP = {("rollouts", "mix"): "filter and pairs mix a catalog given as in
 # data step or the root's commands
 DATA_FLOORS = ("base", "similarity", "folders", "models", "rewards", "generate", "sources", "benchmarks")
 # what the packages above may take of rufus_data's steps: (package, step): why
-STEPS_ABOVE = {("rufus_train", "mix"): "a stage's `data:` may name a catalog, mixed into shards before training"}
+STEPS_ABOVE = {("rufus_train", "mix"): "a stage's `data:` may name a catalog, mixed into shards before training",
+               ("rufus_train", "rollouts"): "a GRPO stage's `filter:` runs rufus-data filter on its prompts first"}
 
 
 def data_step(module: str) -> str | None:

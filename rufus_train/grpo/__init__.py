@@ -7,6 +7,8 @@ rlhf and the agents) are registered from rufus_train/stages/, each a thin subcla
 - trainer.py: the sync trainer, TRL's GRPOTrainer with the two below.
 - dynamic_sampling.py: `RufusGRPOConfig` (the `trainer:` block's TRL config) and the sync
   trainer that masks or resamples prompt groups whose rewards carry no signal.
+- filter_settings.py, prompt_filter.py: `filter:`, the stage's prompts filtered by its starting
+  model (rufus-data filter) before it trains, which then trains on the learnable bucket.
 - kl_penalty.py: the KL estimator a recipe names (`kl_estimator`), which TRL has no switch for.
 - dead_groups.py: a step whose prompt groups all had equal rewards is said with its measured cause
   and fix; `stop_after_dead_steps` such steps in a row stop the run; the closing note of the share.

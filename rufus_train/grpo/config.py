@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rufus_data.rewards import parse_spec
 from rufus_train.config import StageConfig
+from rufus_train.grpo.filter_settings import PromptFilter, filter_settings
 
 TRL_DEFAULT_SERVER = "http://localhost:8000"
 # adv_norm -> TRL's scale_rewards (the advantage is always the reward minus its group's mean)
@@ -108,9 +109,27 @@ class GRPOStageConfig(StageConfig):
     reward_model: str | None = Field(None, description="sequence-classification checkpoint used as a reward")
     reward_model_weight: float = Field(1.0, description="weight of reward_model's score among the rewards' weights")
     judge_url: str | None = Field(None, description="llm_judge rewards: OpenAI-compatible base URL of the judge (default: JUDGE_BASE_URL)")
+    filter: PromptFilter | None = Field(
+        None, description="before training, sample k completions of the starting model per prompt (rufus-data filter) "
+        "and train only on the learnable ones (null: train on the data as given; true: the defaults)")
     server_check_retries: int = Field(
         3, ge=1, description="sync with vllm_server: attempts at reading its max_model_len for the context check "
         "(no answer: the check is skipped)")
+
+    @field_validator("filter", mode="before")
+    @classmethod
+    def _filter_switch(cls, value: Any) -> Any:
+        return filter_settings(value)
+
+    @model_validator(mode="after")
+    def _filter_samples_as_the_stage(self) -> GRPOStageConfig:
+        """The filter samples as the stage will (its completion length and temperature) unless it says otherwise."""
+        if self.filter is not None:
+            if self.filter.max_tokens is None:
+                object.__setattr__(self.filter, "max_tokens", self.max_completion_length)
+            if self.filter.temperature is None:
+                object.__setattr__(self.filter, "temperature", self.temperature)
+        return self
 
     @model_validator(mode="after")
     def _reward_model_weight_needs_model(self) -> GRPOStageConfig:

@@ -31,6 +31,7 @@ from rufus_train.data import columns_of
 from rufus_train.grpo.async_checks import check_picklable, validate_async_args
 from rufus_train.grpo.async_config import async_config, weighted_rewards
 from rufus_train.grpo.config import SHAPING_REWARDS, GRPOStageConfig
+from rufus_train.grpo.filter_settings import check_prompt_filter
 from rufus_train.grpo.kl_penalty import kl_estimator_problems
 from rufus_train.grpo.length_checks import check_prompt_fits, check_token_budget, context_limit
 from rufus_train.grpo.rollout_state import read_rollout_state
@@ -73,6 +74,8 @@ class GRPOStage(Stage):
         if config.grpo_execution == "async":
             validate_async_args(config)  # every setting reaches AsyncGRPOConfig or is refused here (async_config.py)
         context_limit(config, check=True)
+        if config.filter is not None:
+            check_prompt_filter(config)
 
     # ------------------------------------------------------------------ data
     def build_dataset(self, config: GRPOStageConfig, rows: pa.Table, tokenizer):
