@@ -103,7 +103,8 @@ def test_a_filter_that_leaves_nothing_stops_with_the_measured_buckets(scripted, 
 
 def test_the_all_pass_bucket_can_be_chosen(scripted, tiny_model, tmp_path):
     data = write_rl_shards(tmp_path / "prompts", rows({"pass": 2, "fail": 2}))
-    settings = {**FILTERED, "filter": {"k": 2, "backend": "hf", "buckets": ["all_pass"]}}
+    # all_pass groups are dead by definition: the dead-step stop is switched off to train on them
+    settings = {**FILTERED, "filter": {"k": 2, "backend": "hf", "buckets": ["all_pass"]}, "stop_after_dead_steps": 0}
     result = run_tiny("coding_rl", data, tmp_path / "runs" / "coding_rl", **settings)
     assert scripted.trained_ids == {"pass-0", "pass-1"}
     assert result.global_step == 2
