@@ -16,7 +16,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -61,6 +61,10 @@ class PipelineConfig(StrictModel):
     defaults: dict[str, Any] = Field(
         default_factory=dict, description="keys every stage gets unless it sets them (`trainer:` merged key by key)"
     )
+    adapter: Literal["per_stage", "one"] = Field(
+        "per_stage", description="per_stage: each LoRA stage merges the previous stage and trains a new adapter (its "
+        "reference: the previous stage); one: every stage trains the first stage's adapter further (the reference of "
+        "DPO and RL: the original model, the adapter off), as the Tulu 3 mini notebook")
     merge: bool = Field(True, description="merge the last stage's LoRA adapter into OUT/merged (model + tokenizer)")
     eval: StageEval | None = None
     stages: list[dict[str, Any]] = Field(
@@ -127,11 +131,17 @@ def stage_configs(pipeline: PipelineConfig, source: str | None = None, notes: li
         entry.pop("label", None)
         config_file = entry.pop("config", None) or stage_file(name)
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
+        if pipeline.adapter == "one" and i > 0:  # the first stage's adapter, trained on by every later one
+            entry["lora"] = {**entry.get("lora", {}), "continue_adapter": True}
         overrides = {**entry, "model": model, "output_dir": str(out), "overwrite": pipeline.overwrite}
         where = f"{source} stages[{i}] ({name}{' or defaults' if pipeline.defaults else ''}) key {{key}}"
         configs.append(load_stage_config(name, get_stage(name).config_class, config_file, overrides, where,
                                          notes=notes))
         model = str(out)
+    if pipeline.adapter == "one" and not configs[0].lora.enabled:
+        raise RufusError(f"{source}: adapter: one trains the first stage's LoRA adapter through every stage, and "
+                         f"stage {configs[0].stage} fine-tunes fully (lora.enabled false): enable LoRA there, or "
+                         "use adapter: per_stage")
     return configs
 
 

@@ -253,7 +253,7 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         before = None if config.lora.enabled else weight_update.weight_sample(trainer.model)
         trainer.train(resume_from_checkpoint=resume)
         if guard.diverged is None:  # a diverged run's NaN weights are no result
-            save_final(trainer, tokenizer, config, out, starting)
+            save_final(trainer, tokenizer, config, out, adapter_base(config, starting))
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
                               lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1),
@@ -291,6 +291,9 @@ def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer, colum
         raise RufusError(f"model {config.model} has no chat template (a base model ships none), and stage {config.stage} "
                          "renders conversations: set `chat_template:` in the stage config (a shipped name: rufus_chatml, or "
                          "a family TRL stores such as qwen2_5; or a .jinja file)")
+    if model is None and config.lora.continue_adapter:  # the run's adapter, trained further on its base
+        set_seed(config.seed)
+        return modeling.continue_adapter(starting, config.dtype, config.lora), tokenizer
     if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
     set_seed(config.seed)  # the LoRA initialisation too: two runs of one seed (a resumed one's reference) agree
@@ -380,6 +383,12 @@ def checkpoint_eval_callback(config: StageConfig):
         return None
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
     return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
+
+
+def adapter_base(config: StageConfig, starting: ModelRef) -> ModelRef:
+    """The model the saved adapter applies to: the starting model, or with `continue_adapter`
+    the starting run's own base (the adapter was trained further, not stacked)."""
+    return starting.base if config.lora.continue_adapter and starting.base else starting
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path, base: ModelRef) -> None:

@@ -198,3 +198,49 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "rlvr"]
     assert [r["steps"] for r in rows[1:]] == [40, 24, 6]
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
+
+
+def test_one_adapter_pipeline_trains_the_sft_adapter_on_against_the_original(data_root, tiny_model, tmp_path):
+    """`adapter: one` (the Tulu 3 mini notebook): the dpo stage loads the sft stage's adapter onto the
+    original base and trains it further, so its reference (the adapter off) is the original model and
+    the saved adapter applies to the original; the merged model is that base plus this one adapter."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    shards = tmp_path / "shards"
+    example_shards.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
+    example_shards.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
+    tiny = {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 160, "gradient_checkpointing": False,
+            "save_steps": 1, "logging_steps": 1, "learning_rate": 1e-2}
+    spec = {"name": "one", "model": "tiny-random", "output_dir": str(tmp_path / "runs"), "adapter": "one",
+            "defaults": {"lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}},
+            "stages": [{"stage": "sft", "data": [str(shards / "sft")], **tiny},
+                       {"stage": "dpo", "data": [str(shards / "pref")], **tiny}]}
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    configs = stage_configs(load_pipeline(path))
+    assert [c.lora.continue_adapter for c in configs] == [False, True]
+    result = CliRunner().invoke(app, ["pipeline", str(path)])
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "runs"
+    dpo_adapter = json.loads((runs / "02-dpo" / "adapter_config.json").read_text())
+    assert dpo_adapter["base_model_name_or_path"] == "tiny-random"  # not the sft run: the adapter was trained on
+    sft_weights = load_file(runs / "01-sft" / "adapter_model.safetensors")
+    dpo_weights = load_file(runs / "02-dpo" / "adapter_model.safetensors")
+    assert sft_weights.keys() == dpo_weights.keys()
+    # lora_B starts at zero in a fresh adapter: dpo's differs from sft's by one small step, not by sft's whole update
+    moved = [k for k in sft_weights if "lora_B" in k and not (sft_weights[k] == 0).all()]
+    assert moved and all((dpo_weights[k] - sft_weights[k]).abs().max() < sft_weights[k].abs().max() for k in moved)
+    merged = AutoModelForCausalLM.from_pretrained(runs / "merged")
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model))
+    expected = PeftModel.from_pretrained(base, runs / "02-dpo").merge_and_unload()
+    for (name, got), want in zip(merged.state_dict().items(), expected.state_dict().values(), strict=True):
+        assert (got.float() - want.to(got.dtype).float()).abs().max() < 1e-3, name  # saved in the base's bf16
+
+
+def test_one_adapter_pipeline_refuses_full_fine_tuning(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "adapter": "one", "stages": [
+        {"stage": "sft"}, {"stage": "dpo", "lora": {"enabled": False}}]}))
+    with pytest.raises(RufusError, match=r"continue_adapter trains the starting run's LoRA adapter further"):
+        load_pipeline(path)
