@@ -61,6 +61,8 @@ class PipelineConfig(StrictModel):
     defaults: dict[str, Any] = Field(
         default_factory=dict, description="keys every stage gets unless it sets them (`trainer:` merged key by key)"
     )
+    recipe: str | None = Field(None, description="the source document whose settings the file ships (said by warnings "
+                               "that the playbook advises otherwise)")
     adapter: Literal["per_stage", "one"] = Field(
         "per_stage", description="per_stage: each LoRA stage merges the previous stage and trains a new adapter (its "
         "reference: the previous stage); one: every stage trains the first stage's adapter further (the reference of "
@@ -151,7 +153,7 @@ def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
     base model (same architecture, tokenizer and context)."""
     for i, config in enumerate(configs):
         check_config(config if i == 0 else config.model_copy(update={"model": pipeline.model}))
-    guidance.check_pipeline(configs)  # the playbook's advice on how the stages relate (warnings)
+    guidance.check_pipeline(configs, pipeline.recipe)  # the playbook's advice on how the stages relate (warnings)
 
 
 def dry_run(pipeline: PipelineConfig) -> str:
