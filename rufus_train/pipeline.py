@@ -187,10 +187,11 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         check_stages(pipeline, configs)
         out = Path(pipeline.output_dir)
         rows: list[dict] = []
+        caption = scorer_caption(pipeline.eval)
         if pipeline.eval:
             base = stage_eval(pipeline.model, pipeline.eval, out, "00-base", pipeline.overwrite)
             rows.append({"stage": "base", "model": pipeline.model, **base})
-            print_table(rows, pipeline.name)
+            print_table(rows, pipeline.name, caption)
         for config, label in zip(configs, pipeline.labels(), strict=True):
             started = time.time()
             result = run_stage(config)
@@ -200,7 +201,7 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
                 row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name,
                                       pipeline.overwrite))
             rows.append(row)
-            print_table(rows, pipeline.name)
+            print_table(rows, pipeline.name, caption)
         final = ModelRef.of(configs[-1].output_dir)
         if pipeline.merge and final.is_adapter:
             shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
@@ -226,16 +227,39 @@ def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str, overwri
 
     started = time.time()
     record = run_suite(stage_request(model_ref, settings, out, tag, overwrite))
-    scores = {f"{name} {t['metric']}": t["value"] for name, t in record["tasks"].items()}
+    scores = {}
+    for name, t in record["tasks"].items():
+        scores[f"{name} {t['metric']}"] = t["value"]
+        if t.get("also"):  # the same answers under the task's second reward, beside the headline
+            scores[f"{name} {t['metric']} by {t['also']['scorer']['name']}"] = t["also"]["value"]
     return {**scores, "eval_s": round(time.time() - started, 1)}
 
 
-def print_table(rows: list[dict], name: str) -> None:
+def scorer_caption(settings: StageEval | None) -> str | None:
+    """Which reward scores each column of the table: the suite task's scorer, and its also_scored_by."""
+    if settings is None:
+        return None
+    suite = load_suite(settings.suite)
+    lines = []
+    for task in suite.tasks:
+        if (settings.tasks is None or task.name in settings.tasks) and task.kind == "rufus":
+            lines.append(f"{task.name}: scored by {_spec_text(task.scorer.spec)}")
+            if task.also_scored_by:
+                lines.append(f"{task.name} ... by {task.also_scored_by.name}: the same answers scored by "
+                             f"{_spec_text(task.also_scored_by.spec)}")
+    return "\n".join(lines) or None
+
+
+def _spec_text(spec: dict) -> str:
+    return spec["name"] + "".join(f", {k} {v}" for k, v in spec.items() if k != "name")
+
+
+def print_table(rows: list[dict], name: str, caption: str | None = None) -> None:
     from rich.table import Table
 
     fixed = ("stage", "model", "steps", "train_s", "eval_s")
     metrics = [k for k in rows[0] if k not in fixed]
-    table = Table(title=f"pipeline {name}: evaluation after each stage")
+    table = Table(title=f"pipeline {name}: evaluation after each stage", caption=caption, caption_justify="left")
     for col in ["stage", *metrics, "steps", "train_s", "eval_s"]:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in rows:
