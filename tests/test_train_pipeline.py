@@ -253,7 +253,7 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     assert "within the 60 min budget" in proc.stdout
     rows = json.loads((tmp_path / "pipeline.json").read_text())
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "rlvr"]
-    assert [r["steps"] for r in rows[1:]] == [40, 24, 6]
+    assert [r["steps"] for r in rows[1:]] == [40, 24, 12]  # RLVR: 6 rollout batches x 2 inner epochs
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
 
 
