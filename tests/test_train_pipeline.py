@@ -288,6 +288,10 @@ def test_one_adapter_pipeline_trains_the_sft_adapter_on_against_the_original(dat
     # lora_B starts at zero in a fresh adapter: dpo's differs from sft's by one small step, not by sft's whole update
     moved = [k for k in sft_weights if "lora_B" in k and not (sft_weights[k] == 0).all()]
     assert moved and all((dpo_weights[k] - sft_weights[k]).abs().max() < sft_weights[k].abs().max() for k in moved)
+    # dpo's reference is the original model (the adapter off), not a copy of sft's adapter: the policy
+    # (sft's adapter on) already differs from it at the first step, before any dpo update
+    first = json.loads((runs / "02-dpo" / "metrics.jsonl").read_text().splitlines()[0])
+    assert abs(first["rewards/chosen"]) > 0 or abs(first["rewards/rejected"]) > 0
     merged = AutoModelForCausalLM.from_pretrained(runs / "merged")
     base = AutoModelForCausalLM.from_pretrained(str(tiny_model))
     expected = PeftModel.from_pretrained(base, runs / "02-dpo").merge_and_unload()
