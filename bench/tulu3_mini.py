@@ -6,7 +6,7 @@ system prompt) on CPU and print its stage table.
 The pipeline builds each stage's rows from GSM8K train (catalogs/data/tulu3_mini_*.yaml, offline
 from $RUFUS_DATA_ROOT), evaluates the base and every stage greedily on the same 24 GSM8K test
 problems with the `tulu3_mini` suite, and ends with the merged model in WORK/merged. The budget
-is an hour on a 2-core CPU (40 + 24 + 6 steps and four evaluations); the script says whether it
+is an hour on a 2-core CPU (40 + 24 + 12 steps and four evaluations); the script says whether it
 was met."""
 
 from __future__ import annotations

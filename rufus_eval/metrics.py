@@ -105,10 +105,16 @@ def scored_samples(predictions, references, scorer: str | dict) -> tuple[list[An
 
 
 @register_metric(metric="rufus_avg", higher_is_better=True, aggregation="mean")
-def rufus_avg(references, predictions, scorer: str | dict, k: int, **_) -> dict:
-    """avg@k: the mean score of the k samples of one document (lm-eval then averages documents)."""
+def rufus_avg(references, predictions, scorer: str | dict, k: int, also: str | dict | None = None, **_) -> dict:
+    """avg@k: the mean score of the k samples of one document (lm-eval then averages documents);
+    with `also` (the task's also_scored_by), the same answers' mean under that reward as `also_avg@k`."""
     _, scores, extra = scored_samples(predictions, references, scorer)
     _check_k(scores, k)
+    if also is not None:
+        _, also_scores, _ = scored_samples(predictions, references, also)
+        also_scored = [s for s in also_scores if s is not None]
+        if also_scored:
+            extra[f"also_avg@{k}"] = sum(also_scored) / len(also_scored)
     scored = [s for s in scores if s is not None]
     if not scored:
         return extra  # no avg@k for this document: excluded from the mean, counted in `unscored`

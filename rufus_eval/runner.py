@@ -292,6 +292,11 @@ def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Pat
     stderr = results.get(f"{name}_stderr,{filter_key}")
     unclosed = results.get(f"unclosed_think,{filter_key}") if task.kind == "rufus" else \
         unclosed_fraction(samples, suite.think_end_token)
+    also = None
+    if task.kind == "rufus" and task.also_scored_by is not None:  # the same answers under a second reward
+        also_value = results.get(f"also_{name},{filter_key}")
+        also = {"scorer": task.also_scored_by.spec, "metric": name,
+                "value": float(also_value) if isinstance(also_value, (int, float)) else None}
     return {
         "status": "ran",
         "metric": name,
@@ -306,4 +311,5 @@ def _task_record(suite: Suite, task: Task, lm_name: str, output: dict, work: Pat
         "kind": task.kind,
         "filter": filter_key,  # which lines of the samples file hold the number (documents.py)
         "samples_file": str(out / "lm_eval" / f"samples_{task.name}.jsonl"),
+        **({"also": also} if also else {}),
     }

@@ -101,6 +101,7 @@ def write_task(suite: Suite, task: Task, folder: Path, rows: list[dict] | None =
                 "scorer": task.scorer.spec,
                 "k": k,
                 "at": at,
+                **({"also": task.also_scored_by.spec} if task.also_scored_by else {}),
             }
         ],
         "metadata": {

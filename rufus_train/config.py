@@ -31,6 +31,18 @@ class LoraSettings(StrictModel):
     target_modules: list[str] = Field(
         default_factory=lambda: list(DEFAULT_ATTENTION_PROJECTIONS),
         description="names of the modules the adapter wraps (default: the attention projections q/k/v/o_proj)")
+    continue_adapter: bool = Field(
+        False, description="the starting model is a LoRA run: train its adapter further on its base (the reference "
+        "of DPO and RL is then that base, the adapter off) instead of merging it and adding a new adapter; set by a "
+        "pipeline's `adapter: one`",
+    )
+
+    @model_validator(mode="after")
+    def _continue_needs_lora(self) -> LoraSettings:
+        if self.continue_adapter and not self.enabled:
+            raise ValueError("continue_adapter trains the starting run's LoRA adapter further, and enabled is false "
+                             "(full fine-tuning): drop one of them")
+        return self
 
     @model_validator(mode="after")
     def _resolve_alpha(self) -> LoraSettings:

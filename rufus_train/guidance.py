@@ -70,9 +70,10 @@ def check_preference_beta(config) -> None:
              "preference optimisation (SmolLM3's best: 0.1); set beta within it, e.g. 0.1")
 
 
-def check_pipeline(stages: list) -> None:
+def check_pipeline(stages: list, recipe: str | None = None) -> None:
     """Guidance on how a pipeline's stages relate: each preference stage against the SFT stage it
-    follows, when both train the same way (both LoRA or both full: LoRA's rates are about 10x higher)."""
+    follows, when both train the same way (both LoRA or both full: LoRA's rates are about 10x higher).
+    `recipe`: the source the pipeline's values are copied from; the warning then says the rate is its."""
     low, high = PREFERENCE_LR_BELOW_SFT
     sft = None
     for config in stages:
@@ -86,4 +87,6 @@ def check_pipeline(stages: list) -> None:
                 warn(f"{config.stage}: learning_rate {config.learning_rate:g} is {ratio:.3g}x below the "
                      f"{sft.stage} stage it follows ({sft.learning_rate:g}); the Smol playbook sets the preference "
                      f"learning rate {low:g}-{high:g}x below SFT's ({why}). Try learning_rate "
-                     f"{sft.learning_rate / 10:g} (10x below)")
+                     f"{sft.learning_rate / 10:g} (10x below)" + (
+                         f". This pipeline ships {config.learning_rate:g} because its recipe sets it ({recipe}): "
+                         "the run reproduces the recipe, the playbook would not" if recipe else ""))

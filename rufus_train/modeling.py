@@ -136,6 +136,27 @@ def load_tokenizer(ref: str | ModelRef, chat_template: str | None = None):
     return tokenizer
 
 
+def continue_adapter(ref: str | ModelRef, dtype: str, settings):
+    """The adapter of the LoRA run `ref` on its base, trainable again (`lora.continue_adapter`): one
+    adapter through a pipeline's stages, so that switching it off gives the original model, the
+    reference of DPO and RL (the Tulu 3 mini notebook). Its shape must be the stage's `lora:`."""
+    from peft import PeftModel
+
+    ref = ModelRef.of(ref)
+    if not ref.is_adapter:
+        raise RufusError(f"lora.continue_adapter: {ref.text} is not a LoRA run (no adapter_config.json), so there "
+                         "is no adapter to train further: start from a LoRA run, or set continue_adapter false")
+    model = PeftModel.from_pretrained(load_model(ref.base, dtype), ref.folder(), is_trainable=True)
+    saved = model.peft_config["default"]
+    have = (saved.r, saved.lora_alpha, sorted(saved.target_modules))
+    want = (settings.r, settings.lora_alpha, sorted(settings.target_modules))
+    if have != want:
+        raise RufusError(f"lora.continue_adapter: the adapter of {ref.text} has r, alpha, target_modules {have}, the "
+                         f"stage's lora: asks for {want}: give the stage the adapter's settings")
+    check_only_adapter_trainable(model)
+    return model
+
+
 def apply_lora(model, settings):
     """Wrap `model` with a fresh LoRA adapter; the base is frozen and only lora_* params train.
     The adapter weights are fp32 whatever the base's dtype (peft's autocast_adapter_dtype upcasts

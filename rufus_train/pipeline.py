@@ -16,7 +16,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError
@@ -61,6 +61,12 @@ class PipelineConfig(StrictModel):
     defaults: dict[str, Any] = Field(
         default_factory=dict, description="keys every stage gets unless it sets them (`trainer:` merged key by key)"
     )
+    recipe: str | None = Field(None, description="the source document whose settings the file ships (said by warnings "
+                               "that the playbook advises otherwise)")
+    adapter: Literal["per_stage", "one"] = Field(
+        "per_stage", description="per_stage: each LoRA stage merges the previous stage and trains a new adapter (its "
+        "reference: the previous stage); one: every stage trains the first stage's adapter further (the reference of "
+        "DPO and RL: the original model, the adapter off), as the Tulu 3 mini notebook")
     merge: bool = Field(True, description="merge the last stage's LoRA adapter into OUT/merged (model + tokenizer)")
     eval: StageEval | None = None
     stages: list[dict[str, Any]] = Field(
@@ -130,11 +136,17 @@ def stage_configs(pipeline: PipelineConfig, source: str | None = None, notes: li
         entry.pop("label", None)
         config_file = entry.pop("config", None) or stage_file(name)
         out = Path(pipeline.output_dir) / f"{i + 1:02d}-{name}"
+        if pipeline.adapter == "one" and i > 0:  # the first stage's adapter, trained on by every later one
+            entry["lora"] = {**entry.get("lora", {}), "continue_adapter": True}
         overrides = {**entry, "model": model, "output_dir": str(out), "overwrite": pipeline.overwrite}
         where = f"{source} stages[{i}] ({name}{' or defaults' if pipeline.defaults else ''}) key {{key}}"
         configs.append(load_stage_config(name, get_stage(name).config_class, config_file, overrides, where,
                                          notes=notes))
         model = str(out)
+    if pipeline.adapter == "one" and not configs[0].lora.enabled:
+        raise RufusError(f"{source}: adapter: one trains the first stage's LoRA adapter through every stage, and "
+                         f"stage {configs[0].stage} fine-tunes fully (lora.enabled false): enable LoRA there, or "
+                         "use adapter: per_stage")
     return configs
 
 
@@ -144,7 +156,7 @@ def check_stages(pipeline: PipelineConfig, configs: list[StageConfig]) -> None:
     base model (same architecture, tokenizer and context)."""
     for i, config in enumerate(configs):
         check_config(config if i == 0 else config.model_copy(update={"model": pipeline.model}))
-    guidance.check_pipeline(configs)  # the playbook's advice on how the stages relate (warnings)
+    guidance.check_pipeline(configs, pipeline.recipe)  # the playbook's advice on how the stages relate (warnings)
 
 
 def dry_run(pipeline: PipelineConfig) -> str:
@@ -178,10 +190,11 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
         check_stages(pipeline, configs)
         out = Path(pipeline.output_dir)
         rows: list[dict] = []
+        caption = scorer_caption(pipeline.eval)
         if pipeline.eval:
             base = stage_eval(pipeline.model, pipeline.eval, out, "00-base", pipeline.overwrite)
             rows.append({"stage": "base", "model": pipeline.model, **base})
-            print_table(rows, pipeline.name)
+            print_table(rows, pipeline.name, caption)
         for config, label in zip(configs, pipeline.labels(), strict=True):
             started = time.time()
             result = run_stage(config)
@@ -191,7 +204,7 @@ def run_pipeline(pipeline: PipelineConfig) -> list[dict]:
                 row.update(stage_eval(config.output_dir, pipeline.eval, out, Path(config.output_dir).name,
                                       pipeline.overwrite))
             rows.append(row)
-            print_table(rows, pipeline.name)
+            print_table(rows, pipeline.name, caption)
         final = ModelRef.of(configs[-1].output_dir)
         if pipeline.merge and final.is_adapter:
             shutil.rmtree(merged_path(pipeline), ignore_errors=True)  # a rerun's stages were replaced too
@@ -217,16 +230,39 @@ def stage_eval(model_ref: str, settings: StageEval, out: Path, tag: str, overwri
 
     started = time.time()
     record = run_suite(stage_request(model_ref, settings, out, tag, overwrite))
-    scores = {f"{name} {t['metric']}": t["value"] for name, t in record["tasks"].items()}
+    scores = {}
+    for name, t in record["tasks"].items():
+        scores[f"{name} {t['metric']}"] = t["value"]
+        if t.get("also"):  # the same answers under the task's second reward, beside the headline
+            scores[f"{name} {t['metric']} by {t['also']['scorer']['name']}"] = t["also"]["value"]
     return {**scores, "eval_s": round(time.time() - started, 1)}
 
 
-def print_table(rows: list[dict], name: str) -> None:
+def scorer_caption(settings: StageEval | None) -> str | None:
+    """Which reward scores each column of the table: the suite task's scorer, and its also_scored_by."""
+    if settings is None:
+        return None
+    suite = load_suite(settings.suite)
+    lines = []
+    for task in suite.tasks:
+        if (settings.tasks is None or task.name in settings.tasks) and task.kind == "rufus":
+            lines.append(f"{task.name}: scored by {_spec_text(task.scorer.spec)}")
+            if task.also_scored_by:
+                lines.append(f"{task.name} ... by {task.also_scored_by.name}: the same answers scored by "
+                             f"{_spec_text(task.also_scored_by.spec)}")
+    return "\n".join(lines) or None
+
+
+def _spec_text(spec: dict) -> str:
+    return spec["name"] + "".join(f", {k} {v}" for k, v in spec.items() if k != "name")
+
+
+def print_table(rows: list[dict], name: str, caption: str | None = None) -> None:
     from rich.table import Table
 
     fixed = ("stage", "model", "steps", "train_s", "eval_s")
     metrics = [k for k in rows[0] if k not in fixed]
-    table = Table(title=f"pipeline {name}: evaluation after each stage")
+    table = Table(title=f"pipeline {name}: evaluation after each stage", caption=caption, caption_justify="left")
     for col in ["stage", *metrics, "steps", "train_s", "eval_s"]:
         table.add_column(col, justify="left" if col == "stage" else "right")
     for row in rows:

@@ -274,7 +274,7 @@ def _run_stage(config: StageConfig, held: contextlib.ExitStack, model, tokenizer
         trainer.train(resume_from_checkpoint=resume)
         stopped = watch.stopped if watch else None
         if guard.diverged is None and stopped is None:  # a diverged run's NaN weights, a stopped one's, are no result
-            save_final(trainer, tokenizer, config, out, starting)
+            save_final(trainer, tokenizer, config, out, adapter_base(config, starting))
         metrics = [json.loads(line) for line in (out / METRICS).read_text().splitlines()] if (out / METRICS).exists() else []
         summary = run_summary(config, starting, trainer, metrics, before=before, params=(trainable, total),
                               lineage=lineage, mirror=mirror, seconds=round(time.time() - started, 1),
@@ -314,6 +314,9 @@ def load_policy(config: StageConfig, starting: ModelRef, model, tokenizer, colum
                          "a family TRL stores such as qwen2_5; or a .jinja file)")
     if "prompt" in columns and "messages" not in columns:  # TRL renders the prompt alone, with the generation prompt
         check_prompt_render(tokenizer, f"model {config.model}")
+    if model is None and config.lora.continue_adapter:  # the run's adapter, trained further on its base
+        set_seed(config.seed)
+        return modeling.continue_adapter(starting, config.dtype, config.lora), tokenizer
     if model is None:  # full fine-tuning loads fp32 master weights wherever the trainer autocasts (modeling.precision)
         model = modeling.load_model(starting, config.dtype, full_finetune=not config.lora.enabled)
     resize = fit_embeddings(model, len(tokenizer))  # added special tokens get rows (the Tulu 3 notebook's resize)
@@ -411,6 +414,12 @@ def checkpoint_eval_callback(config: StageConfig):
         return None
     # the baseline is the starting model's own folder (under FSDP/ZeRO-3 no rank holds its full weights)
     return CheckpointEvalCallback(config.eval, starting_model=config.model, devices=config.devices)
+
+
+def adapter_base(config: StageConfig, starting: ModelRef) -> ModelRef:
+    """The model the saved adapter applies to: the starting model, or with `continue_adapter`
+    the starting run's own base (the adapter was trained further, not stacked)."""
+    return starting.base if config.lora.continue_adapter and starting.base else starting
 
 
 def save_final(trainer, tokenizer, config: StageConfig, out: Path, base: ModelRef) -> None:

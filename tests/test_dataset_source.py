@@ -169,6 +169,22 @@ def test_id_ranges_keep_a_split_of_a_larger_file(data_root):
         list(load_rows(bad, "mbpp").rows)
 
 
+def test_a_row_range_keeps_a_recipes_slice_of_the_file(data_root):
+    """`rows: [first, last]`: the rows at those positions (0-based, both kept), as a recipe slices its
+    data (Tulu 3 mini: train_rows[192:288] = rows [192, 287]); a range past the end is an error."""
+    local = "gsm8k/train.jsonl"
+    every = read_jsonl(data_root / local, 290)
+    loaded = load_rows(DatasetSource(local=local, rows=(192, 287)), "gsm8k")
+    assert [r["question"] for r in loaded.rows] == [r["question"] for r in every[192:288]]
+    assert loaded.provenance["rows"] == [192, 287]
+    assert [r["question"] for r in load_rows(DatasetSource(local=local, rows=(0, 0)), "gsm8k").rows] == [every[0]["question"]]
+    with pytest.raises(RufusError, match=r"gsm8k \(.*train.jsonl\) has 7473 rows, and `rows: \[7000, 8000\]` asks for"):
+        list(load_rows(DatasetSource(local=local, rows=(7000, 8000)), "gsm8k").rows)
+    assert len(list(load_rows(DatasetSource(local=local, rows=(7000, 7472)), "gsm8k").rows)) == 473  # to the last row
+    with pytest.raises(ValueError, match=r"positions \[first, last\] with 0 <= first <= last"):
+        DatasetSource(local=local, rows=(5, 4))
+
+
 def write_catalog(path: Path, source_yaml: str, kind: str = "preference") -> Path:
     path.write_text(f"kind: {kind}\nname: t\nholdout: 0\nsources:\n{source_yaml}")
     return path

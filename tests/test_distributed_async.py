@@ -87,10 +87,10 @@ def test_async_full_fine_tuning_keeps_fp32_masters_on_a_bf16_gpu(monkeypatch, tm
 def test_every_async_stage_key_and_sync_only_setting_is_accounted_for():
     """The stage keys Rufus passes to TRL, run through the async path, either reach a field or are
     refused: a stage setting that is neither would be dropped silently."""
-    config = async_stage("reasoning_rl", beta=0.04, num_iterations=2, adv_norm="centered", kl_estimator=2,
+    config = async_stage("reasoning_rl", beta=0.04, num_iterations=2, adv_norm="centered", kl_estimator="k2",
                          **{"trainer.loss_type": "dapo", "trainer.mask_truncated_completions": True})
     problems = async_checks.async_problems(config, environ={})
-    for setting in ("beta: 0.04", "num_iterations: 2", "adv_norm: 'centered'", "kl_estimator: 2",
+    for setting in ("beta: 0.04", "num_iterations: 2", "adv_norm: 'centered'", "kl_estimator: 'k2'",
                     "trainer.loss_type: 'dapo'", "trainer.mask_truncated_completions: True"):
         assert sum(p.startswith(f"(trl) {setting}:") for p in problems) == 1, (setting, problems)
     quiet = async_checks.async_problems(async_stage("reasoning_rl"), environ={})

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-from conftest import REPO
+from conftest import REPO, read_jsonl
 
 from rufus_data.base.errors import RufusError
 from rufus_data.benchmarks.suite import load_suite
@@ -91,3 +91,33 @@ def test_humaneval_and_mbpp_canonical_solutions_pass_the_tasks_sandboxed_scorer(
     bench = references()
     assert bench.humaneval_check() == {"docs": 164, "value": 100.0, "failing": []}
     assert bench.mbpp_check() == {"docs": 257, "value": 100.0, "failing": []}
+
+
+def test_tulu3_mini_scores_the_verifier_and_final_number_side_by_side(data_root):
+    """The tulu3_mini task's headline is Open Instruct's GSM8K verifier (the last number), and
+    `also_scored_by: final_number` scores the same answers beside it: an answer that gives the gold
+    after "The answer is" and then another number is right for final_number only."""
+    from rufus_train.pipeline import StageEval, scorer_caption
+
+    suite = load_suite("tulu3_mini")
+    task = next(t for t in suite.tasks if t.name == "gsm8k")
+    golds = [r["answer"].rsplit("####", 1)[1].strip().replace(",", "") for r in read_jsonl(data_root / "gsm8k" / "test.jsonl")]
+    texts = {i: (f"The answer is {gold}. Checked 9999 times." if i % 2 else f"So {gold}. The answer is {gold}.")
+             for i, gold in enumerate(golds)}
+    result = score_responses(suite, task, texts)
+    by_doc = sorted(result.samples, key=lambda s: s["doc_id"])
+    assert [s["avg@1"] for s in by_doc[:4]] == [1.0, 0.0, 1.0, 0.0]  # the verifier reads the trailing 9999
+    assert [s["also_avg@1"] for s in by_doc[:4]] == [1.0, 1.0, 1.0, 1.0]  # final_number reads the marker
+    caption = scorer_caption(StageEval(suite="tulu3_mini", tasks=["gsm8k"]))
+    assert caption.splitlines() == [
+        "gsm8k: scored by string_match, extractor last_number, gold_extractor gsm8k, answer_column answer",
+        "gsm8k ... by final_number: the same answers scored by final_number, answer_column answer"]
+
+
+def test_also_scored_by_is_refused_beside_a_metric_other_than_avg():
+    from rufus_data.benchmarks.suite import Task
+
+    with pytest.raises(ValueError, match=r"also_scored_by is reported as avg@k beside the headline; metric is pass@1"):
+        Task(name="t", kind="rufus", role="validation", benchmark="gsm8k", prompt="{question}", gold_fields=["answer"],
+             scorer={"name": "final_number", "answer_column": "answer"},
+             also_scored_by={"name": "final_number", "answer_column": "answer"}, metric="pass@1")

@@ -4,6 +4,7 @@ built-in tiny-random)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -98,35 +99,91 @@ def dry_run_stages(output: str) -> dict:
             "eval": yaml.safe_load(parts[-2])["eval"], "merge": yaml.safe_load(parts[-1])["merge"]}
 
 
+# The Tulu 3 mini notebook's CFG (shared/seeds/003_d17be3c0c87e36f6.txt, lines 79-109), its LoRA
+# (line 198: r=32, lora_alpha=64, lora_dropout=0.05), warmup (line 214: int(0.05 * steps) + 1) and
+# evaluation budget (line 222: max_new=256). test_the_table_is_the_seeds_cfg reads it back from the seed.
+NOTEBOOK_CFG = {
+    "max_seq_len": 640, "seed": 42, "n_sft": 192, "sft_steps": 40, "sft_micro_bs": 2, "sft_accum": 4, "sft_lr": 1e-4,
+    "n_dpo": 96, "dpo_steps": 24, "dpo_micro_bs": 1, "dpo_accum": 4, "dpo_lr": 5e-5, "dpo_beta": 0.1, "dpo_norm": True,
+    "grpo_iters": 6, "prompts_per_iter": 4, "samples_per_prompt": 4, "grpo_micro_bs": 1, "grpo_inner_epochs": 2,
+    "grpo_lr": 2e-5, "grpo_temperature": 1.0, "grpo_max_new": 200, "grpo_kl_beta": 0.02, "clip_lower": 0.2,
+    "clip_higher": 0.272, "kl_estimator": 2, "adv_norm": "centered", "n_eval": 24,
+}
+OPEN_INSTRUCT_KL = ["k1", "k2", "k3", "ratio x k1"]  # open_instruct model_utils.estimate_kl, indexed by kl_estimator
+SEED = REPO.parent / "shared" / "seeds" / "003_d17be3c0c87e36f6.txt"
+
+
+def seed_cfg(text: str) -> dict:
+    """The `name: type = value` lines of the seed's `class CFG` (the model's name left out)."""
+    body = text[text.index("class CFG:"):text.index("cfg = CFG()")]
+    pairs = re.findall(r"^(\w+): \w+ = (.+)$", body, flags=re.MULTILINE)
+    return {name: ast.literal_eval(value.strip()) for name, value in pairs if name != "model"}
+
+
+@pytest.mark.skipif(not SEED.exists(), reason="the seed documents are not beside this checkout")
+def test_the_table_is_the_seeds_cfg():
+    text = SEED.read_text()
+    assert seed_cfg(text) == NOTEBOOK_CFG
+    assert "r=32, lora_alpha=64, lora_dropout=0.05" in text and "int(0.05 * steps) + 1" in text
+    assert "def evaluate(tag, rows, max_new=256)" in text
+
+
+def notebook_warmup(steps: int) -> int:
+    return int(0.05 * steps) + 1
+
+
 def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
     """`pipeline --dry-run` prints each stage's resolved config as `stage --dry-run` does, loads
-    nothing, and every Tulu 3 setting the pipeline claims is there."""
+    nothing, and every number of the notebook's CFG is there, read back from the printout."""
+    cfg = NOTEBOOK_CFG
     result = CliRunner().invoke(app, ["pipeline", str(REPO / "catalogs/pipelines/tulu3_mini.yaml"), "--dry-run"])
     assert result.exit_code == 0, result.output
     printed = dry_run_stages(result.stdout)
     assert printed["order"] == ["sft", "dpo", "reasoning_rl"]
     sft, dpo, rl = (printed["stages"][name] for name in printed["order"])
     assert dpo["model"] == sft["output_dir"] and rl["model"] == dpo["output_dir"]  # each from the previous stage
-    for config in (sft, dpo, rl):
-        assert config["lora"] == {"enabled": True, "method": "lora", "r": 32, "alpha": 64, "dropout": 0.05,
-                                  "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
-                                                     "down_proj"]}
-        assert config["trainer"] == {"optim": "adamw_torch", "lr_scheduler_type": "cosine", "warmup_steps": 0.05,
-                                     "max_grad_norm": 1.0}
-    assert (sft["assistant_only_loss"], sft["learning_rate"], sft["max_steps"], sft["max_length"]) == (True, 1e-4, 40, 640)
-    assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"], dpo["max_steps"]) == (0.1, "sigmoid_norm", 1e-5, 24)
-    recipe_rl = {"beta": 0.02, "kl_estimator": 2, "epsilon": 0.2, "epsilon_high": 0.272, "adv_norm": "centered",
-                 "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 2, "temperature": 1.0,
-                 "max_completion_length": 256, "learning_rate": 2e-5, "max_steps": 6, "overlong_cache": None}
-    assert {key: rl[key] for key in recipe_rl} == recipe_rl
+    lora = {"enabled": True, "method": "lora", "r": 32, "alpha": 64, "dropout": 0.05,
+            "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]}
+    for config, continued in ((sft, False), (dpo, True), (rl, True)):  # one adapter through every stage
+        assert config["lora"] == {**lora, "continue_adapter": continued}
+        assert config["seed"] == cfg["seed"]
+        assert {k: config["trainer"][k] for k in ("optim", "lr_scheduler_type", "max_grad_norm")} == {
+            "optim": "adamw_torch", "lr_scheduler_type": "cosine", "max_grad_norm": 1.0}
+        assert config["trainer"]["warmup_steps"] == notebook_warmup(config["max_steps"])
+    assert sft["assistant_only_loss"] is True
+    assert (sft["learning_rate"], sft["max_steps"], sft["max_length"], sft["per_device_train_batch_size"],
+            sft["gradient_accumulation_steps"]) == (cfg["sft_lr"], cfg["sft_steps"], cfg["max_seq_len"],
+                                                    cfg["sft_micro_bs"], cfg["sft_accum"])
+    assert (dpo["beta"], dpo["loss_type"], dpo["learning_rate"], dpo["max_steps"], dpo["max_length"],
+            dpo["per_device_train_batch_size"], dpo["gradient_accumulation_steps"]) == (
+        cfg["dpo_beta"], "sigmoid_norm" if cfg["dpo_norm"] else "sigmoid", cfg["dpo_lr"], cfg["dpo_steps"],
+        cfg["max_seq_len"], cfg["dpo_micro_bs"], cfg["dpo_accum"])
+    rollouts = cfg["prompts_per_iter"] * cfg["samples_per_prompt"]
+    assert {key: rl[key] for key in ("beta", "kl_estimator", "epsilon", "epsilon_high", "adv_norm", "num_generations",
+                                     "per_device_train_batch_size", "gradient_accumulation_steps", "temperature",
+                                     "max_completion_length", "learning_rate", "max_steps", "num_iterations")} == {
+        "beta": cfg["grpo_kl_beta"], "kl_estimator": OPEN_INSTRUCT_KL[cfg["kl_estimator"]],
+        "epsilon": cfg["clip_lower"], "epsilon_high": cfg["clip_higher"], "adv_norm": cfg["adv_norm"],
+        "num_generations": cfg["samples_per_prompt"], "per_device_train_batch_size": cfg["grpo_micro_bs"],
+        "gradient_accumulation_steps": rollouts // cfg["grpo_micro_bs"], "temperature": cfg["grpo_temperature"],
+        "max_completion_length": cfg["grpo_max_new"], "learning_rate": cfg["grpo_lr"],
+        "max_steps": cfg["grpo_iters"] * cfg["grpo_inner_epochs"], "num_iterations": cfg["grpo_inner_epochs"]}
+    assert rl["trainer"]["loss_type"] == "grpo"  # masked_mean per sequence (micro-batch 1), averaged over sequences
+    assert rl["overlong_cache"] is None
     assert rl["rewards"] == [{"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
                               "answer_column": "expected_output"}]  # the GSM8K verifier alone
-    # every stage on its own GSM8K catalog; the eval under the same system prompt, greedy, 24 problems, 256 tokens
+    # every stage on its own GSM8K catalog, cut as the notebook cuts train_rows
     assert [c["data"] for c in (sft, dpo, rl)] == [[f"catalogs/data/tulu3_mini_{s}.yaml"] for s in ("sft", "dpo", "rl")]
+    cuts = {s: yaml.safe_load((REPO / f"catalogs/data/tulu3_mini_{s}.yaml").read_text())["sources"][0]["rows"]
+            for s in ("sft", "dpo", "rl")}
+    assert cuts == {"sft": [0, cfg["n_sft"] - 1], "dpo": [cfg["n_sft"], cfg["n_sft"] + cfg["n_dpo"] - 1],
+                    "rl": [0, cfg["n_sft"] - 1]}
     assert {k: printed["eval"][k] for k in ("suite", "temperature", "repeats", "limit", "max_tokens")} == {
-        "suite": "tulu3_mini", "temperature": 0.0, "repeats": 1, "limit": 24, "max_tokens": 256}
+        "suite": "tulu3_mini", "temperature": 0.0, "repeats": 1, "limit": cfg["n_eval"], "max_tokens": 256}
     assert load_suite("tulu3_mini").system_prompt == TULU3_MINI_SYSTEM
     assert printed["merge"] is True
+    # the recipe's DPO rate is 2x below SFT's: the playbook's warning says it, and that the recipe sets it
+    assert "This pipeline ships 5e-05 because its recipe sets it" in " ".join(result.output.split())
     assert not (REPO / "runs" / "tulu3_mini").exists() or "pipeline valid" in result.output  # nothing trained
 
 
@@ -196,5 +253,55 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     assert "within the 60 min budget" in proc.stdout
     rows = json.loads((tmp_path / "pipeline.json").read_text())
     assert [r["stage"] for r in rows] == ["base", "sft", "dpo", "rlvr"]
-    assert [r["steps"] for r in rows[1:]] == [40, 24, 6]
+    assert [r["steps"] for r in rows[1:]] == [40, 24, 12]  # RLVR: 6 rollout batches x 2 inner epochs
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
+
+
+def test_one_adapter_pipeline_trains_the_sft_adapter_on_against_the_original(data_root, tiny_model, tmp_path):
+    """`adapter: one` (the Tulu 3 mini notebook): the dpo stage loads the sft stage's adapter onto the
+    original base and trains it further, so its reference (the adapter off) is the original model and
+    the saved adapter applies to the original; the merged model is that base plus this one adapter."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+
+    shards = tmp_path / "shards"
+    example_shards.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
+    example_shards.gsm8k_preference(data_root, shards / "pref", start=100, limit=8, max_chars=350)
+    tiny = {"max_steps": 1, "per_device_train_batch_size": 2, "max_length": 160, "gradient_checkpointing": False,
+            "save_steps": 1, "logging_steps": 1, "learning_rate": 1e-2}
+    spec = {"name": "one", "model": "tiny-random", "output_dir": str(tmp_path / "runs"), "adapter": "one",
+            "defaults": {"lora": {"r": 4, "target_modules": ["q_proj", "v_proj"]}},
+            "stages": [{"stage": "sft", "data": [str(shards / "sft")], **tiny},
+                       {"stage": "dpo", "data": [str(shards / "pref")], **tiny}]}
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    configs = stage_configs(load_pipeline(path))
+    assert [c.lora.continue_adapter for c in configs] == [False, True]
+    result = CliRunner().invoke(app, ["pipeline", str(path)])
+    assert result.exit_code == 0, result.output
+    runs = tmp_path / "runs"
+    dpo_adapter = json.loads((runs / "02-dpo" / "adapter_config.json").read_text())
+    assert dpo_adapter["base_model_name_or_path"] == "tiny-random"  # not the sft run: the adapter was trained on
+    sft_weights = load_file(runs / "01-sft" / "adapter_model.safetensors")
+    dpo_weights = load_file(runs / "02-dpo" / "adapter_model.safetensors")
+    assert sft_weights.keys() == dpo_weights.keys()
+    # lora_B starts at zero in a fresh adapter: dpo's differs from sft's by one small step, not by sft's whole update
+    moved = [k for k in sft_weights if "lora_B" in k and not (sft_weights[k] == 0).all()]
+    assert moved and all((dpo_weights[k] - sft_weights[k]).abs().max() < sft_weights[k].abs().max() for k in moved)
+    # dpo's reference is the original model (the adapter off), not a copy of sft's adapter: the policy
+    # (sft's adapter on) already differs from it at the first step, before any dpo update
+    first = json.loads((runs / "02-dpo" / "metrics.jsonl").read_text().splitlines()[0])
+    assert abs(first["rewards/chosen"]) > 0 or abs(first["rewards/rejected"]) > 0
+    merged = AutoModelForCausalLM.from_pretrained(runs / "merged")
+    base = AutoModelForCausalLM.from_pretrained(str(tiny_model))
+    expected = PeftModel.from_pretrained(base, runs / "02-dpo").merge_and_unload()
+    for (name, got), want in zip(merged.state_dict().items(), expected.state_dict().values(), strict=True):
+        assert (got.float() - want.to(got.dtype).float()).abs().max() < 1e-3, name  # saved in the base's bf16
+
+
+def test_one_adapter_pipeline_refuses_full_fine_tuning(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({"name": "bad", "adapter": "one", "stages": [
+        {"stage": "sft"}, {"stage": "dpo", "lora": {"enabled": False}}]}))
+    with pytest.raises(RufusError, match=r"continue_adapter trains the starting run's LoRA adapter further"):
+        load_pipeline(path)

@@ -1,11 +1,14 @@
 """Tulu 3 mini's data: each stage's catalog (catalogs/data/tulu3_mini_*.yaml), mixed by rufus-data
-from a data root holding the first GSM8K train rows, gives the rows the notebook builds: one system
-prompt, SFT targets without the <<...>> calculator notes ending "The answer is N.", DPO pairs whose
-rejected answer differs only in N, RLVR prompts with their gold answers."""
+from a data root holding the first GSM8K train rows, gives the rows the notebook
+(shared/seeds/003_d17be3c0c87e36f6.txt) builds, cut as it cuts them: one system prompt; SFT = rows
+0-191 (`train_rows[: cfg.n_sft]`), targets without the <<...>> calculator notes ending "The answer is
+N."; DPO = rows 192-287 (`train_rows[cfg.n_sft:]`), pairs made as its `make_pair` makes them; RLVR =
+the prompts of rows 0-191 with their gold answers."""
 
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pyarrow.parquet as pq
@@ -16,7 +19,9 @@ from rufus_data.mix import mix
 from rufus_data.rewards.registry import build_reward
 
 SYSTEM = "You are a careful math assistant. Reason step by step, then finish with 'The answer is N.'"
-ROWS = 6
+N_SFT, N_DPO = 192, 96  # CFG.n_sft, CFG.n_dpo
+ROWS = N_SFT + N_DPO  # the notebook's train_rows: range(cfg.n_sft + cfg.n_dpo)
+STAGE_ROWS = {"sft": slice(0, N_SFT), "dpo": slice(N_SFT, ROWS), "rl": slice(0, N_SFT)}
 
 # The notebook's construction, written out for the first GSM8K train rows (what the builders must give).
 FIRST_TARGETS = [
@@ -61,10 +66,28 @@ def _user(messages: list[dict]) -> str:
     return messages[1]["content"]
 
 
+def notebook_pairs(rows: list[dict]) -> dict[str, tuple[str, str]]:
+    """question -> (chosen, rejected) as the notebook's make_pair writes them, after random.seed(CFG.seed)."""
+    rng = random.Random(42)
+    pairs = {}
+    for row in rows:
+        gold = row["answer"].split("####")[-1].strip().replace(",", "")
+        bad = (str(int(float(gold)) + rng.choice([-10, -3, -1, 1, 2, 7]))
+               if gold.replace(".", "", 1).lstrip("-").isdigit() else gold + "0")
+        good = notebook_target(row["answer"])
+        pairs[row["question"]] = (good, good.rsplit("The answer is", 1)[0] + f"The answer is {bad}.")
+    return pairs
+
+
+def test_each_stage_has_the_notebooks_slice_of_gsm8k_train(gsm8k_rows, stage_rows):
+    for stage, cut in STAGE_ROWS.items():
+        assert sorted(stage_rows[stage]) == sorted(g["question"] for g in gsm8k_rows[cut]), stage
+    assert not set(stage_rows["sft"]) & set(stage_rows["dpo"])  # disjoint
+
+
 def test_sft_rows_are_the_notebook_targets(gsm8k_rows, stage_rows):
     rows = stage_rows["sft"]
-    assert set(rows) == {g["question"] for g in gsm8k_rows}
-    for gold in gsm8k_rows:
+    for gold in gsm8k_rows[STAGE_ROWS["sft"]]:
         messages = rows[gold["question"]]["messages"]
         assert [m["role"] for m in messages] == ["system", "user", "assistant"]
         target = messages[2]["content"]
@@ -73,10 +96,17 @@ def test_sft_rows_are_the_notebook_targets(gsm8k_rows, stage_rows):
     assert [rows[g["question"]]["messages"][2]["content"] for g in gsm8k_rows[:2]] == FIRST_TARGETS
 
 
+def test_dpo_pairs_are_the_notebooks_make_pair(gsm8k_rows, stage_rows):
+    """Every pair as make_pair writes it: N moved by -10, -3, -1, 1, 2 or 7, drawn in row order from
+    the notebook's seed."""
+    expected = notebook_pairs(gsm8k_rows[STAGE_ROWS["dpo"]])
+    got = {q: (r["chosen"][0]["content"], r["rejected"][0]["content"]) for q, r in stage_rows["dpo"].items()}
+    assert got == expected
+
+
 def test_dpo_pairs_change_only_the_final_number(gsm8k_rows, stage_rows):
     rows = stage_rows["dpo"]
-    assert set(rows) == {g["question"] for g in gsm8k_rows}
-    for gold in gsm8k_rows:
+    for gold in gsm8k_rows[STAGE_ROWS["dpo"]]:
         row = rows[gold["question"]]
         chosen, rejected = row["chosen"][0]["content"], row["rejected"][0]["content"]
         assert [row["chosen"][0]["role"], row["rejected"][0]["role"]] == ["assistant", "assistant"]
@@ -84,11 +114,12 @@ def test_dpo_pairs_change_only_the_final_number(gsm8k_rows, stage_rows):
         stem = "\nThe answer is "
         assert chosen.rsplit(stem, 1)[0] == rejected.rsplit(stem, 1)[0]  # the reasoning, word for word
         n_chosen, n_rejected = (re.fullmatch(r"(-?[\d.]+)\.", t.rsplit(stem, 1)[1]).group(1) for t in (chosen, rejected))
-        assert n_chosen != n_rejected
+        assert int(n_rejected) - int(n_chosen) in (-10, -3, -1, 1, 2, 7)
 
 
 def test_rlvr_prompts_carry_the_gold_the_verifier_reads(gsm8k_rows, stage_rows):
     rows = stage_rows["rl"]
+    gsm8k_rows = gsm8k_rows[STAGE_ROWS["rl"]][:6]
     verifier = build_reward({"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
                              "answer_column": "expected_output"})
     for gold in gsm8k_rows:

@@ -107,6 +107,8 @@ class Task(StrictModel):
     gold_fields: list[str] = Field(default_factory=list)  # row fields the scorer reads (its dataset columns)
     skip_rows: dict[str, list[str]] = Field(default_factory=dict)  # field -> values whose rows are skipped
     scorer: ScorerSpec | None = None
+    # a second reward over the same answers, reported beside the headline (avg@k only), never in its place
+    also_scored_by: ScorerSpec | None = None
     metric: str = "avg@k"
     repeats: int | None = Field(None, ge=1)  # k; default: the suite's
     sampling: Sampling | None = None
@@ -136,6 +138,9 @@ class Task(StrictModel):
         match = METRIC_RE.match(self.metric)
         if not match:
             raise ValueError(f"metric {self.metric!r} must be avg@k, pass@N, maj@N or maj@k")
+        if self.also_scored_by is not None and match.group(1) != "avg":
+            raise ValueError(f"also_scored_by is reported as avg@k beside the headline; metric is {self.metric}: "
+                             "use avg@k, or drop also_scored_by")
         if match.group(1) == "maj" and self.scorer.reward().answer_extractor is None:
             raise ValueError(f"maj@ needs an answer to vote on; reward {self.scorer.name} extracts none "
                              "(string_match and math_equivalence do)")

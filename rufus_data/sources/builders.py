@@ -2,7 +2,8 @@
 deterministic step the catalog names (`build: NAME`), so a reader sees what was built from what.
 
 Each step reads the rows of its source's place (path, local or hub) and yields new rows; the
-same input gives the same output on every run (any choice is seeded by the row's own id). Rows
+same input gives the same output on every run (any choice is seeded by the row's own id, or, for a
+recipe that draws in row order, by its seed at the first row). Rows
 a step cannot use are dropped and counted by reason, and the mix manifest records the step, what
 it read and those counts."""
 
@@ -194,13 +195,31 @@ def _answer_is(row: dict, index: int) -> Iterable[dict]:
     yield {"question": row["question"], "answer": answer_is_target(row["answer"])}
 
 
-def _answer_is_pair(row: dict, index: int) -> Iterable[dict]:
-    chosen = answer_is_target(row["answer"])
-    # the last number of the target is N: only it moves, the reasoning stays word for word
-    rejected = perturb_final_answer(chosen, random.Random(f"gsm8k_answer_is_pairs:{index}"))
-    if rejected is None:
-        raise Skip("no final number to change")
-    yield {"prompt": row["question"], "chosen": chosen, "rejected": rejected}
+# The notebook's make_pair: N moves by one of these, drawn in row order from Python's random seeded
+# with its CFG.seed (42), one draw per integer gold; a gold that is no integer gets a "0" appended.
+NOTEBOOK_DELTAS = (-10, -3, -1, 1, 2, 7)
+NOTEBOOK_SEED = 42
+
+
+class NotebookPairs:
+    """Tulu 3 mini's DPO pairs as its notebook's make_pair makes them; the draws run in the rows'
+    order through one build (restarted at its first row), as the notebook's loop does."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random(NOTEBOOK_SEED)
+
+    def __call__(self, row: dict, index: int) -> Iterable[dict]:
+        if index == 0:
+            self.rng = random.Random(NOTEBOOK_SEED)
+        chosen = answer_is_target(row["answer"])
+        gold = row["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+        # the notebook's test: digits with at most one '.', after a leading '-'
+        if gold.replace(".", "", 1).lstrip("-").isdigit():
+            bad = str(int(float(gold)) + self.rng.choice(NOTEBOOK_DELTAS))
+        else:
+            bad = gold + "0"
+        rejected = chosen.rsplit("The answer is", 1)[0] + f"The answer is {bad}."
+        yield {"prompt": row["question"], "chosen": chosen, "rejected": rejected}
 
 
 def _reasoning_trace(row: dict, index: int) -> Iterable[dict]:
@@ -295,8 +314,9 @@ BUILDERS: dict[str, Builder] = {
         _answer_is),
     "gsm8k_answer_is_pairs": Builder(
         "GSM8K question/answer rows -> preference pairs: chosen = the 'The answer is N.' target, rejected = the same "
-        "text with only N changed (Tulu 3 mini's DPO pairs)", ("question", "answer"), ("prompt", "chosen", "rejected"),
-        _answer_is_pair),
+        "text with only N changed to N + one of -10, -3, -1, 1, 2, 7, drawn in row order from random.Random(42) (Tulu 3 "
+        "mini's DPO pairs, as its notebook's make_pair)", ("question", "answer"), ("prompt", "chosen", "rejected"),
+        NotebookPairs()),
     "gsm8k_reasoning_trace": Builder(
         "GSM8K question/answer rows -> question, reasoning (the worked steps without calculator notes) and answer "
         "('The answer is N.'): with format question_answer and fields {reasoning: reasoning}, a <think> trace",

@@ -22,7 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rufus_data.base.errors import RufusError
 from rufus_data.base.jsonl import read_jsonl
@@ -111,6 +111,16 @@ class DatasetSource(StrictModel):
     local: str | None = None
     hub: HubDataset | None = None
     ids: IdRange | None = None
+    rows: tuple[int, int] | None = Field(
+        default=None, description="keep only the rows at positions [first, last] of the place's order (0-based, both "
+        "kept): a recipe's slice, e.g. its first 192 training rows = [0, 191]")
+
+    @field_validator("rows")
+    @classmethod
+    def _rows_ordered(cls, value: tuple[int, int] | None) -> tuple[int, int] | None:
+        if value is not None and not 0 <= value[0] <= value[1]:
+            raise ValueError(f"`rows: [{value[0]}, {value[1]}]` is positions [first, last] with 0 <= first <= last")
+        return value
 
     @field_validator("local")
     @classmethod
@@ -168,6 +178,10 @@ def load_rows(source: DatasetSource, what: str, base: Path | None = None, pin_hi
     if source.ids is not None:
         loaded.rows = _keep_ids(loaded.rows, source.ids, what, loaded.provenance["from"])
         loaded.provenance["ids"] = source.ids.describe()
+        loaded.count = None
+    if source.rows is not None:
+        loaded.rows = _keep_positions(loaded.rows, source.rows, what, loaded.provenance["from"])
+        loaded.provenance["rows"] = list(source.rows)
         loaded.count = None
     return loaded
 
@@ -294,3 +308,18 @@ def _keep_ids(rows: Iterator[dict], ids: IdRange, what: str, origin: str) -> Ite
                              f"{value!r}; name an integer id column")
         if ids.keeps(value):
             yield row
+
+
+def _keep_positions(rows: Iterator[dict], positions: tuple[int, int], what: str, origin: str) -> Iterator[dict]:
+    """The rows at `positions` [first, last]; a place with fewer rows is an error, not a shorter slice."""
+    first, last = positions
+    index = -1
+    for index, row in enumerate(rows):
+        if index > last:
+            return
+        if index >= first:
+            yield row
+    if index == last:
+        return
+    raise RufusError(f"{what} ({origin}) has {index + 1} rows, and `rows: [{first}, {last}]` asks for positions up to "
+                     f"{last}: give a range inside the data, or the complete file")

@@ -11,6 +11,7 @@ from pydantic import Field, field_validator, model_validator
 from rufus_data.rewards import parse_spec
 from rufus_train.config import StageConfig
 from rufus_train.grpo.filter_settings import PromptFilter, filter_settings
+from rufus_train.grpo.kl_penalty import estimator_name
 
 TRL_DEFAULT_SERVER = "http://localhost:8000"
 # adv_norm -> TRL's scale_rewards (the advantage is always the reward minus its group's mean)
@@ -51,8 +52,9 @@ class GRPOStageConfig(StageConfig):
     max_completion_length: int = Field(512, ge=1, description="tokens generated per completion at most (cut there)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature of the rollouts")
     beta: float = Field(0.0, ge=0, description="KL coefficient to the reference (0: no reference model)")
-    kl_estimator: Literal[1, 2, 3] = Field(
-        3, description="with beta > 0: 3 = k3 (TRL's), 2 = half the squared log-ratio, 1 = the log-ratio (Rufus's trainer)"
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="with beta > 0: k3 = exp(-r) + r - 1 (TRL's), k2 = half the squared log-ratio r, k1 = r "
+        "(Rufus's trainer); a name, never a number (Open Instruct's 2 is k3: kl_penalty.py)"
     )
     num_iterations: int = Field(1, ge=1, description="optimisation passes over each batch of rollouts (TRL's mu)")
     epsilon: float = Field(0.2, gt=0, description="clip of the importance ratio below: 1 - epsilon")
@@ -130,6 +132,11 @@ class GRPOStageConfig(StageConfig):
             if self.filter.temperature is None:
                 object.__setattr__(self.filter, "temperature", self.temperature)
         return self
+
+    @field_validator("kl_estimator", mode="before")
+    @classmethod
+    def _kl_estimator_named(cls, value: Any) -> Any:
+        return estimator_name(value)
 
     @model_validator(mode="after")
     def _reward_model_weight_needs_model(self) -> GRPOStageConfig:

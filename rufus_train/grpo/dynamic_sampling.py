@@ -66,9 +66,9 @@ MULTIMODAL_KEYS = (
 class RufusGRPOConfig(GRPOConfig):
     """GRPOConfig plus the two dynamic-sampling settings and the KL estimator (kl_penalty.py)."""
 
-    kl_estimator: int = field(
-        default=3,
-        metadata={"help": "KL estimator with beta > 0: 3 = k3 (TRL's), 2 = half the squared log-ratio, 1 = the log-ratio."},
+    kl_estimator: str = field(
+        default="k3",
+        metadata={"help": "KL estimator with beta > 0: k3 (TRL's), k2 = half the squared log-ratio, k1 = the log-ratio."},
     )
 
     dynamic_sampling: str | None = field(

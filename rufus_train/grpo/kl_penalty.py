@@ -1,18 +1,22 @@
 """The KL penalty of GRPO with the estimator a recipe names (`kl_estimator`), which TRL has no
 switch for: TRL 1.16's GRPOTrainer always adds k3 (`exp(r) - r - 1`, r = ref - policy log-prob)
-inside `_compute_loss`. Open Instruct (Tulu 3) names its estimators by number:
+inside `_compute_loss`. Rufus names the estimators (Schulman's names), never numbers them:
 
-    1: log pi - log ref                      (k1, unbiased, high variance)
-    2: (log pi - log ref)^2 / 2              (k2, the Tulu 3 recipe's `kl_estimator: 2`)
-    3: exp(ref - pi) - (ref - pi) - 1        (k3, TRL's own)
+    k1: log pi - log ref                      (unbiased, high variance)
+    k2: (log pi - log ref)^2 / 2
+    k3: exp(ref - pi) - (ref - pi) - 1        (TRL's own)
 
-With estimator 1 or 2 the trainer runs TRL's loss with beta set to 0 (the clipped policy term
+A number means different things in different sources: Open Instruct's `kl_estimator` is an index
+into [k1, k2, k3, ratio x k1], so the Tulu 3 mini notebook's `kl_estimator: 2` is k3. An integer is
+refused with a message saying so (`estimator_name`).
+
+With k1 or k2 the trainer runs TRL's loss with beta set to 0 (the clipped policy term
 alone, nothing of k3), catches the policy's per-token log-probs TRL computed on the way, and adds
 `beta x estimator` aggregated exactly as TRL aggregates its per-token loss for the run's
 `loss_type` (the same mask, tool tokens excluded, the same normaliser), multiplied by the
 importance ratio when `use_bias_correction_kl` is on, as TRL does for k3. The reference log-probs
-are the ones TRL computed at generation time (the adapter switched off with LoRA). With estimator 3
-nothing changes: TRL computes it.
+are the ones TRL computed at generation time (the adapter switched off with LoRA). With k3 nothing
+changes: TRL computes it.
 
 torch is imported where the tensors are: the GRPO stages check `kl_estimator_problems` while
 their configs load, before any model (and torch) does."""
@@ -26,21 +30,36 @@ from rufus_data.base.errors import RufusError
 if TYPE_CHECKING:
     import torch
 
-KL_ESTIMATORS = (1, 2, 3)
+KL_ESTIMATORS = ("k1", "k2", "k3")
+# Open Instruct's `kl_estimator` indexes this list (open_instruct/model_utils.py estimate_kl)
+OPEN_INSTRUCT_ESTIMATORS = ("k1", "k2", "k3", "ratio x k1")
 # loss types whose aggregation `aggregate_per_token` mirrors (TRL 1.16 GRPOTrainer._compute_loss)
 AGGREGATED_LOSS_TYPES = ("grpo", "sapo", "bnpo", "dr_grpo", "dapo", "cispo", "vespo", "luspo")
 
 
-def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, estimator: int) -> torch.Tensor:
+def estimator_name(value: object) -> object:
+    """A config's `kl_estimator` as written; an integer (an index in one source, a name's digit in
+    another) is refused with the names and Open Instruct's reading of it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return value
+    reading = (f"Open Instruct's kl_estimator {value} is {OPEN_INSTRUCT_ESTIMATORS[value]} (an index into "
+               f"[{', '.join(OPEN_INSTRUCT_ESTIMATORS)}])" if 0 <= value < len(OPEN_INSTRUCT_ESTIMATORS) else
+               "Open Instruct's kl_estimator is an index 0-3 into [k1, k2, k3, ratio x k1]")
+    raise ValueError(f"kl_estimator takes a name: {', '.join(KL_ESTIMATORS)}, not the number {value}. A number means "
+                     f"different things in different sources ({reading}): write the name of the estimator your "
+                     "recipe uses (k1 = the log-ratio, k2 = half its square, k3 = exp(-r) + r - 1, TRL's)")
+
+
+def per_token_kl(per_token_logps: torch.Tensor, ref_per_token_logps: torch.Tensor, estimator: str) -> torch.Tensor:
     """The per-token estimate of KL(policy || reference) from samples of the policy."""
     import torch  # heavy: see the module's docstring
 
     log_ratio = per_token_logps - ref_per_token_logps
-    if estimator == 1:
+    if estimator == "k1":
         return log_ratio
-    if estimator == 2:
+    if estimator == "k2":
         return 0.5 * log_ratio.pow(2)
-    if estimator == 3:
+    if estimator == "k3":
         return torch.exp(-log_ratio) + log_ratio - 1
     raise RufusError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
@@ -65,7 +84,7 @@ def aggregate_per_token(
         return (values * mask).sum() / normaliser
     if loss_type == "luspo":
         return (values * mask).sum(-1).mean() / accumulation
-    raise RufusError(f"kl_estimator 1 or 2 supports loss_type {', '.join(AGGREGATED_LOSS_TYPES)}; got {loss_type!r}")
+    raise RufusError(f"kl_estimator k1 or k2 supports loss_type {', '.join(AGGREGATED_LOSS_TYPES)}; got {loss_type!r}")
 
 
 def importance_weights(per_token_logps: torch.Tensor, old_per_token_logps: torch.Tensor | None, mask: torch.Tensor,
@@ -81,7 +100,7 @@ def importance_weights(per_token_logps: torch.Tensor, old_per_token_logps: torch
 
 
 class KLEstimatorMixin:
-    """Goes before TRL's GRPOTrainer in the bases: swaps TRL's k3 for `args.kl_estimator` 1 or 2."""
+    """Goes before TRL's GRPOTrainer in the bases: swaps TRL's k3 for `args.kl_estimator` k1 or k2."""
 
     _catch_logps = False
     _caught_logps: torch.Tensor | None = None
@@ -95,8 +114,8 @@ class KLEstimatorMixin:
     def _compute_loss(self, model, inputs):
         import torch  # heavy: see the module's docstring
 
-        estimator = getattr(self.args, "kl_estimator", 3)
-        if self.beta == 0.0 or estimator == 3:
+        estimator = getattr(self.args, "kl_estimator", "k3")
+        if self.beta == 0.0 or estimator == "k3":
             return super()._compute_loss(model, inputs)
         beta = self.beta
         self.beta, self._catch_logps = 0.0, True  # TRL's loss without its k3 term
@@ -128,13 +147,13 @@ class KLEstimatorMixin:
 def kl_estimator_problems(config) -> list[str]:
     """What the estimator cannot run with, before anything loads (a GRPO stage config)."""
     problems = []
-    if config.kl_estimator == 3 or config.beta == 0.0:
+    if config.kl_estimator == "k3" or config.beta == 0.0:
         return problems
     loss_type = (config.trainer or {}).get("loss_type", "dapo")
     if loss_type not in AGGREGATED_LOSS_TYPES:
         problems.append(f"kl_estimator {config.kl_estimator} is added the way TRL aggregates loss types "
-                        f"{', '.join(AGGREGATED_LOSS_TYPES)}; trainer.loss_type is {loss_type!r}: use kl_estimator 3")
+                        f"{', '.join(AGGREGATED_LOSS_TYPES)}; trainer.loss_type is {loss_type!r}: use kl_estimator k3")
     if (config.trainer or {}).get("use_liger_kernel"):
         problems.append(f"kl_estimator {config.kl_estimator} replaces TRL's loss, which the Liger kernel computes "
-                        "elsewhere: drop trainer.use_liger_kernel or use kl_estimator 3")
+                        "elsewhere: drop trainer.use_liger_kernel or use kl_estimator k3")
     return problems

@@ -10,4 +10,4 @@ from rufus_train.grpo.kl_penalty import KLEstimatorMixin
 
 
 class RufusGRPOTrainer(KLEstimatorMixin, DynamicSamplingGRPOTrainer):
-    """GRPOTrainer + `dynamic_sampling: mask | resample` + `kl_estimator: 1 | 2 | 3`."""
+    """GRPOTrainer + `dynamic_sampling: mask | resample` + `kl_estimator: k1 | k2 | k3`."""

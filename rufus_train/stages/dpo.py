@@ -56,7 +56,12 @@ class DPOStage(PreferenceStage):
     def make_trainer(self, ctx: StageContext):
         from trl import DPOTrainer
 
-        return DPOTrainer(**ctx.trainer_kwargs())
+        trainer = DPOTrainer(**ctx.trainer_kwargs())
+        if ctx.config.lora.continue_adapter and "ref" in getattr(trainer.model, "peft_config", {}):
+            # TRL copies a loaded adapter as a frozen "ref" one; without it the reference is the base with
+            # the adapter off (TRL's use_adapter(None)): the original model, as one adapter through a pipeline means
+            trainer.model.delete_adapter("ref")
+        return trainer
 
 
 STAGE = DPOStage()
