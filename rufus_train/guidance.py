@@ -14,6 +14,7 @@ from __future__ import annotations
 import warnings
 
 from rufus_data.base.console import console
+from rufus_data.base.errors import SaidWarning
 
 PACKED_STAGES = ("sft", "sft_full")  # midtrain packs by definition (continued pretraining)
 SFT_STAGES = ("sft", "sft_full")
@@ -25,7 +26,7 @@ PREFERENCE_BETA_RANGE = (0.01, 0.5)  # the playbook sweeps beta over 0.01-0.5; S
 PER_TOKEN_LOSSES = ("sigmoid_norm",)
 
 
-class GuidanceWarning(UserWarning):
+class GuidanceWarning(SaidWarning):
     """A setting the Smol training playbook advises against (the run goes on)."""
 
 

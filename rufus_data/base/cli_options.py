@@ -40,7 +40,7 @@ from typer.core import TyperCommand, TyperGroup
 from rufus_data.base.borrowed_options import BORROWED_ATTRIBUTE, translate_borrowed
 from rufus_data.base.console import console
 from rufus_data.base.cpu_threads import cpu_thread_defaults
-from rufus_data.base.errors import RufusError, UnpinnedRevision
+from rufus_data.base.errors import RufusError, SaidWarning
 from rufus_data.base.quiet_bars import quiet_bars_off_a_terminal
 
 
@@ -184,7 +184,7 @@ class CliApp(typer.Typer):
     def __call__(self, *args, **kwargs):
         cpu_thread_defaults()  # before any command imports torch
         quiet_bars_off_a_terminal()  # before any command imports lm-eval or datasets
-        warnings.filterwarnings("ignore", category=UnpinnedRevision)  # the console said it
+        warnings.filterwarnings("ignore", category=SaidWarning)  # the console said it
         return super().__call__(*args, **kwargs)
 
     def add_typer(self, typer_instance: typer.Typer, **options) -> None:

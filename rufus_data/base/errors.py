@@ -32,9 +32,13 @@ def write_failure(err: OSError, where: str | None = None) -> RufusError | None:
                       "removed, work kept to resume stays)")
 
 
-class UnpinnedRevision(UserWarning):
-    """A hub revision that is a branch or tag. Said on the console as well, so the CLIs do not
-    print it a second time (cli_options.CliApp); library callers and tests still catch it."""
+class SaidWarning(UserWarning):
+    """A warning the console has already printed: the CLIs do not print its Python copy a second
+    time (cli_options.CliApp); library callers and tests still catch it."""
+
+
+class UnpinnedRevision(SaidWarning):
+    """A hub revision that is a branch or tag."""
 
 
 _QUOTING = reprlib.Repr()
