@@ -113,10 +113,18 @@ def test_bars_are_turned_off_only_off_a_terminal_and_never_against_the_user(monk
         def isatty(self) -> bool:
             return True
 
+    import tqdm.std
+
+    monkeypatch.setattr(tqdm.std.tqdm, "__init__", tqdm.std.tqdm.__dict__["__init__"])  # put back after
     for name in BAR_SWITCHES:
         monkeypatch.delenv(name, raising=False)
     assert not quiet_bars_off_a_terminal(Terminal()) and "TQDM_DISABLE" not in os.environ
     assert quiet_bars_off_a_terminal(io.StringIO()) and bars_off()
     assert all(os.environ[name] == "1" for name in BAR_SWITCHES)
+    # a tqdm imported before the switch (by an import the CLI made first) draws no bar either
+    from tqdm.auto import tqdm as auto_tqdm
+
+    assert tqdm.std.tqdm(range(3)).disable and auto_tqdm(range(3)).disable
+    assert not tqdm.std.tqdm(range(3), disable=False).disable  # the caller's own choice stands
     monkeypatch.setenv("TQDM_DISABLE", "0")
     assert not quiet_bars_off_a_terminal(io.StringIO())  # the user's choice stands

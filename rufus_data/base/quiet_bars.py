@@ -40,6 +40,8 @@ def _is_terminal(stream) -> bool:
 
 def _quiet_loaded_libraries() -> None:
     """Libraries imported already (an in-process caller) read the switches at import: tell them."""
+    if "tqdm" in sys.modules:  # tqdm reads TQDM_DISABLE once, when imported: a bar made later still asks it
+        _default_tqdm_off()
     if "huggingface_hub" in sys.modules:
         from huggingface_hub.utils import disable_progress_bars
 
@@ -53,3 +55,16 @@ def _quiet_loaded_libraries() -> None:
 
         disable_datasets_bars()
 
+
+
+def _default_tqdm_off() -> None:
+    """Make `disable=True` tqdm's default, as TQDM_DISABLE at import would have (tqdm.utils.envwrap
+    binds it to `__init__`); every tqdm class calls this one. A caller's own `disable` still wins."""
+    from functools import partialmethod
+
+    import tqdm.std
+
+    init = tqdm.std.tqdm.__dict__["__init__"]
+    bound = dict(getattr(init, "keywords", {}))
+    if bound.get("disable") is not True:
+        tqdm.std.tqdm.__init__ = partialmethod(getattr(init, "func", init), **{**bound, "disable": True})
