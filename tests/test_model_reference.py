@@ -129,6 +129,16 @@ def test_eval_plan_and_runner_resolve_the_checkpoint_once(tiny_model, resolution
     assert resolutions == [tiny_model]
 
 
+def test_generating_with_a_lora_run_loads_its_merged_copy(lora_adapter, tiny_model):
+    """`rufus-data filter --policy RUN` / `pairs` on a LoRA run: the adapter folder alone is no model
+    (from_pretrained looked its base name up on the hub); the hf backend loads the merged copy."""
+    from rufus_data.generate.hf import HFGenerator
+
+    generator = HFGenerator(ModelRef.of(lora_adapter), dtype="float32", device="cpu")
+    assert generator.lm.name_or_path == str(lora_adapter / "merged")
+    assert generator.tokenizer.name_or_path == str(lora_adapter / "merged")
+
+
 def test_training_loads_tokenizer_model_and_merged_copy_from_one_resolution(lora_adapter, tiny_model, resolutions):
     from rufus_train import modeling
 

@@ -17,6 +17,7 @@ from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
 from rufus_data.models.end_tokens import folder_end_tokens
+from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef, require_loadable
 from rufus_data.models.thinking import Thinking, model_thinking
 
@@ -66,8 +67,9 @@ def open_generator(model: str | ModelRef, config: ModelAccess, thinking: str = "
         with HFGenerator(model, dtype=config.dtype or "bfloat16", thinking=mode) as gen:
             yield gen
         return
-    ends = folder_end_tokens(model.folder())
-    with launch(config.launch_config(model.folder(), config.served_model_name or model.text)) as server:
+    folder = plain_folder(model)  # vLLM serves a LoRA run merged
+    ends = folder_end_tokens(folder)
+    with launch(config.launch_config(folder, config.served_model_name or model.text)) as server:
         cfg = ServerConfig(base_urls=[server.base_url], model=server.model, concurrency=config.concurrency,
                            thinking=mode, stop_token_ids=ends.ids)
         with ServerGenerator(cfg) as gen:

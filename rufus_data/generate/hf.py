@@ -22,6 +22,7 @@ from rufus_data.base.errors import RufusError
 from rufus_data.generate.base import Completion, Generator, Prompt, PromptResult
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.models.end_tokens import end_tokens
+from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
 from rufus_data.models.thinking import Thinking
 
@@ -33,7 +34,7 @@ class HFGenerator(Generator):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         ref = model
-        path = ref.folder()
+        path = plain_folder(ref)  # a LoRA run generates merged (its folder holds only the adapter)
         self.model = model_name or ref.text
         self.thinking = thinking
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
