@@ -177,6 +177,16 @@ def test_server_client_gives_up_after_max_retries(chat_server):
     assert len(always_busy.requests) == 3
 
 
+def test_server_client_does_not_send_a_timed_out_request_again(chat_server):
+    """A server slower than the timeout is still generating: a second copy would add to its load."""
+    slow = chat_server(Traffic(), delay_s=2.0)
+    gen = ServerGenerator(ServerConfig(base_urls=[slow.base_url], model="m", concurrency=1, timeout_s=0.5,
+                                       backoff_s=0.01))
+    with pytest.raises(RufusError, match=r"gave no answer within 0.5 s .*not sent again.*lower --concurrency"):
+        gen.generate(_prompts(1), SamplingParams(n=4, max_tokens=8))
+    assert gen.sent[slow.base_url] == 1 and gen.retries == 0
+
+
 def test_server_client_leaves_out_return_token_ids_for_a_strict_endpoint(chat_server, capsys):
     strict = chat_server(Traffic(), strict=True, delay_s=0)
     gen = ServerGenerator(ServerConfig(base_urls=[strict.base_url], model="m", concurrency=1))

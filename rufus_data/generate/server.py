@@ -160,7 +160,7 @@ class ServerGenerator(Generator):
             url = self._pick_url()
             self.in_flight[url] += 1
             try:
-                response = await self._post(client, url, body, left_s)
+                response = await self._post_once(client, url, body, left_s, prompt, sampling)
                 if self._refuses_token_ids(response, body):
                     if self.send_token_ids:
                         self.send_token_ids = False
@@ -182,6 +182,19 @@ class ServerGenerator(Generator):
             return await self.retry.acall(attempt, what=f"prompt {prompt.id}: the server")
         except ServerRefused as err:
             raise RufusError(f"prompt {prompt.id}: {err}") from None
+
+    async def _post_once(self, client: httpx.AsyncClient, url: str, body: dict, left_s: float, prompt: Prompt,
+                         sampling: SamplingParams) -> httpx.Response:
+        """`_post`, except that a request the server took too long to answer is not sent again: the
+        server is most likely still generating it, and a second copy only adds to what made it slow."""
+        try:
+            return await self._post(client, url, body, left_s)
+        except httpx.ReadTimeout:
+            raise RufusError(
+                f"prompt {prompt.id}: {url} gave no answer within {self.config.timeout_s:g} s (n={sampling.n}, "
+                f"max_tokens={sampling.max_tokens}, {self.in_flight[url]} requests in flight there). It was not sent "
+                "again, since the server is likely still generating it: lower --concurrency, or raise the request "
+                "timeout; finished prompts are kept and the same command resumes") from None
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: dict, left_s: float) -> httpx.Response:
         """One POST to `url`, counted; a refused connection counts towards dropping the URL."""
