@@ -22,14 +22,14 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, model_serializer, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_serializer, model_validator
 
 from rufus_data.base.catalog_files import catalog_names, find_catalog_file, looked_in, resolve_entry
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
 from rufus_data.base.yaml_config import StrictModel, config_source, load_yaml_model, renamed_key
 from rufus_data.benchmarks.registry import Registry, load_registry
-from rufus_data.models.thinking import ThinkingMode
+from rufus_data.models.thinking import ThinkingMode, yaml_thinking_mode
 from rufus_data.rewards.contract import RewardFunction
 from rufus_data.rewards.registry import build_reward, parse_spec
 from rufus_data.sources.dataset_source import DatasetSource
@@ -164,6 +164,8 @@ class Suite(StrictModel):
     think_end_token: str = "</think>"
     seed: int = 0
     tasks: list[Task]
+
+    _thinking_as_written = field_validator("thinking", mode="before")(yaml_thinking_mode)
 
     @model_validator(mode="before")
     @classmethod

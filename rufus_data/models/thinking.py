@@ -22,6 +22,11 @@ from rufus_data.models.chat_template import template_name
 ThinkingMode = Literal["on", "off", "default"]
 Switch = Literal["enable_thinking", "system_flag"]
 MODES = ("on", "off", "default")
+
+
+def yaml_thinking_mode(value):
+    """`thinking: off` in YAML reads as false (YAML 1.1 booleans): the mode the user wrote."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 FLAGS = {"on": "/think", "off": "/no_think"}
 ENABLE_THINKING = re.compile(r"\benable_thinking\b")
 NO_THINK_FLAG = "/no_think"  # not `/think`: every `</think>` contains that
