@@ -32,6 +32,7 @@ from rufus_data.generate.backend_config import ModelAccess
 from rufus_data.models.builtin import is_cached
 from rufus_data.models.hub import hub_unreachable, offline_mode
 from rufus_data.models.reference import ModelRef, require_loadable
+from rufus_data.models.thinking import model_thinking
 from rufus_eval.request import EvalRequest, apply_sampling_overrides
 from rufus_eval.results import default_runs_root, print_left_out
 from rufus_eval.suite_trackers import check_trackers
@@ -100,7 +101,17 @@ def resolve(req: EvalRequest, say: bool = True) -> Resolved:
         say_limit_samples(suite, tasks, req.limit)
     step, step_from = (req.step, "--step") if req.step is not None else checkpoint_step(req.checkpoint)
     model = ModelRef.of(req.checkpoint) if req.backend in ("hf", "vllm") else None  # a file or missing folder refused
+    check_thinking(req, suite, model)
     return Resolved(req, suite, tasks, step, step_from, model)
+
+
+def check_thinking(req: EvalRequest, suite: Suite, model: ModelRef | None) -> None:
+    """A suite's `thinking:` mode that the model's template cannot take is refused here, in
+    --dry-run and before a run writes anything. A built-in not converted yet is left to the run
+    (its own template has the switch): reading it would convert it."""
+    if suite.thinking == "default" or (model is not None and model.kind == "builtin" and not is_cached(model.portable)):
+        return
+    model_thinking(model if model is not None else (req.tokenizer or req.checkpoint), suite.thinking)
 
 
 def say_limit_samples(suite: Suite, tasks: list[Task], limit: int) -> None:

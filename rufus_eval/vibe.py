@@ -133,6 +133,8 @@ def answer_all(ckpt: str, prompts: list[VibeConversation], max_tokens: int, temp
 def run_vibe(prompts_file: Path, ckpts: list[str], max_tokens: int = 256, temperature: float = 0.0,
              out: Path | None = None, thinking: str = "default") -> dict[str, list[list[TurnReply]]]:
     prompts = load_prompts(resolve_entry(prompts_file))  # `catalogs/vibe_prompts.yaml` installed: the shipped one
+    for ckpt in ckpts:  # every model's mode, before the first one loads: a later refusal would waste the earlier runs
+        model_thinking(ckpt, thinking)
     answers = {ckpt: answer_all(ckpt, prompts, max_tokens, temperature, thinking) for ckpt in ckpts}
     table = Table(title="vibe test", show_lines=True)
     for col in ("prompt", "turn", "mode"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
+from conftest import REPO
 
 from rufus_data.base.errors import RufusError
 from rufus_data.models.chat_template import trl_templates_folder
@@ -63,6 +64,17 @@ def rendered(tokenizer, thinking: Thinking, messages=QUESTION) -> str:
                                                 ("glm4moe", "enable_thinking"), ("llama3", None), ("qwen2_5", None)])
 def test_the_switch_is_read_from_the_template_text(family, switch):
     assert thinking_switch(family_template(family)) == switch
+
+
+def test_vibe_refuses_a_mode_of_any_model_before_the_first_loads(family_folder, monkeypatch):
+    """`rufus-eval vibe --ckpt A --ckpt B --thinking off`: B's template has no switch, so nothing
+    answers, not even A."""
+    from rufus_eval import vibe
+
+    monkeypatch.setattr(vibe, "answer_all", lambda *a, **k: pytest.fail("a model answered"))
+    with pytest.raises(RufusError, match=r"\(llama3\) has no thinking switch"):
+        vibe.run_vibe(REPO / "catalogs/vibe_prompts.yaml", [family_folder("qwen3"), family_folder("llama3")],
+                      thinking="off")
 
 
 @pytest.mark.parametrize("family", ["qwen3", "smollm3"])
@@ -138,6 +150,25 @@ def test_generators_render_the_mode(family, family_folder):
         assert body["chat_template_kwargs"] == {"enable_thinking": False} and body["messages"] == QUESTION
     else:
         assert "chat_template_kwargs" not in body and body["messages"][0]["content"] == "Be brief. /no_think"
+
+
+def test_a_suites_mode_is_refused_in_its_dry_run(family_folder, tmp_path, monkeypatch):
+    """`rufus-eval suite` with `thinking: off` and a model whose template has no switch: exit 2 in
+    --dry-run, before a run folder exists."""
+    from typer.testing import CliRunner
+
+    from rufus_eval.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    suite = tmp_path / "quiet.yaml"
+    suite.write_text((REPO / "catalogs/suites/quick.yaml").read_text().replace("system_prompt: null",
+                                                                             "system_prompt: null\nthinking: off"))
+    args = ["suite", str(suite), "--ckpt", family_folder("llama3"), "--backend", "hf"]
+    result = CliRunner().invoke(app, [*args, "--dry-run"])
+    assert result.exit_code == 2 and "has no thinking switch" in " ".join(result.output.split()), result.output
+    assert not (tmp_path / "outputs").exists()
+    assert CliRunner().invoke(app, ["suite", str(suite), "--ckpt", family_folder("qwen3"), "--backend", "hf",
+                                    "--dry-run"]).exit_code == 0
 
 
 @pytest.mark.parametrize("family", ["qwen3", "smollm3"])
