@@ -44,6 +44,7 @@ from rufus_train.launch import LAUNCHED_ENV, takes_output_lock
 
 _ = one_torch_thread, adapter_run
 CATALOG = str(REPO / "catalogs" / "sft.yaml")
+SFT_TRAIN_ROWS = 919  # catalogs/sft.yaml mixed whole (the samples of scripts/make_samples.py)
 HOLDER = """
 import os, sys
 from pathlib import Path
@@ -176,7 +177,7 @@ def test_two_mix_processes_started_together_one_writes_the_other_is_told(tmp_pat
     assert f"output {tmp_path / 'o'} is being written by another process: pid {winner_pid}" in message
     assert "rufus-data mix" in message and "Traceback" not in message
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
-    assert manifest["rows"]["train"] == 710  # whole: the winner's output
+    assert manifest["rows"]["train"] == SFT_TRAIN_ROWS  # whole: the winner's output
     assert temporaries(tmp_path / "o") == [] and not holder_path(tmp_path / "o").exists()
     assert not lock_path(tmp_path / "o").exists()
 
@@ -198,7 +199,7 @@ def test_a_sigkilled_mix_does_not_block_its_rerun(tmp_path):
     said = flat(again.stdout + again.stderr)
     assert f"taking over the lock of {out} from pid {killed.pid}" in said
     assert f"removing {tmp_path / f'.o.tmp-{killed.pid}'}" in said
-    assert json.loads((out / "manifest.json").read_text())["rows"]["train"] == 710
+    assert json.loads((out / "manifest.json").read_text())["rows"]["train"] == SFT_TRAIN_ROWS
     assert temporaries(out) == []
 
 
