@@ -140,7 +140,12 @@ def gsm8k_chats(tmp_path_factory, data_root):
     return example_shards.gsm8k_sft(data_root, tmp_path_factory.mktemp("template_shards"), limit=4, max_chars=300)
 
 
-@pytest.mark.parametrize("family", sorted(TRAINED))
+# every other family trains too: the opt-in slow run (make test-slow), about 10 s a family
+TRAINED_SLOW = [pytest.param(family, marks=pytest.mark.slow) for family in FAMILIES
+                if family not in TRAINED and family not in REFUSED]
+
+
+@pytest.mark.parametrize("family", sorted(TRAINED) + TRAINED_SLOW)
 def test_stage_sft_trains_a_step_with_the_family_template(family, gsm8k_chats, tmp_path):
     """`stage sft` with `chat_template: FAMILY` (a shipped name) trains one step on the labels Rufus
     counts; run.json records the template and the route, and the run saves the template with the model."""
@@ -151,10 +156,14 @@ def test_stage_sft_trains_a_step_with_the_family_template(family, gsm8k_chats, t
     from rufus_data.folders.shards import read_shards
     from rufus_train.stage_base import conversational
 
-    result = run_tiny("sft", gsm8k_chats, tmp_path / "run", max_steps=1, save_steps=1, max_rows=4, chat_template=family)
+    # max_length 1024 (TRL's default): cohere2's template opens every chat with a preamble of some 400 tokens
+    result = run_tiny("sft", gsm8k_chats, tmp_path / "run", max_steps=1, save_steps=1, max_rows=4, chat_template=family,
+                      max_length=1024)
     assert result.global_step == 1
     summary = read_run_json(result.output_dir)
-    assert summary["loss_mask"]["route"] == TRAINED[family] and summary["chat_template"]["name"] == family
+    assert summary["loss_mask"]["route"] == TRAINED.get(family, summary["loss_mask"]["route"])
+    assert summary["loss_mask"]["route"] in ("markers", "trl_training_template", "prefixes")
+    assert summary["chat_template"]["name"] == family
     assert summary["chat_template"]["source"] == family
     template = (trl_templates_folder() / f"{family}.jinja").read_text(encoding="utf-8")
     assert AutoTokenizer.from_pretrained(result.output_dir).chat_template == template  # saved with the model
