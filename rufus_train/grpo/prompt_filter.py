@@ -18,7 +18,13 @@ from typing import Any
 
 from rufus_data.base.console import console
 from rufus_data.base.errors import RufusError
+from rufus_data.folders.lineage import folder_lineage
+from rufus_data.folders.run_folder import write_lineage
+from rufus_data.folders.shards import MANIFEST, folder_fingerprint, read_manifest, shard_files
+from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef
+from rufus_data.rewards import parse_spec
+from rufus_data.rollouts.filter import BUCKETS, EXTRA_BUCKETS, filter_prompts
 from rufus_train.grpo.config import SHAPING_REWARDS
 from rufus_train.grpo.filter_settings import FILTERED_DIR
 
@@ -26,8 +32,6 @@ from rufus_train.grpo.filter_settings import FILTERED_DIR
 def filter_config(config) -> dict:
     """The `rufus-data filter` settings of the stage (FilterConfig's fields): its starting model as
     the policy, its own rewards (none: each row's own), its sampling and seed."""
-    from rufus_data.rewards import parse_spec
-
     settings = config.filter
     rewards = [] if config.reward_model else [s for s in config.rewards if parse_spec(s)[0] not in SHAPING_REWARDS]
     return {"policy": config.model, "reward": rewards, "k": settings.k, "keep": settings.keep,
@@ -49,8 +53,6 @@ def policy_fingerprint(ref: ModelRef) -> Any:
 def filter_key(settings: dict, ref: ModelRef, folders: list[str]) -> str:
     """What makes two filters' outputs interchangeable: the policy's weights, the settings, the
     input shards by content (not their paths)."""
-    from rufus_data.folders.shards import folder_fingerprint, shard_files
-
     inputs = [sorted(folder_fingerprint(f, shard_files(f))["files"].items()) for f in folders]
     key = {"settings": {k: v for k, v in settings.items() if k != "policy"}, "policy": policy_fingerprint(ref),
            "inputs": inputs}
@@ -66,12 +68,6 @@ def filter_stage_data(config, folders: list[str], run_dir: Path, lineage: dict) 
     """Filter the stage's mixed data with its starting model (or reuse an earlier filter of the
     same settings); returns the chosen bucket folders and the lineage that names them (also
     written to RUN/lineage.json). No prompt kept: RufusError with the measured bucket counts."""
-    from rufus_data.folders.lineage import folder_lineage
-    from rufus_data.folders.run_folder import write_lineage
-    from rufus_data.folders.shards import MANIFEST, read_manifest
-    from rufus_data.models.merged_model import plain_folder
-    from rufus_data.rollouts.filter import filter_prompts
-
     settings = filter_config(config)
     ref = ModelRef.of(config.model)
     out = filter_out(config, filter_key(settings, ref, folders))
@@ -102,8 +98,6 @@ def filter_stage_data(config, folders: list[str], run_dir: Path, lineage: dict) 
 
 def bucket_text(counts: dict) -> str:
     """`all_pass 2, learnable 3, all_fail 1` (and the other buckets where they hold rows), in the filter's order."""
-    from rufus_data.rollouts.filter import BUCKETS, EXTRA_BUCKETS
-
     return ", ".join(f"{bucket} {counts.get(bucket, 0)}" for bucket in BUCKETS + EXTRA_BUCKETS
                      if counts.get(bucket) or bucket in BUCKETS[:3])
 
