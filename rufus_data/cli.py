@@ -350,6 +350,8 @@ def dedup_command(command: dict | None = None, settings: dict | None = None) -> 
     result = dedup(given.shards, given.out, config, **how, show_progress=True)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
+    if result.nothing_removed:
+        console.print(f"[yellow]note:[/] {result.nothing_removed}", highlight=False)
     print_result(summary_table(result))
     console.print(f"wrote {result.out}: see {result.out / 'report.md'}" if result.out else "report only: nothing written")
 

@@ -47,6 +47,8 @@ class MinHashOutcome:
     has_words: np.ndarray  # bool per row: rows without words are never compared
     train_tokens: dict[str, int] = field(default_factory=dict)  # per source, before dedup
     token_column_seen: bool = False
+    candidate_rows: int = 0  # rows LSH put beside another (verified next)
+    verified_pairs: int = 0  # pairs of them that met the measure
 
 
 class MinHashStages:
@@ -94,6 +96,7 @@ class MinHashStages:
         wanted = np.load(candidates, mmap_mode="r")
         starts = np.asarray([t.first_row for t in self.tasks] + [self.rows], dtype=np.int64)
         with_candidates = [t for i, t in enumerate(self.tasks) if wanted[starts[i] : starts[i + 1]].any()]
+        candidate_rows = int(np.count_nonzero(wanted))
         del wanted
         self._stage("shingles", with_candidates, ShingleWorker(self.config, self.folder, candidates, scaffold),
                     lambda t: shingle_files(self.folder, t.first_row)[1], lambda t: t.rows, unit="rows")
@@ -108,7 +111,7 @@ class MinHashStages:
         drops = minhash_drops(edges["a"], edges["b"], edges["value"], edges["jaccard"],
                               ShingleStore(self.folder, starts[:-1]), holdout_of, self.config)
         return MinHashOutcome(with_repeats(drops, repeat_rows, repeat_first), (repeat_rows, repeat_first), has_words,
-                              tokens, seen)
+                              tokens, seen, candidate_rows, len(edges["a"]))
 
     def _scaffold_keys(self) -> Path:
         """The fields held by so many rows that they are scaffold, sorted, saved for the spill."""

@@ -42,6 +42,7 @@ class DedupResult(StepResult):
     seconds: float = 0.0
     shares: list[dict] = field(default_factory=list)  # per source: train token share before and after
     warnings: list[str] = field(default_factory=list)
+    nothing_removed: str | None = None  # why no row was dropped, measured (None: some were)
     semantic_pairs: list[SemanticPair] = field(default_factory=list)  # what the semantic stage found (with --semantic)
 
     @property

@@ -63,6 +63,7 @@ def dedup(inputs: str | Path, out: str | Path | None = None, settings: DedupConf
         result.counts = {"rows_in": rows_in, "rows_out": result.rows_out, "rows_dropped": len(dropped),
                          "clusters": result.n_clusters}
         result.shares, result.warnings = _shares(tasks, train_paths, minhash, dropped, share_column)
+        result.nothing_removed = None if len(dropped) else _why_nothing_removed(minhash, rows_in, config)
         if not report_only:
             result.manifest = step.write_without_rows(
                 shards, files, rows_in, dropped, why=("clusters.parquet", clusters), config=config.model_dump(),
@@ -126,6 +127,15 @@ def _cluster_table(tasks: list[RowGroupTask], by_split: dict[str, list[Path]], d
         columns["shared_quantities"] = [p.quantities for p in chosen]
     return pa.table({f.name: pa.nulls(len(rows), f.type) if columns[f.name] is None else pa.array(columns[f.name], f.type)
                      for f in CLUSTER_SCHEMA}, schema=CLUSTER_SCHEMA)
+
+
+def _why_nothing_removed(minhash: MinHashOutcome, rows_in: int, config: DedupConfig) -> str:
+    """No row dropped: what the stages measured, so that 0 reads as a finding, not as success."""
+    repeats = len(minhash.repeats[0])
+    return (f"no row was removed: of {rows_in:,} rows ({repeats:,} of them the mix's repeats of a row, which go "
+            f"with it), LSH put {minhash.candidate_rows:,} beside a similar row, and {minhash.verified_pairs:,} pairs met "
+            f"{config.measure} >= {config.threshold:g} with the same numbers. At these settings the rows are "
+            "distinct; for looser copies lower --threshold or add --semantic (reworded rows)")
 
 
 def _shares(tasks: list[RowGroupTask], train_paths: frozenset[str], minhash: MinHashOutcome, dropped: np.ndarray,
