@@ -189,6 +189,7 @@ class OpenAIStub:
                     traffic.max_in_flight = max(traffic.max_in_flight, traffic.in_flight)
                     stub.requests.append(request)
                     fail = len(stub.requests) <= stub.fail_first
+                counted_out = False
                 try:
                     time.sleep(stub.delay_s)
                     try:
@@ -201,10 +202,15 @@ class OpenAIStub:
                             stub.answered += 1
                         else:
                             stub.failed += 1
+                        # out of flight before the answer leaves: the client may send its next request as
+                        # soon as this one arrives, before this thread would run again on a busy machine
+                        traffic.in_flight -= 1
+                        counted_out = True
                     self._send(status, payload, headers)
                 finally:
-                    with traffic.lock:
-                        traffic.in_flight -= 1
+                    if not counted_out:
+                        with traffic.lock:
+                            traffic.in_flight -= 1
 
         return Handler
 

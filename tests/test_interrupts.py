@@ -1,11 +1,13 @@
 """Ctrl-C and SIGTERM on a `rufus-data` command running its process pool (issue #47, item 9):
 it stops at once (130 for Ctrl-C, 143 for SIGTERM), its temporary folder and lock go, the
-dedup work folder stays to resume, and no worker prints a traceback."""
+dedup work folder stays to resume, and no worker prints a traceback. (Resuming from that folder
+is tests/test_dedup_scale.py's.)"""
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -47,7 +49,8 @@ def children(pid: int) -> list[int]:
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_stops_dedups_pool_at_once_and_leaves_no_lock_or_temporary(many_rows, tmp_path, sig, code):
     out = tmp_path / "out"
-    for attempt in range(3):  # different moments of the run
+    for attempt in range(3):  # different moments of the run, each from the start: a resumed run
+        shutil.rmtree(tmp_path / ".out.dedup-work", ignore_errors=True)  # can end before the signal
         proc = subprocess.Popen([RUFUS_DATA, "dedup", str(many_rows), "--out", str(out), "--workers", "2"],
                                 start_new_session=True, stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -407,11 +407,13 @@ def test_setsid_child_does_not_survive_the_run():
 
 def test_100_mb_of_output_is_capped():
     code = "import sys\nchunk = 'x' * 1_000_000\nfor _ in range(100):\n    sys.stdout.write(chunk)\n"
-    result = run_program(code, config=HOSTILE)
+    # the cap, not the clock, must end it: HOSTILE's 2 s wall limit raced a loaded machine
+    patient = dataclasses.replace(HOSTILE, timeout_s=60.0)
+    result = run_program(code, config=patient)
     assert result.output_truncated and len(result.stdout) <= HOSTILE.max_output_bytes
-    assert result.wall_s < HOSTILE.timeout_s
+    assert not result.timed_out and result.wall_s < patient.timeout_s, result.wall_s
     metrics = {}
-    reward = _hostile_reward()
+    reward = CodeExecutionReward(workers=1, timeout_s=patient.timeout_s, memory_mb=HOSTILE.memory_mb)
     assert reward(completions=["def solve():\n    return 1\n" + code], test_list=[["assert solve() == 1"]],
                   log_metric=metrics.__setitem__) == [0.0]
     assert metrics["code_execution/output_capped"] == 1.0
