@@ -12,7 +12,7 @@ TORCH_VERSION = 2.13.0
 CONSTRAINTS = constraints.txt
 EXTRAS = train,eval,ray,dev,track
 
-.PHONY: venv vllm-venv chromium demo test test-fast test-slow bench bench-published bench-scale lint check-resolve upgrade-deps
+.PHONY: venv vllm-venv chromium demo test test-fast test-train test-slow bench bench-published bench-scale lint check-resolve upgrade-deps
 
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -49,10 +49,14 @@ test: venv
 	-$(MAKE) chromium
 	$(BIN)/python -m pytest -q --durations=40 $(PYTEST_ARGS)
 
-# The inner loop: what needs neither the real model, nor other processes, nor vLLM (README: markers).
-FAST = not model and not spawn and not distributed and not vllm and not slow and not browser
+# The inner loop: what needs neither the real model, nor a training run, nor other processes, nor
+# vLLM (README: markers); `make test-train` runs the training runs it leaves out.
+FAST = not model and not train and not spawn and not distributed and not vllm and not slow and not browser
 test-fast: venv
 	$(BIN)/python -m pytest -q -m "$(FAST)" --durations=15 $(PYTEST_ARGS)
+
+test-train: venv
+	$(BIN)/python -m pytest -q -m "train and not model and not spawn and not slow" --durations=15 $(PYTEST_ARGS)
 
 test-slow: venv
 	RUFUS_SLOW=1 $(BIN)/python -m pytest -q -m slow

@@ -145,6 +145,7 @@ TRAINED_SLOW = [pytest.param(family, marks=pytest.mark.slow) for family in FAMIL
                 if family not in TRAINED and family not in REFUSED]
 
 
+@pytest.mark.train
 @pytest.mark.parametrize("family", sorted(TRAINED) + TRAINED_SLOW)
 def test_stage_sft_trains_a_step_with_the_family_template(family, gsm8k_chats, tmp_path):
     """`stage sft` with `chat_template: FAMILY` (a shipped name) trains one step on the labels Rufus

@@ -288,9 +288,10 @@ def test_max_tokens_per_example_drops_and_counts(tmp_path, data_root, tiny_token
     source = result.manifest["sources"][0]
     rows = read_shards(result.out).to_pylist()
     assert max(r["num_tokens"] for r in rows) <= 200
-    recount = [len(tiny_tokenizer.apply_chat_template(
-        [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=True,
-        return_dict=True)["input_ids"]) for r in read_jsonl(data_root / "gsm8k/train.jsonl")]
+    rendered = [tiny_tokenizer.apply_chat_template(
+        [{"role": "user", "content": r["question"]}, {"role": "assistant", "content": r["answer"]}], tokenize=False)
+        for r in read_jsonl(data_root / "gsm8k/train.jsonl")]  # rendered, then tokenized in one batch
+    recount = [len(ids) for ids in tiny_tokenizer(rendered, add_special_tokens=False)["input_ids"]]
     assert source["rows_dropped"]["too_long"] == sum(n > 200 for n in recount) > 0
     assert source["rows_out"] == sum(n <= 200 for n in recount)
 

@@ -98,6 +98,7 @@ def test_stage_dry_run_prints_the_check_table(qwen_folder, chats):
     assert "<|im_end|> (2), <|endoftext|> (0)" in result.stderr
 
 
+@pytest.mark.train
 def test_added_tokens_get_rows_before_training_and_an_adapter_loads_on_them(grown_folder, chats, tmp_path, capsys):
     """19 added tokens without rows: training resizes to 49,171 rows at the mean of the old ones
     (with a note), a LoRA run trains a step, and loading the run (base resized again, the same
@@ -136,6 +137,7 @@ def test_a_tokenizer_within_the_rows_changes_nothing(tiny_model):
     assert model.get_input_embeddings().weight.shape[0] == 49152
 
 
+@pytest.mark.train
 def test_tulu3_mini_dry_runs_and_trains_a_first_step_on_a_qwen_shaped_folder(qwen_folder, tmp_path, monkeypatch):
     """The shipped pipeline with `--model` a Qwen2.5-shaped folder: the dry run passes (its table
     names qwen2_5 and TRL's training template), and its first stage trains one step on it."""

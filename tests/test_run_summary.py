@@ -22,6 +22,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 _ = one_torch_thread
 
 
+@pytest.mark.train
 def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_path, capsys):
     shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
     result = run_tiny("sft", shards, tmp_path / "sft", model="tiny-random")
@@ -43,6 +44,7 @@ def test_stage_ends_with_a_summary_table_and_curves(data_root, tiny_model, tmp_p
     assert (args.project, args.run_name) == ("rufus", "sft")
 
 
+@pytest.mark.train
 def test_a_run_shorter_than_logging_steps_logs_every_step(data_root, tiny_model, tmp_path):
     """--max_steps 2 with logging_steps 10 (the shipped stages' value): each step still has its
     metrics line, and the run its curves."""

@@ -56,6 +56,7 @@ def train(shards, out, reward: str, *options: str):
     return CliRunner().invoke(app, args, env={"COLUMNS": "300"})
 
 
+@pytest.mark.train
 def test_a_reward_of_0_everywhere_stops_after_the_dead_steps_with_the_cause(shards, tmp_path):
     out = tmp_path / "run"
     result = train(shards, out, "always_zero", "--max_steps", "5", "--stop_after_dead_steps", "2")
@@ -82,6 +83,7 @@ def test_a_reward_of_0_everywhere_stops_after_the_dead_steps_with_the_cause(shar
     assert "every group in 2 of 2 logged steps" in card
 
 
+@pytest.mark.train
 def test_warn_only_trains_on_and_the_closing_note_gives_the_measured_cause(shards, tmp_path):
     out = tmp_path / "run"
     result = train(shards, out, "always_zero", "--max_steps", "3", "--stop_after_dead_steps", "0")
@@ -99,6 +101,7 @@ def test_warn_only_trains_on_and_the_closing_note_gives_the_measured_cause(shard
     assert "nothing was learned: every step's groups were dead" in (out / "README.md").read_text()
 
 
+@pytest.mark.train
 def test_a_run_shorter_than_the_stop_stops_at_its_last_dead_step(shards, tmp_path):
     """The default (3) with --max_steps 2, as the README types a card command: both steps dead is
     the whole run, so it ends with the message and exit 2, not exit 0."""
@@ -106,6 +109,7 @@ def test_a_run_shorter_than_the_stop_stops_at_its_last_dead_step(shards, tmp_pat
     assert result.exit_code == 2 and "stopped at step 2/2: in 2 steps in a row" in " ".join(result.output.split())
 
 
+@pytest.mark.train
 def test_a_mixed_reward_trains_on_without_a_dead_step(shards, tmp_path):
     out = tmp_path / "run"
     result = train(shards, out, "by_position", "--max_steps", "3", "--stop_after_dead_steps", "1")

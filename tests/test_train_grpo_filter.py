@@ -68,6 +68,7 @@ FILTERED = {"model": "tiny-random", "rewards": [{"name": "scripted"}], "filter":
             "num_generations": 2, "per_device_train_batch_size": 4, "max_completion_length": 8, "learning_rate": 1e-4}
 
 
+@pytest.mark.train
 def test_a_filtered_stage_trains_only_on_the_learnable_rows_and_records_them(scripted, tiny_model, tmp_path):
     data = write_rl_shards(tmp_path / "prompts", rows({"pass": 2, "mixed": 3, "fail": 2}))
     result = run_tiny("coding_rl", data, tmp_path / "runs" / "coding_rl", **FILTERED)
@@ -90,6 +91,7 @@ def test_a_filtered_stage_trains_only_on_the_learnable_rows_and_records_them(scr
     assert [p.name for p in out.iterdir()] == [folder.name]
 
 
+@pytest.mark.train
 def test_a_filter_that_leaves_nothing_stops_with_the_measured_buckets(scripted, tiny_model, tmp_path):
     data = write_rl_shards(tmp_path / "prompts", rows({"fail": 3, "pass": 1}))
     with pytest.raises(RufusError) as err:
@@ -101,6 +103,7 @@ def test_a_filter_that_leaves_nothing_stops_with_the_measured_buckets(scripted, 
     assert not (tmp_path / "runs" / "coding_rl" / "adapter_model.safetensors").exists()
 
 
+@pytest.mark.train
 def test_the_all_pass_bucket_can_be_chosen(scripted, tiny_model, tmp_path):
     data = write_rl_shards(tmp_path / "prompts", rows({"pass": 2, "fail": 2}))
     # all_pass groups are dead by definition: the dead-step stop is switched off to train on them

@@ -58,6 +58,7 @@ def groups_refilled(calls) -> int:
     return sum(len(texts) // 2 for i, (step, texts) in enumerate(calls) if i and calls[i - 1][0] == step)
 
 
+@pytest.mark.train
 def test_resume_resample_fast(tiny_model, tmp_path):
     """3 steps over 4 prompts (2 per step: an epoch boundary at the checkpoint), resumed from checkpoint-2."""
     check_resume(tiny_model, tmp_path, steps=3, resume_at=2, flat=2, live=2)

@@ -139,6 +139,7 @@ def reward_model_dir(tmp_path_factory, tiny_model):
     return out
 
 
+@pytest.mark.train
 def test_rlhf_with_judge_server_and_reward_model(rl_shards, tiny_model, tmp_path, judge_server, reward_model_dir,
                                                  monkeypatch):
     url, seen = judge_server

@@ -30,6 +30,7 @@ TULU3_MINI_SYSTEM = "You are a careful math assistant. Reason step by step, then
 _ = one_torch_thread
 
 
+@pytest.mark.train
 def test_pipeline_chains_sft_then_dpo_and_prints_table(data_root, tiny_model, tmp_path):
     shards = tmp_path / "shards"
     example_shards.gsm8k_sft(data_root, shards / "sft", limit=8, max_chars=350)
@@ -257,6 +258,7 @@ def test_tulu3_mini_pipeline_within_its_budget(tmp_path):
     assert (tmp_path / "merged" / "config.json").exists() and (tmp_path / "merged" / "tokenizer_config.json").exists()
 
 
+@pytest.mark.train
 def test_one_adapter_pipeline_trains_the_sft_adapter_on_against_the_original(data_root, tiny_model, tmp_path):
     """`adapter: one` (the Tulu 3 mini notebook): the dpo stage loads the sft stage's adapter onto the
     original base and trains it further, so its reference (the adapter off) is the original model and

@@ -83,6 +83,7 @@ def dtypes(params) -> set:
 # ------------------------------------------------------------------ precision
 
 
+@pytest.mark.train
 def test_full_fine_tuning_on_a_bf16_gpu_keeps_fp32_masters(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
     result, loaded, autocast = one_step("sft", tiny_model, sft_data, tmp_path / "full", monkeypatch,
                                         **{"lora.enabled": False, "dtype": "auto"})
@@ -98,6 +99,7 @@ def test_full_fine_tuning_on_a_bf16_gpu_keeps_fp32_masters(bf16_gpu, tiny_model,
                          "optimizer_states": ["float32"]}
 
 
+@pytest.mark.train
 def test_lora_on_a_bf16_gpu_keeps_the_base_in_bf16_and_the_adapter_in_fp32(bf16_gpu, tiny_model, sft_data, tmp_path,
                                                                             monkeypatch):
     result, loaded, autocast = one_step("sft", tiny_model, sft_data, tmp_path / "lora", monkeypatch, dtype="auto")
@@ -180,6 +182,7 @@ def test_sft_full_dry_run_resolves_the_playbooks_baseline(tmp_path, monkeypatch)
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 128
 
 
+@pytest.mark.train
 def test_sft_full_trains_on_tiny_model_with_fp32_masters(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
     """Two steps of sft_full; bench/gpu_smoke.sh's own checks pass on its checkpoint and metrics."""
     result, loaded, autocast = one_step("sft_full", tiny_model, sft_data, tmp_path / "full", monkeypatch,
@@ -197,6 +200,7 @@ def test_sft_full_trains_on_tiny_model_with_fp32_masters(bf16_gpu, tiny_model, s
     assert run_check(steps_once, tmp_path / "twice.jsonl").returncode == 1
 
 
+@pytest.mark.train
 def test_the_smoke_fp32_check_fails_on_a_pure_bf16_checkpoint(bf16_gpu, tiny_model, sft_data, tmp_path, monkeypatch):
     with pytest.warns(UserWarning, match="melting GPUs"):
         result, loaded, _ = one_step("sft_full", tiny_model, sft_data, tmp_path / "bf16", monkeypatch, dtype="bfloat16")

@@ -27,6 +27,7 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # tiny-random's upstream, as th
 
 
 
+@pytest.mark.train
 def test_stage_pushes_the_adapter_after_its_card_then_the_merged_copy(hub, data_root, tiny_model, tmp_path):
     shards = example_shards.gsm8k_sft(data_root, tmp_path / "gsm8k_sft", limit=8, max_chars=350)
     result = run_tiny("sft", shards, tmp_path / "run", model="tiny-random",

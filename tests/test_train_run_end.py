@@ -34,6 +34,7 @@ def metrics(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.train
 def test_a_diverging_run_stops_saves_no_nan_model_and_says_so(shards, tiny_model, tmp_path, one_torch_thread):
     """The probe: `--learning_rate 1e30 --lora.enabled false` logged loss 0.0 beside grad_norm NaN,
     saved an all-NaN model and exited 0 ("stage sft done", "the weights barely moved")."""
@@ -81,6 +82,7 @@ def test_the_cli_exits_non_zero_when_training_diverges(shards, tiny_model, tmp_p
     assert "stage sft diverged" in output and "stage sft done" not in output and "Traceback" not in output
 
 
+@pytest.mark.train
 def test_latest_on_a_finished_run_trains_nothing_more(shards, tiny_model, tmp_path, capsys, one_torch_thread):
     """The probe: each `--resume_from_checkpoint latest` of a finished run trained one more step
     and wrote one more checkpoint (a scheduler retrying a job that succeeded over-trains it)."""
@@ -97,6 +99,7 @@ def test_latest_on_a_finished_run_trains_nothing_more(shards, tiny_model, tmp_pa
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-3"]
 
 
+@pytest.mark.train
 def test_save_steps_null_writes_no_checkpoint_but_the_final_model(shards, tiny_model, tmp_path, one_torch_thread):
     """TRL's `--save_strategy no` is `save_steps: null`: nothing saved during the run, the model at its end."""
     out = tmp_path / "run"

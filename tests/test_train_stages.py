@@ -34,6 +34,7 @@ def train_shards(tmp_path_factory, data_root):
     }
 
 
+@pytest.mark.train
 def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, tiny_model, tmp_path):
     result = run_tiny("sft", [train_shards["gsm8k_sft"], train_shards["code_sft"]], tmp_path / "sft", model="tiny-random")
     assert_adapter_trained(result)
@@ -54,6 +55,7 @@ def test_sft_trains_adapter_on_gsm8k_and_code_alpaca(train_shards, tiny_model, t
     assert "transformers.trainer: ***** Running training *****" in log and "rufus_train: step 2: " in log
 
 
+@pytest.mark.train
 def test_midtrain_packs_and_trains_every_token(train_shards, tiny_model, tmp_path):
     result = run_tiny("midtrain", train_shards["gsm8k_sft"], tmp_path / "mid", max_length=128, model=tiny_model)
     assert_adapter_trained(result)
@@ -64,6 +66,7 @@ def test_midtrain_packs_and_trains_every_token(train_shards, tiny_model, tmp_pat
     assert all(label != -100 for row in dataset["labels"][:4] for label in row)  # every token carries loss
 
 
+@pytest.mark.train
 def test_dpo_trains_adapter(train_shards, tiny_model, tmp_path):
     result = run_tiny("dpo", train_shards["gsm8k_pref"], tmp_path / "dpo", model=tiny_model)
     assert_adapter_trained(result)
@@ -80,12 +83,14 @@ def test_dpo_loss_types_reach_trl(train_shards, tmp_path, loss_type):
     assert args.loss_type == [loss_type] and args.beta == 0.1
 
 
+@pytest.mark.train
 def test_kto_reads_its_own_label_column(train_shards, tiny_model, tmp_path):
     result = run_tiny("kto", train_shards["gsm8k_kto"], tmp_path / "kto", model=tiny_model)
     assert_adapter_trained(result)
     assert "label" in result.trainer.train_dataset.column_names
 
 
+@pytest.mark.train
 def test_orpo_trains_adapter(train_shards, tiny_model, tmp_path):
     result = run_tiny("orpo", train_shards["gsm8k_pref"], tmp_path / "orpo", model=tiny_model)
     assert_adapter_trained(result)
@@ -105,6 +110,7 @@ def perturbed_teacher(tmp_path_factory, tiny_model):
     return folder
 
 
+@pytest.mark.train
 def test_distill_trains_student_toward_teacher(train_shards, tiny_model, perturbed_teacher, tmp_path):
     result = run_tiny(
         "distill", train_shards["gsm8k_rl"], tmp_path / "distill", teacher=str(perturbed_teacher), max_completion_length=32,
@@ -172,6 +178,7 @@ def test_sft_drop_is_batched_and_keeps_the_rows_trl_masks_keep(tiny_tokenizer, d
     assert {n: rows_with_loss(tiny_tokenizer, conversations, tools, n) for n in lengths} == expected
 
 
+@pytest.mark.train
 def test_dpo_apo_zero_trains_chosen_up(train_shards, tiny_model, tmp_path):
     """APO-zero (anchored preference optimisation): two steps on the same two pairs move the loss
     and raise the chosen answers' log-probabilities (logged before each step's update)."""
@@ -198,6 +205,7 @@ def test_gsm8k_calculations_on_small_numbers(data_root):
         example_shards.gsm8k_calculations(data_root, 1000, max_operand=3)
 
 
+@pytest.mark.train
 def test_online_dpo_ranks_the_policys_own_pairs_with_a_verifier(data_root, tiny_model, tmp_path):
     """Online DPO (TRL's experimental OnlineDPOTrainer): two sampled answers per prompt, the
     string-match verifier picks the chosen one, the reference is the policy with its adapter off."""
