@@ -154,9 +154,10 @@ def test_vibe_page_shows_the_system_prompt_and_an_empty_reply(tmp_path, monkeypa
 
 def test_mix_table_and_dataset_card_say_which_tokens_they_count(tmp_path, monkeypatch):
     """The mix table counted trainable tokens under "tokens", the card total ones: both now name
-    the basis, with the same number per source."""
+    the basis, with the same number per source. Into a pipe (80 columns assumed) the table keeps
+    each cell whole rather than squeezing it."""
     monkeypatch.chdir(tmp_path)
-    result = invoke(data_app, "mix", "catalogs/sft.yaml", "--out", "mixed")
+    result = invoke(data_app, "mix", "catalogs/sft.yaml", "--out", "mixed", COLUMNS="80")
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "mixed" / "manifest.json").read_text())
     column = f"{manifest['basis']} tokens"
