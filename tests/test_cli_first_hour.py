@@ -134,6 +134,18 @@ def test_suite_smollm3_names_each_task_it_leaves_out_and_what_limit_costs(no_mod
     assert "note: --limit 4 picks 4 questions per task, each answered k times:" in text and "ifeval 4 x 4 = 16" in text
 
 
+def test_a_suite_run_ends_naming_each_task_it_did_not_run(tiny_model, tmp_path):
+    """The run, not only its plan: the results end with a line per task of the suite left out."""
+    from rufus_data.benchmarks.suite import load_suite
+
+    result = invoke(eval_app, "suite", "smollm3", "--ckpt", "tiny-random", "--tasks", "gsm_plus", "--limit", "1",
+                    "--repeats", "1", "--max-tokens", "4", "--out", str(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    for task in load_suite("smollm3").tasks:
+        why = "a test task: it runs with --final" if task.role == "test" else "not in --tasks"
+        assert task.name == "gsm_plus" or f"not run {task.name}: {why}" in said(result), task.name
+
+
 def test_vibe_page_shows_the_system_prompt_and_an_empty_reply(tmp_path, monkeypatch):
     """The page the vibe test exists for: each card's system prompt, and an empty reply said as one
     (the replies stand in for a model's: the page is what is tested)."""
