@@ -344,6 +344,11 @@ def make_trainer(config: StageConfig, model, tokenizer, rows, out: Path, callbac
                        train_dataset=dataset, output_dir=out, callbacks=callbacks, extras=dict(extras or {}))
     stage.prepare(ctx)
     trainer = stage.make_trainer(ctx)
+    from transformers import PrinterCallback
+
+    # Off a terminal (no bar) transformers printed each step's log dict beside the step line
+    # (step_progress.py): every step twice. metrics.jsonl and train.log keep the whole dict.
+    trainer.remove_callback(PrinterCallback)
     if os.environ.get(TEST_HOOKS):  # tests only: record batches, stop after a save (tests/resume_hooks.py)
         importlib.import_module(os.environ[TEST_HOOKS]).install(trainer)
     if config.lora.enabled:

@@ -85,6 +85,7 @@ def no_model_loads(monkeypatch):
     import lm_eval.evaluator
     import transformers.modeling_utils
     import transformers.models.auto.auto_factory
+    import transformers.models.auto.modeling_auto
 
     from rufus_data.generate import backends, base, hf, launcher
 
@@ -95,8 +96,12 @@ def no_model_loads(monkeypatch):
 
     monkeypatch.setattr(transformers.modeling_utils.PreTrainedModel, "from_pretrained",
                         classmethod(refuse("PreTrainedModel.from_pretrained")))
-    monkeypatch.setattr(transformers.models.auto.auto_factory._BaseAutoModelClass, "from_pretrained",
-                        classmethod(refuse("AutoModel*.from_pretrained")))
+    # Each Auto class (AutoModelForCausalLM, ...) copies from_pretrained when its module is first
+    # imported: imported above, not under the patch (a copy of the refusal would outlive this
+    # test), and each copy patched here.
+    base_auto = transformers.models.auto.auto_factory._BaseAutoModelClass
+    for auto in (base_auto, *base_auto.__subclasses__()):
+        monkeypatch.setattr(auto, "from_pretrained", classmethod(refuse("AutoModel*.from_pretrained")))
     monkeypatch.setattr(hf.HFGenerator, "__init__", refuse("HFGenerator"))
     monkeypatch.setattr(launcher.VLLMServer, "start", refuse("a vLLM server"))
     monkeypatch.setattr(backends, "open_generator", refuse("open_generator"))

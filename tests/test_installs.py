@@ -88,6 +88,20 @@ def test_make_installs_with_the_constraints_and_ci_checks_the_gpu_resolve():
     assert '".[train,eval,gpu]"' in text
 
 
+def test_the_readmes_package_route_installs_the_tested_versions():
+    """The README's route without a checkout (issue 46: it installed the extras unconstrained): the
+    wheel's own constraints are written out (`rufus-data env --constraints`, the file the wheel
+    ships) before the extras are installed with them, and every install of the clone uses them."""
+    readme = (REPO / "README.md").read_text()
+    package_route = re.search(r"\*\*As a package\*\*.*?```bash\n(.*?)```", readme, re.DOTALL).group(1)
+    lines = [line.split("#")[0].strip() for line in package_route.splitlines()]
+    written = lines.index("rufus-data env --constraints > constraints.txt")
+    extras = [i for i, line in enumerate(lines) if re.search(r"pip install .*\[train,eval\]", line)]
+    assert extras and all(i > written and "-c constraints.txt" in lines[i] for i in extras), package_route
+    clone = re.findall(r"pip install [^`\n]*-e \S+", readme)  # typed in a block or named in the text
+    assert clone and all("-c constraints.txt" in line for line in clone), clone
+
+
 @pytest.mark.parametrize(("resolve_rc", "test_rc", "expected_rc"), [(0, 0, 0), (3, 0, 3), (0, 2, 2)])
 def test_ci_resolves_the_gpu_install_beside_the_tests_and_fails_on_either(tmp_path, resolve_rc, test_rc, expected_rc):
     """.ci/run with a `make` that records its targets: check-resolve and test both run, the dry

@@ -42,8 +42,9 @@ def _fresh_venv(folder: Path) -> Path:
     return folder
 
 
-def _pip_into(venv: Path, *args: str) -> None:
-    _build(["--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps", "--no-build-isolation", *args])
+def _pip_into(venv: Path, *args: str) -> str:
+    """Install into `venv`; what pip and the build backend printed (-v: setuptools' own lines)."""
+    return _build(["--python", str(venv / "bin" / "python"), "install", "--no-deps", "--no-build-isolation", *args])
 
 
 def _package_files(site: Path) -> dict[Path, tuple[int, int]]:
@@ -154,7 +155,8 @@ def test_an_editable_install_maps_rufus_catalogs_onto_the_checkout(tmp_path):
     """And its --version asks setuptools-scm about the checkout (with the build's settings: its
     metadata holds a .devN version, which must not be taken for a tag to bump)."""
     venv = _fresh_venv(tmp_path / "venv")
-    _pip_into(venv, "-e", ".")
+    printed = _pip_into(venv, "-e", ".")
+    assert "running " in printed and "would be ignored" not in printed  # setuptools ran, without its banner
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     res = subprocess.run([str(venv / "bin" / "python"), "-c",
                           "import importlib.resources as r; print(r.files('rufus_catalogs') / 'stages')"],
