@@ -90,6 +90,7 @@ def off_a_terminal(monkeypatch):
         monkeypatch.setenv(name, value)
 
 
+@pytest.mark.train
 def test_a_two_step_stage_logs_each_step_once_draws_its_curves_and_takes_over_a_failed_run(
         data_root, tiny_model, tmp_path, off_a_terminal):
     """`--max_steps 2` under logging_steps 10: a line per step (once: not also transformers' log
