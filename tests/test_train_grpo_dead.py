@@ -110,6 +110,16 @@ def test_a_run_shorter_than_the_stop_stops_at_its_last_dead_step(shards, tmp_pat
 
 
 @pytest.mark.train
+def test_a_stop_of_1_ends_after_the_first_dead_step(shards, tmp_path):
+    """coding_rl's setting: the first dead step ends the run (exit 2), the later steps never run."""
+    out = tmp_path / "run"
+    result = train(shards, out, "always_zero", "--max_steps", "3", "--stop_after_dead_steps", "1")
+    shown = " ".join(result.output.split())
+    assert result.exit_code == 2 and "stopped at step 1/3: in its first step every prompt group was dead" in shown
+    assert "step 2/3" not in shown and not (out / "adapter_model.safetensors").exists()
+
+
+@pytest.mark.train
 def test_a_mixed_reward_trains_on_without_a_dead_step(shards, tmp_path):
     out = tmp_path / "run"
     result = train(shards, out, "by_position", "--max_steps", "3", "--stop_after_dead_steps", "1")
