@@ -41,7 +41,7 @@ from rufus_data.dedup.work import batch_file, load_arrays, save_arrays, write_at
 from rufus_data.similarity.ngram_hash import TokenHasher, distinct, fold32, sorted_member
 
 EDGES = pa.schema([("a", pa.int64()), ("b", pa.int64()), ("value", pa.float64()), ("jaccard", pa.float64())])
-CHUNK_SHINGLES = 4_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)
+CHUNK_SHINGLES = 2_000_000  # shingles of both rows of the pairs verified at once (8 bytes each, sorted)
 COALESCE_BYTES = 1 << 16  # reads of one spill file closer than this are made as one
 # what the spill holds of each row: its shingles; the context of each number that has one, and that
 # context with its number (aligned)
