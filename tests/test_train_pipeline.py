@@ -170,6 +170,7 @@ def test_tulu3_mini_dry_run_shows_every_recipe_setting(tmp_path):
         "max_completion_length": cfg["grpo_max_new"], "learning_rate": cfg["grpo_lr"],
         "max_steps": cfg["grpo_iters"] * cfg["grpo_inner_epochs"], "num_iterations": cfg["grpo_inner_epochs"]}
     assert rl["trainer"]["loss_type"] == "grpo"  # masked_mean per sequence (micro-batch 1), averaged over sequences
+    assert rl["stop_after_dead_steps"] == 0  # the notebook trains every rollout batch, dead or not
     assert rl["overlong_cache"] is None
     assert rl["rewards"] == [{"name": "string_match", "extractor": "last_number", "gold_extractor": "gsm8k",
                               "answer_column": "expected_output"}]  # the GSM8K verifier alone
