@@ -19,7 +19,7 @@ from openai_stub import OpenAIStub, Reply, Request, Traffic
 from rufus_data.base.errors import RufusError
 from rufus_data.base.ports import free_port
 from rufus_data.generate import Prompt, SamplingParams, prompt_seed, sample_seed
-from rufus_data.generate.backends import check_prompts_fit
+from rufus_data.generate.backends import check_prompts_fit, longest_prompt_tokens
 from rufus_data.generate.context import check_context_fits
 from rufus_data.generate.launcher import LaunchConfig, VLLMServer, group_members, launch
 from rufus_data.generate.server import ServerConfig, ServerGenerator
@@ -130,6 +130,20 @@ def test_skipped_context_check_says_why(tiny_model, capsys):
     status = check_prompts_fit(no_answer, tiny_model, ADD, sampling)
     assert status == f"skipped: the server did not answer GET /v1/models at {dead}"
     assert f"max_model_len check {status}" in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_served_hub_name_without_a_local_copy_is_not_asked_of_the_hub(monkeypatch):
+    """`--backend server --policy ORG/NAME` offline, with HF_HUB_OFFLINE set after the hub client
+    was imported (a notebook, a test session): the prompt count is skipped at once; it waited
+    through the hub client's retries (47 s in the test suite) before."""
+    import transformers
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # as the client read it at import
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the hub was asked for a tokenizer"))
+    assert longest_prompt_tokens("org/served-only", ADD) is None
 
 
 # --- the server client against small real OpenAI-style stand-in servers -------------------------

@@ -17,6 +17,7 @@ from rufus_data.generate.launcher import launch
 from rufus_data.generate.sampling import SamplingParams
 from rufus_data.generate.server import ServerConfig, ServerGenerator
 from rufus_data.models.end_tokens import folder_end_tokens
+from rufus_data.models.hub import model_unavailable
 from rufus_data.models.merged_model import plain_folder
 from rufus_data.models.reference import ModelRef, require_loadable
 from rufus_data.models.thinking import Thinking, model_thinking
@@ -80,9 +81,15 @@ def longest_prompt_tokens(model: str | ModelRef, prompts: Sequence[Prompt], thin
     """Tokens of the longest chat-templated prompt (in `thinking`'s mode), with the model's
     tokenizer (None if unavailable: a served name without a local tokenizer)."""
     try:
+        ref = ModelRef.of(model)
+    except RufusError:  # a served name that is a path with nothing there: no tokenizer to count with
+        return None
+    if ref.kind == "hub" and model_unavailable(ref.text):  # not cached, no hub: skip at once, not after the
+        return None                                           # hub client's retries (about 40 s offline)
+    try:
         from transformers import AutoTokenizer  # heavy: loaded only when a server's context is checked
 
-        tokenizer = AutoTokenizer.from_pretrained(ModelRef.of(model).folder())  # a served name may be a local one
+        tokenizer = AutoTokenizer.from_pretrained(ref.folder())  # a served name may be a local one
     except Exception:  # noqa: BLE001 - a served name without a local tokenizer: the check is skipped
         return None
     longest = 0
