@@ -12,6 +12,7 @@ import sys
 import typing
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel, Field
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,6 +101,7 @@ def undescribed_fields(models: list[type[BaseModel]]) -> list[str]:
             for name, field in model.model_fields.items() if not (field.description or "").strip()]
 
 
+@pytest.mark.spawn  # a fresh interpreter imports the modules
 def test_config_modules_load_no_heavy_library():
     modules = sorted(set(CONFIG_MODULES) | {model.__module__ for model in stage_config_models()})
     loaded = heavy_modules_loaded(modules)

@@ -92,6 +92,7 @@ def test_stage_help_at_80_columns_puts_each_key_on_a_line_and_its_description_be
     assert "RufusGRPOConfig (extends trl.GRPOConfig, TRL" in text
 
 
+@pytest.mark.spawn  # a fresh interpreter imports the modules
 def test_stage_help_with_a_name_imports_no_trl_or_torch():
     """The TRL config classes import torch (about 10 s, 43 s on a loaded machine): the help reads
     the stage's keys and names its TRL class without them."""
