@@ -115,7 +115,7 @@ def test_a_stop_of_1_ends_after_the_first_dead_step(shards, tmp_path):
     out = tmp_path / "run"
     result = train(shards, out, "always_zero", "--max_steps", "3", "--stop_after_dead_steps", "1")
     shown = " ".join(result.output.split())
-    assert result.exit_code == 2 and "stopped at step 1/3: in its first step every prompt group was dead" in shown
+    assert result.exit_code == 2 and "stopped at step 1/3: in that step every prompt group was dead" in shown
     assert "step 2/3" not in shown and not (out / "adapter_model.safetensors").exists()
 
 

@@ -174,7 +174,7 @@ class DeadGroupWatch(TrainerCallback):
         step = f"step {state.global_step}{f'/{state.max_steps}' if state.max_steps > 0 else ''}"
         limit = min(self.stop_after, state.max_steps) if state.max_steps > 0 else self.stop_after
         if limit and self.streak >= limit:
-            run_of = "in its first step" if self.streak == 1 else f"in {self.streak} steps in a row"
+            run_of = "in that step" if self.streak == 1 else f"in {self.streak} steps in a row"
             self.stopped = (f"stage {self.stage} stopped at {step}: {run_of} {dead_step_note(logs)}. "
                             f"Cause: {cause.text}. No model was saved as the result; to train on through such steps, "
                             "set stop_after_dead_steps: 0")
