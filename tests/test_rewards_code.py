@@ -198,7 +198,9 @@ def _bound_s() -> float:
 
 
 def _sandbox_processes() -> list[int]:
-    """Processes on this machine running as a sandbox uid."""
+    """Processes on this machine running as a sandbox uid of this test process (its block of 64:
+    another test session running beside this one has sandboxes of its own)."""
+    first = SANDBOX_UID_BASE + (os.getpid() % 2048) * 64
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -208,7 +210,7 @@ def _sandbox_processes() -> list[int]:
                 uid = next(int(line.split()[1]) for line in handle if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if SANDBOX_UID_BASE <= uid < SANDBOX_UID_BASE + 2048 * 64:
+        if first <= uid < first + 64:
             found.append(int(entry))
     return found
 
