@@ -13,6 +13,7 @@ from conftest import REPO
 
 from rufus_data.dedup import dedup
 from rufus_data.folders.shards import write_shards
+from rufus_data.sources.source_formats import read_turns
 
 
 def scale_bench():
@@ -35,6 +36,17 @@ def test_bench_rows_are_distinct_but_for_the_planted_copies(data_root, tmp_path)
     copied = bench.copied_rows(np.arange(n))
     planted = {(i, c) for i, c in enumerate(copied.tolist()) if c != i}
     assert len(planted) == bench.planted(n) and dropped == planted
+
+
+def test_bench_rows_read_as_mix_reads_them(data_root):
+    """Code Alpaca 2k has two rows with an empty output; mix refuses such a row (it would train
+    on an empty reply), so the bench leaves them out of its bases rather than failing at 250k."""
+    bench = scale_bench()
+    bases = bench.base_rows(data_root)
+    assert all(answer.strip() for _, _, answer in bases)
+    rows = bench.make_rows(bases, 0, len(bases))
+    for conversation in rows.column("messages").to_pylist():
+        read_turns(conversation)  # raises BadRow on what mix would refuse
 
 
 def test_measure_counts_the_cpu_of_the_command_by_sampling_too(tmp_path):
