@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from rufus_data.benchmarks import EvalItem
 from rufus_data.decontam.config import DecontamConfig
 from rufus_data.decontam.report import SEMANTIC, STAGES, evidence_text
-from rufus_data.folders.review_page import card, escape, highlight_shared, page
+from rufus_data.folders.review_page import card, escape, highlight_shared, page, words_with_spans
 from rufus_data.similarity.text_fields import text_fields
 
 HITS_PAGE = "hits.html"
@@ -45,15 +45,21 @@ def shown(text: str) -> str:
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + f"\n[... {len(text) - MAX_CHARS:,} more characters]"
 
 
-def hit_card(hit: dict, fields: list[tuple[str, str]], item: EvalItem | None, config: DecontamConfig) -> str:
+def card_texts(hit: dict, fields: list[tuple[str, str]], item: EvalItem | None) -> tuple[str, list[str]]:
+    """The training side of a hit's card (the fields it matched, or all) and the item's texts."""
     named = [(name, text) for name, text in fields if name in set(hit["fields"])] or fields
     training = "\n\n".join(f"[{name}]\n{shown(text)}" for name, text in named)
-    item_texts = [shown(text) for text in ((*item.problems, *item.answers) if item else ())]
+    return training, [shown(text) for text in ((*item.problems, *item.answers) if item else ())]
+
+
+def hit_card(hit: dict, fields: list[tuple[str, str]], item: EvalItem | None, config: DecontamConfig,
+             words: dict | None = None) -> str:
+    training, item_texts = card_texts(hit, fields, item)
     only = None
     if hit["method"] == SEMANTIC:
         only = set((hit.get("evidence") or {}).get("shared_words") or [])
     n = config.ngram if hit["method"] == "exact" else MINHASH_RUN
-    left, right = highlight_shared(training, item_texts, n, only)
+    left, right = highlight_shared(training, item_texts, n, only, words)
     labels = [f"problem {i + 1}" for i in range(len(item.problems))] + [f"answer {i + 1}" for i in range(len(item.answers))] \
         if item else []
     benchmark_side = "\n\n".join(f"[{label}]\n{body}" for label, body in zip(labels, right)) or "(item not loaded)"
@@ -72,8 +78,13 @@ def hits_page(hits: pa.Table, files: list[Path], items: list[EvalItem], config: 
     by_key = {(item.benchmark, item.item_id): item for item in items}
     rows = hits.to_pylist()
     fields = row_fields(files, {hit["row"] for hit in rows})
-    cards = [hit_card(hit, fields.get(hit["row"], []), by_key.get((hit["benchmark"], hit["eval_item_id"])), config)
-             for hit in rows]
+    sides = [(hit, fields.get(hit["row"], []), by_key.get((hit["benchmark"], hit["eval_item_id"]))) for hit in rows]
+    texts: dict[str, None] = {}
+    for side in sides:
+        training, item_texts = card_texts(*side)
+        texts.update(dict.fromkeys((training, *item_texts)))
+    words = dict(zip(texts, words_with_spans(list(texts))))  # one pass for the page
+    cards = [hit_card(hit, row_texts, item, config, words) for hit, row_texts, item in sides]
     benchmarks = sorted({hit["benchmark"] for hit in rows})
     stages = [stage for stage in STAGES if any(hit["method"] == stage for hit in rows)]
     flagged = len({hit["row"] for hit in rows})

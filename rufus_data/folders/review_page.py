@@ -57,16 +57,21 @@ def escape(text) -> str:
     return html.escape(str(text), quote=True)
 
 
-def normalised_words(text: str) -> list[tuple[str, int, int]]:
-    """The text's normalised words (textnorm's rules, as decontam compares them), each with the
-    character span of the whitespace-separated token it came from."""
-    tokens = [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text or "")]
-    if not tokens:
-        return []
-    flat, offsets = tokenize_array(pa.array([t for t, _, _ in tokens], pa.large_string()))
-    words = flat.to_pylist()
-    return [(word, start, end) for (_, start, end), lo, hi in zip(tokens, offsets[:-1], offsets[1:])
-            for word in words[lo:hi]]
+def words_with_spans(texts: list[str]) -> list[list[tuple[str, int, int]]]:
+    """Each text's normalised words (textnorm's rules, as decontam compares them), each with the
+    character span of the whitespace-separated token it came from; one Arrow pass for all the
+    texts, since a page of a thousand cards made a pass per text cost a second."""
+    tokens = [[(m.group(), m.start(), m.end()) for m in _WORD.finditer(text or "")] for text in texts]
+    flat_tokens = [token for spans in tokens for token, _, _ in spans]
+    if not flat_tokens:
+        return [[] for _ in texts]
+    flat, offsets = tokenize_array(pa.array(flat_tokens, pa.large_string()))
+    words, bounds = flat.to_pylist(), offsets.tolist()
+    out, k = [], 0
+    for spans in tokens:
+        out.append([(word, start, end) for i, (_, start, end) in enumerate(spans, k) for word in words[bounds[i]:bounds[i + 1]]])
+        k += len(spans)
+    return out
 
 
 def shared_positions(words: list[str], other: set[tuple[str, ...]], n: int) -> set[int]:
@@ -105,11 +110,15 @@ def word_spans(words: list[tuple[str, int, int]], marked: set[int]) -> list[tupl
     return spans
 
 
-def highlight_shared(left: str, right: list[str], n: int, only: set[str] | None = None) -> tuple[str, list[str]]:
+def highlight_shared(left: str, right: list[str], n: int, only: set[str] | None = None,
+                     words: dict[str, list[tuple[str, int, int]]] | None = None) -> tuple[str, list[str]]:
     """`left` and each text of `right` as HTML, the runs of n or more words they share marked
-    (`only`: mark single words of this set instead, e.g. the semantic stage's shared words)."""
-    left_words = normalised_words(left)
-    right_words = [normalised_words(text) for text in right]
+    (`only`: mark single words of this set instead, e.g. the semantic stage's shared words).
+    `words`: text -> its words_with_spans, computed once for a whole page (else here)."""
+    if words is None:
+        words = dict(zip([left, *right], words_with_spans([left, *right])))
+    left_words = words[left]
+    right_words = [words[text] for text in right]
     if only is not None:
         mark = [{i for i, (w, _, _) in enumerate(ws) if w in only} for ws in [left_words, *right_words]]
     else:
