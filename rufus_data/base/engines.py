@@ -151,9 +151,17 @@ def _run_pool(tasks: Sequence, worker: TaskWorker, workers: int, on_done: OnDone
             pool = ctx.Pool(min(workers, len(tasks)), initializer=_init_pool_worker, initargs=initargs)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        with pool:
+        try:
             for task, result in pool.imap_unordered(_run, tasks):
                 on_done(task, result)
+        except BaseException:
+            pool.terminate()
+            raise
+        # Done: the workers leave on their own. terminate()'s SIGTERM, here, hung about one pool in
+        # a hundred: it can reach a worker's native thread (polars, tokio), not the main thread
+        # waiting on the queue lock, or interrupt a worker just after it took that lock.
+        pool.close()
+        pool.join()
     finally:
         gc.unfreeze()
 
