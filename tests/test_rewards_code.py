@@ -23,7 +23,7 @@ from rufus_data.rewards import (
     run_program,
 )
 from rufus_data.rewards.code_execution import _humaneval_source, extract_code
-from rufus_data.rewards.sandbox import SANDBOX_UID_BASE
+from rufus_data.rewards.sandbox import sandbox_uids
 
 REPO = Path(__file__).resolve().parents[1]
 WORKERS = 4  # runs are partly latency-bound (namespace set-up), so 4 keep 2 cores busy
@@ -200,7 +200,7 @@ def _bound_s() -> float:
 def _sandbox_processes() -> list[int]:
     """Processes on this machine running as a sandbox uid of this test process (its block of 64:
     another test session running beside this one has sandboxes of its own)."""
-    first = SANDBOX_UID_BASE + (os.getpid() % 2048) * 64
+    own = sandbox_uids()
     found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -210,7 +210,7 @@ def _sandbox_processes() -> list[int]:
                 uid = next(int(line.split()[1]) for line in handle if line.startswith("Uid:"))
         except (OSError, StopIteration):
             continue
-        if first <= uid < first + 64:
+        if uid in own:
             found.append(int(entry))
     return found
 

@@ -40,6 +40,14 @@ from dataclasses import dataclass
 from rufus_data.base.errors import RufusError
 
 SANDBOX_UID_BASE = 200000  # uids nobody owns: uid = base + (pid % 2048) * 64 + slot
+UIDS_PER_PROCESS = 64  # slots 0-62 for programs, 63 for the probe
+
+
+def sandbox_uids() -> range:
+    """This process's block of sandbox uids: its sandboxes run as these, so two processes side by
+    side (two test sessions, two commands) never share a uid."""
+    first = SANDBOX_UID_BASE + (os.getpid() % 2048) * UIDS_PER_PROCESS
+    return range(first, first + UIDS_PER_PROCESS)
 
 
 @dataclass
@@ -79,7 +87,7 @@ class SandboxResult:
 _probe_lock = threading.Lock()
 _probe: dict[str, object] = {}
 _slots_lock = threading.Lock()
-_free_slots: list[int] = list(range(63))  # slot 63 is the probe's
+_free_slots: list[int] = list(range(UIDS_PER_PROCESS - 1))  # the last slot is the probe's
 
 
 def _is_root() -> bool:
@@ -136,7 +144,7 @@ def namespaces_available() -> bool:
 
 
 def _probe_uid() -> int:
-    return SANDBOX_UID_BASE + (os.getpid() % 2048) * 64 + 63
+    return sandbox_uids()[-1]
 
 
 def _drop_privileges(uid: int | None) -> dict:
@@ -285,7 +293,7 @@ def run_program(
     config = config or SandboxConfig()
     isolation = effective_isolation(config)
     slot = _acquire_slot()
-    uid = SANDBOX_UID_BASE + (os.getpid() % 2048) * 64 + slot
+    uid = sandbox_uids()[slot]
     program_fd = _memfd("program", program.encode())
     input_fds = [_memfd("input", data) for data in inputs]
     stdin_fd = _memfd("stdin", stdin.encode()) if stdin is not None else None
