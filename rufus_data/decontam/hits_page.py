@@ -52,9 +52,10 @@ def card_texts(hit: dict, fields: list[tuple[str, str]], item: EvalItem | None) 
     return training, [shown(text) for text in ((*item.problems, *item.answers) if item else ())]
 
 
-def hit_card(hit: dict, fields: list[tuple[str, str]], item: EvalItem | None, config: DecontamConfig,
+def hit_card(hit: dict, item: EvalItem | None, texts: tuple[str, list[str]], config: DecontamConfig,
              words: dict | None = None) -> str:
-    training, item_texts = card_texts(hit, fields, item)
+    """One hit's card; `texts` is card_texts' (training side, item texts), `words` the page's."""
+    training, item_texts = texts
     only = None
     if hit["method"] == SEMANTIC:
         only = set((hit.get("evidence") or {}).get("shared_words") or [])
@@ -78,13 +79,11 @@ def hits_page(hits: pa.Table, files: list[Path], items: list[EvalItem], config: 
     by_key = {(item.benchmark, item.item_id): item for item in items}
     rows = hits.to_pylist()
     fields = row_fields(files, {hit["row"] for hit in rows})
-    sides = [(hit, fields.get(hit["row"], []), by_key.get((hit["benchmark"], hit["eval_item_id"]))) for hit in rows]
-    texts: dict[str, None] = {}
-    for side in sides:
-        training, item_texts = card_texts(*side)
-        texts.update(dict.fromkeys((training, *item_texts)))
-    words = dict(zip(texts, words_with_spans(list(texts))))  # one pass for the page
-    cards = [hit_card(hit, row_texts, item, config, words) for hit, row_texts, item in sides]
+    items_of = [by_key.get((hit["benchmark"], hit["eval_item_id"])) for hit in rows]
+    texts = [card_texts(hit, fields.get(hit["row"], []), item) for hit, item in zip(rows, items_of)]
+    distinct = list(dict.fromkeys(text for training, item_texts in texts for text in (training, *item_texts)))
+    words = dict(zip(distinct, words_with_spans(distinct)))  # one pass for the page
+    cards = [hit_card(hit, item, side, config, words) for hit, item, side in zip(rows, items_of, texts)]
     benchmarks = sorted({hit["benchmark"] for hit in rows})
     stages = [stage for stage in STAGES if any(hit["method"] == stage for hit in rows)]
     flagged = len({hit["row"] for hit in rows})
